@@ -1,0 +1,34 @@
+# Two entry points for a newcomer: `make demo` and `make test`. Both create the venv on first use.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+DEMO_SF ?= 0.1
+DEMO_DIR ?= data/tpch-sf$(DEMO_SF)
+
+.PHONY: setup demo test lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/duckflock demo --sf $(DEMO_SF) --data $(DEMO_DIR) --ranks 4
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+
+bench: $(STAMP)
+	$(BIN)/duckflock bench seed --sf 0.1,0.5,1 --ranks 1,2,4
+
+clean:
+	rm -rf $(VENV) data bench-results
