@@ -1,0 +1,166 @@
+"""The catalog: per table its schema, files per partition, row counts and partitioning.
+
+Stored as JSON in the data directory so that any number of ranks (and any later session) can use it.
+File paths are relative to the data directory, so the directory can be moved or shared.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from duckflock.catalog.partitioning import (
+    Arbitrary,
+    Hashed,
+    Partitioning,
+    Ranged,
+    canonical_hash_type,
+)
+from duckflock.errors import CatalogError
+
+CATALOG_FILE = "duckflock_catalog.json"
+_TYPE_WIDTH = {"BIGINT": 8, "INTEGER": 4, "DATE": 4, "DOUBLE": 8, "BOOLEAN": 1, "SMALLINT": 2, "TINYINT": 1}
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    files: tuple[str, ...]
+    rows: int
+    # Min and max of the range key in this partition (None when empty or not range-partitioned).
+    min: object = None
+    max: object = None
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    name: str
+    format: str  # "parquet" or "csv"
+    columns: tuple[tuple[str, str], ...]  # (name, DuckDB type)
+    partitions: tuple[PartitionInfo, ...]
+    kind: str = "none"  # "hash", "range" or "none"
+    keys: tuple[str, ...] = ()
+    csv_options: dict[str, object] = field(default_factory=dict, compare=False)
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.partitions)
+
+    def column_type(self, column: str) -> str:
+        for name, typ in self.columns:
+            if name == column:
+                return typ
+        raise CatalogError(f"table {self.name!r} has no column {column!r}")
+
+    def row_width(self, columns: list[str] | None = None) -> int:
+        """Rough bytes per row of the given columns, for broadcast-or-shuffle decisions."""
+        cols = [c for c in self.columns if columns is None or c[0] in columns]
+        return sum(_TYPE_WIDTH.get(t, 16 if t.startswith("DECIMAL") else 24) for _, t in cols) or 1
+
+    def partitioning(self) -> Partitioning:
+        if self.kind == "hash":
+            types = tuple(canonical_hash_type(self.column_type(k)) for k in self.keys)
+            return Hashed(self.keys, types, len(self.partitions))
+        if self.kind == "range":
+            key = self.keys[0]
+            bounds = tuple(None if p.rows == 0 else (p.min, p.max) for p in self.partitions)
+            return Ranged(key, self.column_type(key), bounds)
+        return Arbitrary()
+
+    def partitions_of_rank(self, rank: int, size: int) -> list[int]:
+        return [p for p in range(len(self.partitions)) if p % size == rank]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "format": self.format,
+            "columns": [list(c) for c in self.columns],
+            "partitioning": {"kind": self.kind, "keys": list(self.keys)},
+            "csv_options": self.csv_options,
+            "partitions": [
+                {"files": list(p.files), "rows": p.rows, "min": _enc(p.min), "max": _enc(p.max)}
+                for p in self.partitions
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, name: str, data: dict) -> TableInfo:
+        part = data.get("partitioning", {})
+        return cls(
+            name=name,
+            format=data["format"],
+            columns=tuple((c[0], c[1]) for c in data["columns"]),
+            partitions=tuple(
+                PartitionInfo(tuple(p["files"]), int(p["rows"]), _dec(p.get("min")), _dec(p.get("max")))
+                for p in data["partitions"]
+            ),
+            kind=part.get("kind", "none"),
+            keys=tuple(part.get("keys", ())),
+            csv_options=data.get("csv_options", {}),
+        )
+
+
+def _enc(v: object) -> object:
+    if isinstance(v, dt.date):
+        return {"date": v.isoformat()} if not isinstance(v, dt.datetime) else {"ts": v.isoformat()}
+    return v
+
+
+def _dec(v: object) -> object:
+    if isinstance(v, dict):
+        if "date" in v:
+            return dt.date.fromisoformat(v["date"])
+        if "ts" in v:
+            return dt.datetime.fromisoformat(v["ts"])
+    return v
+
+
+class Catalog:
+    """All tables of one data directory."""
+
+    def __init__(self, root: str | os.PathLike[str], tables: dict[str, TableInfo] | None = None):
+        self.root = Path(root).resolve()
+        self.tables: dict[str, TableInfo] = dict(tables or {})
+
+    @classmethod
+    def load(cls, root: str | os.PathLike[str]) -> Catalog:
+        path = Path(root) / CATALOG_FILE
+        if not path.is_file():
+            raise CatalogError(
+                f"{root} is not a duckflock data directory (no {CATALOG_FILE}); "
+                "create one with `duckflock datagen` or `duckflock load`"
+            )
+        try:
+            data = json.loads(path.read_text())
+            tables = {n: TableInfo.from_json(n, t) for n, t in data["tables"].items()}
+        except (ValueError, KeyError, TypeError) as e:
+            raise CatalogError(f"corrupt catalog {path}: {e}") from e
+        return cls(root, tables)
+
+    @classmethod
+    def open_or_create(cls, root: str | os.PathLike[str]) -> Catalog:
+        return cls.load(root) if (Path(root) / CATALOG_FILE).is_file() else cls(root)
+
+    def table(self, name: str) -> TableInfo:
+        info = self.tables.get(name.lower()) or self.tables.get(name)
+        if info is None:
+            known = ", ".join(sorted(self.tables)) or "none"
+            raise CatalogError(f"table {name!r} does not exist (tables: {known})")
+        return info
+
+    def put(self, info: TableInfo) -> None:
+        self.tables[info.name] = info
+
+    def path(self, relative: str) -> str:
+        return str(self.root / relative)
+
+    def save(self) -> None:
+        """Write atomically: a crash never leaves a half-written catalog."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        data = {"version": 1, "tables": {n: t.to_json() for n, t in sorted(self.tables.items())}}
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".catalog-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, default=str)
+        os.replace(tmp, self.root / CATALOG_FILE)

@@ -1,0 +1,148 @@
+"""How rows of a relation are spread over partitions and ranks.
+
+One set of types serves the catalog (how a stored table is split) and the planner (how an intermediate
+result is split), so a table already partitioned on a join key is recognised and not shuffled again.
+Partition ``p`` of any table lives on rank ``p % ranks``; that is what makes equal partition numbers of
+two tables meet on the same rank for any rank count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_SMALL_INTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
+_BIG_INTS = {"UBIGINT", "HUGEINT", "UHUGEINT"}
+_NUMERIC_PREFIXES = ("DECIMAL", "NUMERIC", "FLOAT", "DOUBLE", "REAL")
+
+
+def canonical_hash_type(duckdb_type: str) -> str:
+    """The type a key column is cast to before hashing, so equal values hash alike on every side."""
+    t = duckdb_type.upper()
+    if t in _SMALL_INTS:
+        return "BIGINT"
+    if t in _BIG_INTS:
+        return "HUGEINT"
+    if t.startswith(_NUMERIC_PREFIXES):
+        return "DOUBLE"
+    if t.startswith("TIMESTAMP"):
+        return "TIMESTAMP"
+    if t in ("VARCHAR", "DATE", "BOOLEAN", "UUID", "BLOB", "TIME", "INTERVAL"):
+        return t
+    return "VARCHAR"
+
+
+def common_hash_type(left: str, right: str) -> str:
+    """The hash type for a join key pair of possibly different types (the common supertype family)."""
+    a, b = canonical_hash_type(left), canonical_hash_type(right)
+    if a == b:
+        return a
+    numeric = {"BIGINT", "HUGEINT", "DOUBLE"}
+    if {a, b} <= {"BIGINT", "HUGEINT"}:
+        return "HUGEINT"
+    if a in numeric and b in numeric:
+        return "DOUBLE"
+    if {a, b} == {"DATE", "TIMESTAMP"}:
+        return "TIMESTAMP"
+    if "VARCHAR" in (a, b) and (a in numeric or b in numeric):
+        return "DOUBLE"  # DuckDB compares a string with a number as a number
+    return "VARCHAR"
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def hash_sql(key_sql: list[str], key_types: tuple[str, ...], count: int) -> str:
+    """SQL computing the partition number of a row: DuckDB's deterministic hash of the cast keys."""
+    casts = ", ".join(f"CAST({k} AS {t})" for k, t in zip(key_sql, key_types, strict=True))
+    return f"(hash({casts}) % {count})"
+
+
+@dataclass(frozen=True)
+class Hashed:
+    """Row with key k is in partition hash(k cast to key_types) % count."""
+
+    keys: tuple[str, ...]
+    key_types: tuple[str, ...]
+    count: int
+
+    def describe(self) -> str:
+        return f"hash({', '.join(self.keys)}) % {self.count}"
+
+
+@dataclass(frozen=True)
+class Ranged:
+    """Partition p holds keys in the closed interval bounds[p] (None for an empty partition)."""
+
+    key: str
+    key_type: str
+    bounds: tuple[tuple[object, object] | None, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.bounds)
+
+    def describe(self) -> str:
+        return f"range({self.key}) x {self.count}"
+
+
+@dataclass(frozen=True)
+class Arbitrary:
+    """Rows are spread over ranks with no relation to their values."""
+
+    def describe(self) -> str:
+        return "arbitrary"
+
+
+@dataclass(frozen=True)
+class Replicated:
+    """Every rank holds every row."""
+
+    def describe(self) -> str:
+        return "replicated"
+
+
+@dataclass(frozen=True)
+class Single:
+    """All rows are on the driver (rank 0)."""
+
+    def describe(self) -> str:
+        return "single"
+
+
+Partitioning = Hashed | Ranged | Arbitrary | Replicated | Single
+
+
+def ranges_aligned(a: Ranged, b: Ranged) -> bool:
+    """True when every key value that occurs on both sides lies in the same partition number."""
+    if a.count != b.count or canonical_hash_type(a.key_type) != canonical_hash_type(b.key_type):
+        return False
+    for p, ra in enumerate(a.bounds):
+        for q, rb in enumerate(b.bounds):
+            if p == q or ra is None or rb is None:
+                continue
+            if not (ra[1] < rb[0] or rb[1] < ra[0]):  # type: ignore[operator]
+                return False
+    return True
+
+
+def co_located(
+    left: Partitioning, right: Partitioning, pairs: list[tuple[str, str]], key_types: list[str]
+) -> bool:
+    """Whether an equi-join on ``pairs`` (left col, right col) can run without moving rows.
+
+    ``key_types`` holds each pair's common hash type (see ``common_hash_type``).
+    Hash: both sides hashed on the same subset of the key pairs, in the same order, with the same count
+    and hash types. Range: both sides range-partitioned on one key pair with aligned bounds.
+    """
+    if isinstance(left, Hashed) and isinstance(right, Hashed):
+        if left.count != right.count or len(left.keys) != len(right.keys):
+            return False
+        for lk, rk, lt, rt in zip(left.keys, right.keys, left.key_types, right.key_types, strict=True):
+            matches = [i for i, (pl, pr) in enumerate(pairs) if pl == lk and pr == rk]
+            if not matches or not lt == rt == key_types[matches[0]]:
+                return False
+        return True
+    if isinstance(left, Ranged) and isinstance(right, Ranged):
+        return (left.key, right.key) in pairs and ranges_aligned(left, right)
+    return False

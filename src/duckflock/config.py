@@ -1,0 +1,47 @@
+"""Engine settings: one frozen dataclass, fed from the environment or by the caller."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+
+
+@dataclass(frozen=True)
+class Config:
+    # A side whose estimated size is below this many bytes is broadcast instead of shuffled.
+    broadcast_threshold_bytes: int = 16 * 1024 * 1024
+    # Rows per record batch pulled from DuckDB; large enough to amortise Python per-batch work.
+    batch_rows: int = 256 * 1024
+    # Bytes buffered per target before a chunk is serialized and sent.
+    chunk_bytes: int = 4 * 1024 * 1024
+    # Bytes a rank may have in flight (queued or sending) before the producer waits: back-pressure.
+    max_inflight_bytes: int = 64 * 1024 * 1024
+    # Arrow IPC body compression on the wire: "none", "lz4" or "zstd".
+    compression: str = "none"
+    # DuckDB threads per rank; 0 means this rank's fair share of the node's cores.
+    threads: int = 0
+    # DuckDB memory limit per rank in bytes; 0 means this rank's fair share of the node's memory.
+    memory_limit_bytes: int = 0
+    # Every rank can read every file of the data directory (shared file system): small tables are
+    # then read in full by each rank instead of being broadcast over the network.
+    shared_storage: bool = True
+    # Seconds without any sign of life from a peer before a query fails (Flight transport).
+    peer_timeout_s: float = 30.0
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Config:
+        """Read DUCKFLOCK_<FIELD> variables, then apply explicit overrides."""
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = os.environ.get(f"DUCKFLOCK_{f.name.upper()}")
+            if raw is None:
+                continue
+            if f.type in ("bool", bool):
+                values[f.name] = raw.lower() in ("1", "true", "yes", "on")
+            elif f.type in ("int", int):
+                values[f.name] = int(raw)
+            elif f.type in ("float", float):
+                values[f.name] = float(raw)
+            else:
+                values[f.name] = raw
+        return replace(cls(**values), **{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,34 @@
+"""Typed errors. Every error a user can cause is one of these, with a message that names the cause."""
+
+from __future__ import annotations
+
+
+class DuckflockError(Exception):
+    """Base of all duckflock errors; the CLI prints these without a traceback."""
+
+
+class SqlError(DuckflockError):
+    """The SQL text could not be parsed, or uses a construct duckflock does not run."""
+
+
+class CatalogError(DuckflockError):
+    """A table, column or data directory is missing or inconsistent."""
+
+
+class PlanError(DuckflockError):
+    """The planner could not build a distributed plan for a valid query."""
+
+
+class TransportError(DuckflockError):
+    """Moving bytes between ranks failed (peer lost, timeout, bad token)."""
+
+
+class ExecutionError(DuckflockError):
+    """A stage failed on some rank. Carries the rank and stage so the message names them."""
+
+    def __init__(self, rank: int, stage: int | None, cause: str):
+        self.rank = rank
+        self.stage = stage
+        self.cause = cause
+        where = f"rank {rank}" + (f", stage {stage}" if stage is not None else "")
+        super().__init__(f"{where}: {cause}")

@@ -1,0 +1,1 @@
+"""Moving record batches between ranks: the multiplexer, partitioning, serialization, shuffles."""

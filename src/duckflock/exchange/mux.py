@@ -1,0 +1,224 @@
+"""The communication multiplexer: one thread per process owns the transport (HyPer's design).
+
+Compute threads hand it outgoing buffers and wait on inboxes; it issues non-blocking sends, drains
+incoming messages and routes them by (query, channel). Waiting is polite — condition variables and a
+backing-off poll loop — so idle or oversubscribed ranks do not burn a core busy-polling.
+
+Tags carry the query number, so messages of a failed query are told apart from the next query's and
+dropped; an ERROR message from any rank fails that query on every rank at its next wait.
+"""
+
+from __future__ import annotations
+
+import collections
+import pickle
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from duckflock.errors import ExecutionError, TransportError
+from duckflock.transport.base import SendHandle, Transport
+
+CONTROL = 0  # driver -> workers: plans and commands (not tied to a query)
+ERROR = 1  # any rank -> all: the query failed
+COLLECTIVE = 2  # small pickled objects for allgather / bcast / gather
+FIRST_EXCHANGE = 8  # exchange k uses channel FIRST_EXCHANGE + k
+
+_QID_BITS = 13
+_CHANNEL_BITS = 16
+
+
+def make_tag(qid: int, channel: int) -> int:
+    return ((qid % (1 << _QID_BITS)) << _CHANNEL_BITS) | channel
+
+
+def split_tag(tag: int) -> tuple[int, int]:
+    return tag >> _CHANNEL_BITS, tag & ((1 << _CHANNEL_BITS) - 1)
+
+
+@dataclass
+class Failure:
+    rank: int
+    stage: int | None
+    cause: str
+
+    def error(self) -> ExecutionError:
+        return ExecutionError(self.rank, self.stage, self.cause)
+
+
+class Mux:
+    def __init__(self, transport: Transport, max_inflight_bytes: int = 64 << 20):
+        self.transport = transport
+        self.rank = transport.rank
+        self.size = transport.size
+        self.max_inflight = max_inflight_bytes
+        self._cv = threading.Condition()
+        self._outbox: collections.deque[tuple[int, int, object, int]] = collections.deque()
+        self._inflight: list[tuple[SendHandle, int]] = []
+        self._queued_bytes = 0
+        self._inbox: dict[tuple[int, int], collections.deque[tuple[int, object]]] = {}
+        self._failures: dict[int, Failure] = {}
+        self._finished: set[int] = set()
+        self._stop = False
+        self._fatal: str | None = None
+        self.on_failure: Callable[[int], None] | None = None  # e.g. interrupt the running DuckDB query
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        # Shorter GIL switch interval: the mux thread must get the GIL promptly to keep data moving.
+        sys.setswitchinterval(0.0005)
+        self._thread = threading.Thread(target=self._run, name="duckflock-mux", daemon=True)
+        self._thread.start()
+
+    # ---- sending -------------------------------------------------------------------------------
+    def send(self, dest: int, qid: int, channel: int, payload: object, nbytes: int | None = None) -> None:
+        """Queue a message; blocks while too many bytes are in flight (back-pressure)."""
+        tag = make_tag(qid, channel)
+        if dest == self.rank:
+            self._deliver(self.rank, tag, payload)
+            return
+        n = nbytes if nbytes is not None else memoryview(payload).nbytes
+        with self._cv:
+            while self._queued_bytes > self.max_inflight and not self._stop:
+                self._check(qid)
+                self._cv.wait(0.05)
+            self._check(qid)
+            self._outbox.append((dest, tag, payload, n))
+            self._queued_bytes += n
+
+    def send_obj(self, dest: int, qid: int, channel: int, obj: object) -> None:
+        self.send(dest, qid, channel, pickle.dumps(obj, protocol=5))
+
+    def flush(self, qid: int) -> None:
+        """Wait until every queued send has completed."""
+        with self._cv:
+            while (self._outbox or self._inflight) and not self._stop:
+                self._check(qid)
+                self._cv.wait(0.05)
+
+    # ---- receiving -----------------------------------------------------------------------------
+    def recv(self, qid: int, channel: int, timeout: float | None = None) -> tuple[int, object]:
+        """Next message on (qid, channel) as (source, payload); raises if the query failed."""
+        key = (qid % (1 << _QID_BITS), channel)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cv:
+            while True:
+                box = self._inbox.get(key)
+                if box:
+                    return box.popleft()
+                self._check(qid, allow_control=channel == CONTROL)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TransportError(f"rank {self.rank}: no message within {timeout:.0f} s")
+                self._cv.wait(0.05)
+
+    def recv_obj(self, qid: int, channel: int, timeout: float | None = None) -> tuple[int, object]:
+        src, payload = self.recv(qid, channel, timeout)
+        return src, pickle.loads(memoryview(payload))
+
+    # ---- collectives over point-to-point (polite, work on every transport) ---------------------
+    def allgather(self, qid: int, obj: object) -> list[object]:
+        for dest in range(self.size):
+            self.send_obj(dest, qid, COLLECTIVE, obj)
+        out: list[object] = [None] * self.size
+        for _ in range(self.size):
+            src, value = self.recv_obj(qid, COLLECTIVE)
+            out[src] = value
+        return out
+
+    def bcast(self, qid: int, obj: object, root: int = 0) -> object:
+        if self.rank == root:
+            for dest in range(self.size):
+                if dest != root:
+                    self.send_obj(dest, qid, COLLECTIVE, obj)
+            return obj
+        return self.recv_obj(qid, COLLECTIVE)[1]
+
+    # ---- failures and query lifecycle ------------------------------------------------------------
+    def fail(self, qid: int, stage: int | None, cause: str) -> None:
+        """Report a failure of this rank to every rank (including itself)."""
+        failure = Failure(self.rank, stage, cause)
+        for dest in range(self.size):
+            try:
+                self.send_obj(dest, qid, ERROR, failure)
+            except ExecutionError:
+                pass
+
+    def failure(self, qid: int) -> Failure | None:
+        with self._cv:
+            return self._failures.get(qid % (1 << _QID_BITS))
+
+    def finish(self, qid: int) -> None:
+        """Forget a finished query: drop its buffered messages and ignore late ones."""
+        q = qid % (1 << _QID_BITS)
+        with self._cv:
+            self._finished.add(q)
+            self._finished.discard((q + (1 << (_QID_BITS - 1))) % (1 << _QID_BITS))  # window of reuse
+            for key in [k for k in self._inbox if k[0] == q]:
+                del self._inbox[key]
+
+    def _check(self, qid: int, allow_control: bool = False) -> None:
+        if self._fatal is not None:
+            raise TransportError(self._fatal)
+        if not allow_control:
+            f = self._failures.get(qid % (1 << _QID_BITS))
+            if f is not None:
+                raise f.error()
+
+    # ---- the multiplexer thread ------------------------------------------------------------------
+    def _deliver(self, src: int, tag: int, payload: object) -> None:
+        q, channel = split_tag(tag)
+        with self._cv:
+            self.bytes_received += memoryview(payload).nbytes if src != self.rank else 0
+            if channel == ERROR:
+                if q not in self._failures:
+                    self._failures[q] = pickle.loads(memoryview(payload))
+                    if self.on_failure is not None:
+                        self.on_failure(q)
+            elif q not in self._finished or channel == CONTROL:
+                self._inbox.setdefault((q, channel), collections.deque()).append((src, payload))
+            self._cv.notify_all()
+
+    def _run(self) -> None:
+        idle = 0
+        transport = self.transport
+        try:
+            while not self._stop:
+                active = False
+                with self._cv:
+                    while self._outbox:
+                        dest, tag, payload, n = self._outbox.popleft()
+                        self._inflight.append((transport.isend(dest, tag, payload), n))
+                        self.bytes_sent += n
+                        active = True
+                if self._inflight:
+                    still = [(h, n) for h, n in self._inflight if not h.done()]
+                    if len(still) != len(self._inflight):
+                        with self._cv:
+                            self._queued_bytes -= sum(n for _, n in self._inflight) - sum(n for _, n in still)
+                            self._inflight = still
+                            self._cv.notify_all()
+                        active = True
+                for src, tag, payload in transport.poll():
+                    self._deliver(src, tag, payload)
+                    active = True
+                lost = transport.peer_failure()
+                if lost:
+                    raise TransportError(lost)
+                if active:
+                    idle = 0
+                else:
+                    idle += 1
+                    # Back off from a tight loop to sleeping, so an idle rank costs no CPU.
+                    if idle > 50:
+                        time.sleep(min(0.001, 0.00002 * (idle - 50)))
+        except Exception as e:  # the mux thread must never die silently
+            with self._cv:
+                self._fatal = f"rank {self.rank}: communication failed: {e}"
+                self._cv.notify_all()
+
+    def close(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        self._thread.join(timeout=5)

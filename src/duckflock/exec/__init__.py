@@ -1,0 +1,1 @@
+"""Running plans on ranks: the per-rank runtime, stage execution, the driver and the worker loop."""

@@ -1,0 +1,43 @@
+"""The transport protocol: non-blocking point-to-point byte messages between ranks.
+
+A transport moves opaque buffers tagged with an integer; ordering is only guaranteed per (source, tag)
+pair. Collectives, routing, back-pressure and error propagation live above it (``exchange.mux``), so
+MPI, Arrow Flight and the in-process transport differ only here.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Buffer
+
+
+class SendHandle(ABC):
+    @abstractmethod
+    def done(self) -> bool:
+        """True once the buffer may be reused (the transport no longer needs it)."""
+
+
+class Transport(ABC):
+    rank: int
+    size: int
+    # Whether peers can read the same files (a shared data directory).
+    name: str = "transport"
+
+    @abstractmethod
+    def isend(self, dest: int, tag: int, data: Buffer) -> SendHandle:
+        """Start sending ``data`` to ``dest``; the caller keeps ``data`` alive until done()."""
+
+    @abstractmethod
+    def poll(self) -> list[tuple[int, int, Buffer]]:
+        """Advance communication; return the messages that completed as (source, tag, payload)."""
+
+    def peer_failure(self) -> str | None:
+        """A description of a lost peer, if the transport detected one."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
+
+    def abort(self, message: str, code: int = 1) -> None:
+        """Tear down the whole job (used when a rank cannot continue)."""
+        raise SystemExit(code)
