@@ -120,9 +120,17 @@ def _dec(v: object) -> object:
 class Catalog:
     """All tables of one data directory."""
 
-    def __init__(self, root: str | os.PathLike[str], tables: dict[str, TableInfo] | None = None):
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        tables: dict[str, TableInfo] | None = None,
+        meta: dict[str, object] | None = None,
+    ):
         self.root = Path(root).resolve()
         self.tables: dict[str, TableInfo] = dict(tables or {})
+        # Free-form facts about how the directory was made (e.g. the TPC-H scale factor), so a
+        # generator can tell whether its output is already there. Optional in the JSON.
+        self.meta: dict[str, object] = dict(meta or {})
 
     @classmethod
     def load(cls, root: str | os.PathLike[str]) -> Catalog:
@@ -135,9 +143,10 @@ class Catalog:
         try:
             data = json.loads(path.read_text())
             tables = {n: TableInfo.from_json(n, t) for n, t in data["tables"].items()}
+            meta = dict(data.get("meta", {}))
         except (ValueError, KeyError, TypeError) as e:
             raise CatalogError(f"corrupt catalog {path}: {e}") from e
-        return cls(root, tables)
+        return cls(root, tables, meta)
 
     @classmethod
     def open_or_create(cls, root: str | os.PathLike[str]) -> Catalog:
@@ -159,7 +168,12 @@ class Catalog:
     def save(self) -> None:
         """Write atomically: a crash never leaves a half-written catalog."""
         self.root.mkdir(parents=True, exist_ok=True)
-        data = {"version": 1, "tables": {n: t.to_json() for n, t in sorted(self.tables.items())}}
+        data: dict[str, object] = {
+            "version": 1,
+            "tables": {n: t.to_json() for n, t in sorted(self.tables.items())},
+        }
+        if self.meta:
+            data["meta"] = self.meta
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".catalog-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, default=str)

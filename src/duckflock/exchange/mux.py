@@ -72,18 +72,29 @@ class Mux:
         self._thread.start()
 
     # ---- sending -------------------------------------------------------------------------------
-    def send(self, dest: int, qid: int, channel: int, payload: object, nbytes: int | None = None) -> None:
-        """Queue a message; blocks while too many bytes are in flight (back-pressure)."""
+    def send(
+        self,
+        dest: int,
+        qid: int,
+        channel: int,
+        payload: object,
+        nbytes: int | None = None,
+        check: bool = True,
+    ) -> None:
+        """Queue a message; blocks while too many bytes are in flight (back-pressure).
+
+        With ``check`` a failure of the query raises instead (there is no point sending more)."""
         tag = make_tag(qid, channel)
         if dest == self.rank:
             self._deliver(self.rank, tag, payload)
             return
         n = nbytes if nbytes is not None else memoryview(payload).nbytes
         with self._cv:
-            while self._queued_bytes > self.max_inflight and not self._stop:
+            while check and self._queued_bytes > self.max_inflight and not self._stop:
                 self._check(qid)
                 self._cv.wait(0.05)
-            self._check(qid)
+            if check:
+                self._check(qid)
             self._outbox.append((dest, tag, payload, n))
             self._queued_bytes += n
 
@@ -138,11 +149,9 @@ class Mux:
     def fail(self, qid: int, stage: int | None, cause: str) -> None:
         """Report a failure of this rank to every rank (including itself)."""
         failure = Failure(self.rank, stage, cause)
+        payload = pickle.dumps(failure)
         for dest in range(self.size):
-            try:
-                self.send_obj(dest, qid, ERROR, failure)
-            except ExecutionError:
-                pass
+            self.send(dest, qid, ERROR, payload, check=False)
 
     def failure(self, qid: int) -> Failure | None:
         with self._cv:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 
@@ -18,7 +19,7 @@ def node_memory_bytes() -> int:
     """Memory available to this node's processes: the cgroup limit if any, else physical memory."""
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
-            raw = open(path).read().strip()
+            raw = Path(path).read_text().strip()
             if raw != "max" and int(raw) < 1 << 50:
                 return int(raw)
         except (OSError, ValueError):

@@ -8,7 +8,9 @@ MPI, Arrow Flight and the in-process transport differ only here.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Buffer
+from typing import Any
+
+Buffer = Any  # anything exposing the buffer protocol (bytes, numpy arrays, Arrow buffers)
 
 
 class SendHandle(ABC):

@@ -1,0 +1,26 @@
+"""duckflock: one SQL query answered by many DuckDB processes together."""
+
+from duckflock.config import Config
+from duckflock.errors import (
+    CatalogError,
+    DuckflockError,
+    ExecutionError,
+    PlanError,
+    SqlError,
+    TransportError,
+)
+from duckflock.exec.spmd import spmd
+from duckflock.session import Result, Session
+
+__all__ = [
+    "CatalogError",
+    "Config",
+    "DuckflockError",
+    "ExecutionError",
+    "PlanError",
+    "Result",
+    "Session",
+    "SqlError",
+    "TransportError",
+    "spmd",
+]

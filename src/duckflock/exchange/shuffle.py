@@ -1,0 +1,178 @@
+"""Both ends of an exchange.
+
+Sending: a stage's output batches are split by target rank as DuckDB produces them, buffered per
+target and sent in chunks of ``chunk_bytes`` — so sending overlaps with DuckDB's work. Targets are
+visited round-robin starting at rank+1 (in phase k rank r sends to r+k), so ranks do not all send to
+the same peer at once. Rows for this rank itself never get serialized.
+
+    producer batches ──split by target──▶ [buf r+1] [buf r+2] … [buf r-1]   [local]
+                                             │ full? encode once (Arrow IPC) │
+                                             ▼                               ▼
+                                    mux.send (back-pressure)          kept as batches
+
+Receiving: one end-of-stream message per sender carries the schema and how many data messages it
+sent to this rank, so completion does not depend on message order.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from duckflock.exchange.codec import decode, encode
+from duckflock.exchange.mux import FIRST_EXCHANGE, Mux
+from duckflock.exchange.partition import split_by_target
+
+
+def data_channel(xid: int) -> int:
+    return FIRST_EXCHANGE + 2 * xid
+
+
+def eos_channel(xid: int) -> int:
+    return FIRST_EXCHANGE + 2 * xid + 1
+
+
+@dataclass
+class Local:
+    """Rows a rank sends to itself: handed over as batches, never serialized."""
+
+    batches: list[pa.RecordBatch]
+
+
+@dataclass
+class ExchangeStats:
+    rows_out: int = 0
+    bytes_out: int = 0  # bytes put on the wire (remote targets only)
+    rows_in: int = 0
+    bytes_in: int = 0
+    partition_s: float = 0.0
+    serialize_s: float = 0.0
+    send_wait_s: float = 0.0
+    recv_wait_s: float = 0.0
+
+
+@dataclass
+class ExchangeWriter:
+    mux: Mux
+    qid: int
+    xid: int
+    kind: str  # hash, range, broadcast, gather
+    receivers: list[int]
+    chunk_bytes: int
+    options: pa.ipc.IpcWriteOptions
+    stats: ExchangeStats = field(default_factory=ExchangeStats)
+
+    def __post_init__(self) -> None:
+        self.rank, self.size = self.mux.rank, self.mux.size
+        # Round-robin order of remote targets: r+1, r+2, ..., r-1.
+        self.order = [(self.rank + k) % self.size for k in range(1, self.size)]
+        self.order = [t for t in self.order if t in self.receivers]
+        self.pending: dict[int, list[pa.RecordBatch]] = {t: [] for t in self.order}
+        self.pending_bytes = dict.fromkeys(self.order, 0)
+        self.sent = dict.fromkeys(self.receivers, 0)
+        self.local: list[pa.RecordBatch] = []
+        self.schema: pa.Schema | None = None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if self.kind in ("hash", "range"):
+            t0 = time.perf_counter()
+            pieces = split_by_target(batch, self.size)
+            self.stats.partition_s += time.perf_counter() - t0
+            self.schema = self.schema or batch.schema.remove(batch.num_columns - 1)
+        else:
+            self.schema = self.schema or batch.schema
+            if batch.num_rows == 0:
+                return
+            if self.kind == "gather":
+                pieces = [(self.receivers[0], batch)]
+            else:
+                pieces = [(t, batch) for t in self.receivers]
+        for target, rows in pieces:
+            self.stats.rows_out += rows.num_rows
+            if target == self.rank:
+                self.local.append(rows)
+            else:
+                self.pending[target].append(rows)
+                self.pending_bytes[target] += rows.nbytes
+        if self.kind == "broadcast":
+            # Every target has the same buffer: serialize once, send to all.
+            if self.order and self.pending_bytes[self.order[0]] >= self.chunk_bytes:
+                self._flush_broadcast()
+        else:
+            for t in self.order:
+                if self.pending_bytes[t] >= self.chunk_bytes:
+                    self._flush(t)
+
+    def _encode(self, batches: list[pa.RecordBatch]) -> pa.Buffer:
+        t0 = time.perf_counter()
+        assert self.schema is not None
+        buf = encode(self.schema, batches, self.options)
+        self.stats.serialize_s += time.perf_counter() - t0
+        return buf
+
+    def _send(self, target: int, buf: pa.Buffer) -> None:
+        t0 = time.perf_counter()
+        self.mux.send(target, self.qid, data_channel(self.xid), buf, buf.size)
+        self.stats.send_wait_s += time.perf_counter() - t0
+        self.stats.bytes_out += buf.size
+        self.sent[target] += 1
+
+    def _flush(self, target: int) -> None:
+        batches = self.pending[target]
+        if batches:
+            self._send(target, self._encode(batches))
+            self.pending[target] = []
+            self.pending_bytes[target] = 0
+
+    def _flush_broadcast(self) -> None:
+        batches = self.pending[self.order[0]]
+        if batches:
+            buf = self._encode(batches)
+            for t in self.order:
+                self._send(t, buf)
+                self.pending[t] = []
+                self.pending_bytes[t] = 0
+
+    def close(self, schema: pa.Schema) -> None:
+        """Send what is left, then an end-of-stream to every receiver."""
+        if self.kind in ("hash", "range"):
+            schema = schema.remove(len(schema) - 1)
+        self.schema = schema
+        if self.kind == "broadcast" and self.order:
+            self._flush_broadcast()
+        for t in self.order:
+            self._flush(t)
+        if self.rank in self.receivers:
+            self.mux.send(self.rank, self.qid, data_channel(self.xid), Local(self.local))
+            self.sent[self.rank] = 1
+        schema_bytes = schema.serialize().to_pybytes()
+        for t in self.receivers:
+            eos = pickle.dumps((self.sent[t], schema_bytes))
+            self.mux.send(t, self.qid, eos_channel(self.xid), eos)
+
+
+def read_exchange(mux: Mux, qid: int, xid: int, senders: list[int], stats: ExchangeStats) -> pa.Table:
+    """Every row sent to this rank through exchange ``xid``, once all senders have finished."""
+    t0 = time.perf_counter()
+    expected = 0
+    schema = None
+    for _ in senders:
+        _, (count, schema_bytes) = mux.recv_obj(qid, eos_channel(xid))
+        expected += count
+        schema = schema or pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+    batches: list[pa.RecordBatch] = []
+    for _ in range(expected):
+        _, payload = mux.recv(qid, data_channel(xid))
+        if isinstance(payload, Local):
+            batches.extend(payload.batches)
+        else:
+            stats.bytes_in += memoryview(payload).nbytes
+            _, received = decode(payload)
+            batches.extend(received)
+    stats.recv_wait_s += time.perf_counter() - t0
+    table = pa.Table.from_batches(batches, schema=schema)
+    stats.rows_in += table.num_rows
+    return table

@@ -1,0 +1,162 @@
+"""Running one query on every rank. Rank 0 is the driver: it plans, tells the others to run the plan,
+runs its own share, finishes the result and (when profiling) collects every rank's timings."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+from duckflock.catalog import Catalog
+from duckflock.errors import DuckflockError, ExecutionError
+from duckflock.exchange.mux import COLLECTIVE, CONTROL
+from duckflock.exec.runtime import Runtime
+from duckflock.exec.stage import StageStats, run_stage
+from duckflock.plan.distribute import distribute
+from duckflock.plan.nodes import Scan, walk
+from duckflock.plan.stages import StagePlan, cut
+from duckflock.sql.bind import bind
+from duckflock.sql.schema_db import SchemaDB
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """What the driver sends every rank: the plan and the catalog entries it reads."""
+
+    qid: int
+    plan: StagePlan
+    tables: dict
+    profile: bool
+
+
+@dataclass
+class QueryOutcome:
+    table: pa.Table
+    plan: StagePlan
+    stats: list[StageStats]  # every rank's, when profiled; the driver's otherwise
+    seconds: float
+
+
+def plan_query(sql: str, catalog: Catalog, schema_db: SchemaDB, size: int, config) -> StagePlan:
+    bound = bind(sql, catalog, schema_db)
+    physical = distribute(bound.plan, catalog, size, config)
+    return cut(physical, bound.output_names, bound.arrow_schema)
+
+
+def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[StageStats]]:
+    """This rank's part of a query. A failure here is reported to every rank before raising."""
+    result = None
+    stats: list[StageStats] = []
+    stage_id = None
+    catalog = Catalog(rt.catalog.root if rt.catalog else ".", cmd.tables)
+    rt_q = Runtime(rt.transport, rt.mux, rt.con, catalog, rt.config, rt.threads, rt.ranks_on_node)
+    try:
+        for stage in cmd.plan.stages:
+            if stage.on_driver and rt.rank != 0:
+                continue
+            stage_id = stage.sid
+            out, st = run_stage(rt_q, cmd.qid, cmd.plan, stage)
+            stats.append(st)
+            if stage.output is None:
+                result = out
+        rt.mux.flush(cmd.qid)
+    except ExecutionError:
+        raise
+    except Exception as e:
+        remote = rt.mux.failure(cmd.qid)
+        if remote is not None:  # we were interrupted because another rank failed first
+            raise remote.error() from None
+        cause = _describe(e)
+        rt.mux.fail(cmd.qid, stage_id, cause)
+        raise ExecutionError(rt.rank, stage_id, cause) from None
+    return result, stats
+
+
+def _describe(e: Exception) -> str:
+    if isinstance(e, duckdb.Error | DuckflockError):
+        return str(e).strip()
+    return f"{type(e).__name__}: {e}"
+
+
+class Driver:
+    """Rank 0's query service, used by the CLI, the SPMD API and the session server."""
+
+    _qids = itertools.count(1)
+
+    def __init__(self, rt: Runtime):
+        self.rt = rt
+        self._schema_db: SchemaDB | None = None
+        self._catalog_stamp: float | None = None
+
+    def catalog(self) -> Catalog:
+        """The data directory's catalog, re-read when the file changed (e.g. after a load)."""
+        assert self.rt.catalog is not None
+        path = self.rt.catalog.root / "duckflock_catalog.json"
+        stamp = path.stat().st_mtime if path.exists() else None
+        if stamp != self._catalog_stamp or self._schema_db is None:
+            self.rt.catalog = Catalog.load(self.rt.catalog.root)
+            if self._schema_db is not None:
+                self._schema_db.close()
+            self._schema_db = SchemaDB(self.rt.catalog)
+            self._catalog_stamp = stamp
+        return self.rt.catalog
+
+    def plan(self, sql: str) -> StagePlan:
+        catalog = self.catalog()
+        assert self._schema_db is not None
+        return plan_query(sql, catalog, self._schema_db, self.rt.size, self.rt.config)
+
+    def run(self, sql: str, profile: bool = False) -> QueryOutcome:
+        t0 = time.perf_counter()
+        plan = self.plan(sql)
+        qid = next(self._qids)
+        catalog = self.rt.catalog
+        assert catalog is not None
+        used = {n.table for s in plan.stages for n in walk(s.root) if isinstance(n, Scan)}
+        cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile)
+        mux = self.rt.mux
+        for r in range(1, self.rt.size):
+            mux.send_obj(r, 0, CONTROL, ("run", cmd))
+        try:
+            table, stats = execute_on_rank(self.rt, cmd)
+            if profile:
+                for _ in range(1, self.rt.size):
+                    stats.extend(mux.recv_obj(qid, COLLECTIVE)[1])
+        finally:
+            mux.finish(qid)
+        assert table is not None
+        table = _as_duckdb_returns(table, plan)
+        return QueryOutcome(table, plan, stats, time.perf_counter() - t0)
+
+    def broadcast_stop(self) -> None:
+        for r in range(1, self.rt.size):
+            self.rt.mux.send_obj(r, 0, CONTROL, ("stop",))
+        self.rt.mux.flush(0)
+
+
+def _as_duckdb_returns(table: pa.Table, plan: StagePlan) -> pa.Table:
+    """Column names and types exactly as single-process DuckDB returns them."""
+    schema = plan.output_schema
+    table = table.rename_columns(list(schema.names))
+    return table if table.schema.equals(schema) else table.cast(schema)
+
+
+def serve(rt: Runtime) -> None:
+    """A worker rank's loop: run what the driver sends until it says stop."""
+    while True:
+        _, cmd = rt.mux.recv_obj(0, CONTROL)
+        if cmd[0] == "stop":
+            return
+        if cmd[0] == "run":
+            run: RunQuery = cmd[1]
+            try:
+                _, stats = execute_on_rank(rt, run)
+                if run.profile:
+                    rt.mux.send_obj(0, run.qid, COLLECTIVE, stats)
+            except ExecutionError:
+                pass  # the driver reports it; this rank is ready for the next query
+            finally:
+                rt.mux.finish(run.qid)

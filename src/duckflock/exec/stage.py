@@ -1,0 +1,121 @@
+"""Run one stage on this rank: register its exchange inputs, run its DuckDB query, stream the output
+into its exchange (or return it, for the final stage)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from duckflock.catalog import Catalog
+from duckflock.catalog.partitioning import Hashed, Ranged, hash_sql
+from duckflock.exchange.codec import write_options
+from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter, read_exchange
+from duckflock.exec.runtime import Runtime
+from duckflock.plan.distribute import sql_literal
+from duckflock.plan.nodes import Scan
+from duckflock.plan.render import exchange_table, render
+from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
+
+
+@dataclass
+class StageStats:
+    sid: int
+    rank: int
+    compute_s: float = 0.0  # DuckDB producing the stage's rows (scan, join, aggregate, ...)
+    total_s: float = 0.0
+    exchange: ExchangeStats = field(default_factory=ExchangeStats)
+
+
+def scan_source(catalog: Catalog, rank: int, size: int):
+    """FROM item for a Scan on this rank: its partitions' files (all of them when replicated)."""
+
+    def source(scan: Scan) -> str:
+        info = catalog.table(scan.table)
+        parts = range(len(info.partitions)) if scan.replicated else info.partitions_of_rank(rank, size)
+        files = [catalog.path(f) for p in parts for f in info.partitions[p].files]
+        empty = not files
+        if empty:  # an empty relation with the table's exact schema
+            files = [catalog.path(f) for p in info.partitions for f in p.files][:1]
+        listing = "[" + ", ".join(sql_literal(f) for f in files) + "]"
+        if info.format == "csv":
+            opts = "".join(f", {k} = {sql_literal(v)}" for k, v in info.csv_options.items())
+            cols = ", ".join(f"{sql_literal(c)}: {sql_literal(t)}" for c, t in info.columns)
+            rel = f"read_csv({listing}, columns = {{{cols}}}{opts})"
+        else:
+            rel = f"read_parquet({listing})"
+        return f"(SELECT * FROM {rel} LIMIT 0)" if empty else rel
+
+    return source
+
+
+def target_sql(spec: ExchangeSpec, size: int) -> str:
+    """SQL computing each row's target rank, evaluated by DuckDB inside the producing query."""
+    target = spec.target
+    if isinstance(target, Hashed):
+        keys = list(spec.keys)
+        if all(t == "" for t in target.key_types):
+            part = f"(hash({', '.join(keys)}) % {target.count})"
+        else:
+            part = hash_sql(keys, target.key_types, target.count)
+        return f"CAST({part} % {size} AS USMALLINT)"
+    if isinstance(target, Ranged):
+        # Partition p holds keys up to its upper bound; keys in no partition's range match nothing
+        # on the other side, so any target is correct for them.
+        bounds = sorted((b[1], p) for p, b in enumerate(target.bounds) if b is not None)
+        key = f"CAST({spec.keys[0]} AS {target.key_type})"
+        whens = " ".join(f"WHEN {key} <= {sql_literal(hi)} THEN {p % size}" for hi, p in bounds)
+        last = bounds[-1][1] % size if bounds else 0
+        return f"CAST(CASE {whens} ELSE {last} END AS USMALLINT)"
+    raise ValueError(f"exchange {spec.xid} of kind {spec.kind} has no target function")
+
+
+def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.Table | None, StageStats]:
+    stats = StageStats(stage.sid, rt.rank)
+    t_start = time.perf_counter()
+    registered = []
+    try:
+        for xid in stage.inputs:
+            table = read_exchange(rt.mux, qid, xid, plan.senders(xid, rt.size), stats.exchange)
+            name = exchange_table(xid)
+            rt.con.register(name, table)
+            registered.append(name)
+        assert rt.catalog is not None
+        sql = render(stage.root, scan_source(rt.catalog, rt.rank, rt.size))
+        spec = stage.output
+        if spec is None:
+            t0 = time.perf_counter()
+            result = rt.con.sql(sql).to_arrow_table()
+            stats.compute_s += time.perf_counter() - t0
+            return result, stats
+        if spec.kind in ("hash", "range"):
+            sql = f"SELECT *, {target_sql(spec, rt.size)} AS __target FROM ({sql})"
+        writer = ExchangeWriter(
+            rt.mux,
+            qid,
+            spec.xid,
+            spec.kind,
+            plan.receivers(spec.xid, rt.size),
+            rt.config.chunk_bytes,
+            write_options(rt.config.compression),
+            stats.exchange,
+        )
+        t0 = time.perf_counter()
+        reader = rt.con.sql(sql).to_arrow_reader(rt.config.batch_rows)
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                break
+            t1 = time.perf_counter()
+            stats.compute_s += t1 - t0
+            writer.write(batch)
+            t0 = time.perf_counter()
+        stats.compute_s += time.perf_counter() - t0
+        writer.close(reader.schema)
+        return None, stats
+    finally:
+        for name in registered:
+            rt.con.unregister(name)
+        stats.total_s = time.perf_counter() - t_start

@@ -1,0 +1,515 @@
+"""Loading Parquet or CSV files as a table, as they are or repartitioned by hash or range of key columns.
+
+``load_table`` runs SPMD: every rank of the job calls it with the same arguments. Each rank reads only
+its share of the input files (file ``i`` goes to rank ``i % size``), so loading scales with the ranks.
+
+Requirements:
+
+* The data directory is on storage shared by all ranks: every rank writes its part files there and
+  rank 0 moves them into place and records them in the catalog.
+* Input files outside the data directory are recorded by absolute path (files inside it by relative
+  path), so when registered as they are they must stay readable by every rank at the same path.
+
+Repartitioned tables are written as Parquet to ``DIR/<table>/part-<p>-r<rank>.parquet``: partition ``p``
+is the union of the files of all ranks with that ``p``. Files are first written to a staging directory
+``DIR/<table>/.load-<qid>/`` and only moved into place once every rank has succeeded, so a failed load
+leaves the previous table intact.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+import duckdb
+
+from duckflock.catalog import Catalog, PartitionInfo, TableInfo
+from duckflock.catalog.partitioning import canonical_hash_type, hash_sql, quote_ident
+from duckflock.errors import CatalogError
+from duckflock.exec.runtime import Runtime
+
+DEFAULT_PARTITIONS = 12
+_PART_COLUMN = "__duckflock_part"
+_PART_FILE = re.compile(r"part-\d+-r\d+(-\d+)?\.parquet")
+_STAGING_PREFIX = ".load-"
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
+_CSV_SUFFIXES = tuple(s + c for s in (".csv", ".tsv", ".txt") for c in ("", ".gz", ".zst"))
+# Rows each rank samples per partition for range splitters: enough that the quantile error per
+# partition is a few percent, small enough to allgather cheaply.
+_SAMPLE_PER_PARTITION = 128
+
+FileStats = tuple[int, object, object]  # rows, min, max (None without a key or without rows)
+Columns = tuple[tuple[str, str], ...]
+
+
+# ---- SQL helpers --------------------------------------------------------------------------------
+
+
+def sql_literal(value: object) -> str:
+    """A DuckDB literal for a Python string, number, bool, list or dict (a struct)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{sql_literal(str(k))}: {sql_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(sql_literal(v) for v in value) + "]"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def scan_sql(fmt: str, paths: Iterable[str | os.PathLike[str]], csv_options: dict[str, object]) -> str:
+    """The DuckDB table function reading ``paths``, e.g. ``read_parquet(['a.parquet'])``."""
+    files = sql_literal([str(p) for p in paths])
+    if fmt == "parquet":
+        return f"read_parquet({files})"
+    opts = "".join(f", {k}={sql_literal(v)}" for k, v in csv_options.items())
+    return f"read_csv({files}{opts})"
+
+
+def describe(con: duckdb.DuckDBPyConnection, source_sql: str) -> Columns:
+    return tuple((r[0], r[1]) for r in con.execute(f"DESCRIBE SELECT * FROM {source_sql}").fetchall())
+
+
+def parquet_stats(
+    con: duckdb.DuckDBPyConnection, paths: list[str], key: str | None = None, key_type: str | None = None
+) -> list[FileStats]:
+    """(rows, min key, max key) of each Parquet file.
+
+    Read from the file footers where they hold exact statistics for every row group, so even huge
+    files cost one footer read; otherwise the key column is scanned.
+    """
+    if not paths:
+        return []
+    files = sql_literal(paths)
+    rows = dict(con.execute(f"SELECT file_name, num_rows FROM parquet_file_metadata({files})").fetchall())
+    if key is None:
+        return [(int(rows[p]), None, None) for p in paths]
+    t = key_type or "VARCHAR"
+    lo = f"TRY_CAST(coalesce(stats_min_value, stats_min) AS {t})"
+    hi = f"TRY_CAST(coalesce(stats_max_value, stats_max) AS {t})"
+    usable = (
+        f"(stats_null_count = num_values OR ({lo} IS NOT NULL AND {hi} IS NOT NULL"
+        " AND coalesce(min_is_exact, true) AND coalesce(max_is_exact, true)))"
+    )
+    meta = {
+        r[0]: r[1:]
+        for r in con.execute(
+            f"SELECT file_name, min({lo}), max({hi}), bool_and(coalesce({usable}, false)) "
+            f"FROM parquet_metadata({files}) WHERE path_in_schema = ? GROUP BY file_name",
+            [key],
+        ).fetchall()
+    }
+    out: list[FileStats] = []
+    for p in paths:
+        n = int(rows[p])
+        if n == 0:
+            out.append((0, None, None))
+        elif p in meta and meta[p][2]:
+            out.append((n, meta[p][0], meta[p][1]))
+        else:
+            k = quote_ident(key)
+            mn, mx = con.execute(f"SELECT min({k}), max({k}) FROM read_parquet({sql_literal(p)})").fetchone()
+            out.append((n, mn, mx))
+    return out
+
+
+# ---- inputs -------------------------------------------------------------------------------------
+
+
+def expand_files(patterns: list[str]) -> list[Path]:
+    """Absolute paths of the input files; glob patterns allowed. Raises CatalogError naming the file."""
+    out: list[Path] = []
+    for pattern in patterns:
+        pattern = os.path.expanduser(str(pattern))
+        if glob.has_magic(pattern):
+            matches = sorted(m for m in glob.glob(pattern, recursive=True) if os.path.isfile(m))
+            if not matches:
+                raise CatalogError(f"no input file matches {pattern!r}")
+        else:
+            if not os.path.exists(pattern):
+                raise CatalogError(f"input file {pattern} does not exist")
+            if os.path.isdir(pattern):
+                raise CatalogError(
+                    f"input {pattern} is a directory; give its files, e.g. {pattern}/*.parquet"
+                )
+            matches = [pattern]
+        for m in matches:
+            if not os.access(m, os.R_OK):
+                raise CatalogError(f"input file {m} is not readable")
+            path = Path(m).resolve()
+            if path not in out:
+                out.append(path)
+    if not out:
+        raise CatalogError("no input files given")
+    return out
+
+
+def detect_format(paths: list[Path], fmt: str | None) -> str:
+    if fmt is not None:
+        if fmt.lower() not in ("parquet", "csv"):
+            raise CatalogError(f"unknown input format {fmt!r} (use 'parquet' or 'csv')")
+        return fmt.lower()
+    found: set[str] = set()
+    for p in paths:
+        name = p.name.lower()
+        if name.endswith(_PARQUET_SUFFIXES):
+            found.add("parquet")
+        elif name.endswith(_CSV_SUFFIXES):
+            found.add("csv")
+        else:
+            raise CatalogError(f"cannot tell the format of {p} from its name; give the format explicitly")
+    if len(found) > 1:
+        raise CatalogError("input files mix Parquet and CSV; load them as separate tables")
+    return found.pop()
+
+
+def sniff_csv_options(con: duckdb.DuckDBPyConnection, path: Path) -> dict[str, object]:
+    """read_csv options fixing dialect and column types, sniffed from one file.
+
+    Every rank sniffs the same file and then reads its own files with these options, so all ranks
+    agree on the schema (sniffing each rank's files separately could give different types).
+    """
+    try:
+        row = con.execute(
+            "SELECT Delimiter, Quote, Escape, HasHeader, Columns, DateFormat, TimestampFormat "
+            f"FROM sniff_csv({sql_literal(str(path))})"
+        ).fetchone()
+    except duckdb.Error as e:
+        raise CatalogError(f"cannot read CSV file {path}: {e}") from e
+    delim, quote, escape, header, columns, date_format, ts_format = row
+    opts: dict[str, object] = {"auto_detect": False, "delim": delim, "header": bool(header)}
+    # The sniffer reports "(empty)" when the file shows no quoting; DuckDB's defaults then apply.
+    if len(quote) == 1:
+        opts["quote"] = quote
+    if len(escape) == 1:
+        opts["escape"] = escape
+    if date_format:
+        opts["dateformat"] = date_format
+    if ts_format:
+        opts["timestampformat"] = ts_format
+    opts["columns"] = {c["name"]: c["type"] for c in columns}
+    return opts
+
+
+def _check_readable(
+    con: duckdb.DuckDBPyConnection, fmt: str, path: Path, csv_options: dict[str, object], expect: Columns
+) -> None:
+    try:
+        got = describe(con, scan_sql(fmt, [path], csv_options))
+    except duckdb.Error as e:
+        raise CatalogError(f"cannot read input file {path}: {e}") from e
+    if got != expect:
+        raise CatalogError(
+            f"input file {path} has columns {list(got)}, but the first file has {list(expect)}"
+        )
+
+
+def _rel(root: Path, path: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+# ---- partitioning -------------------------------------------------------------------------------
+
+
+def _plan(
+    columns: Columns, partition_by: list[str] | None, partitions: int | None, scheme: str | None
+) -> tuple[tuple[str, ...], str, int]:
+    """(key columns, scheme, partition count) after validating the arguments."""
+    if not partition_by:
+        if scheme is not None or partitions is not None:
+            raise CatalogError("a partitioning scheme or count needs partition_by columns")
+        return (), "none", 0
+    scheme = scheme or "hash"
+    if scheme not in ("hash", "range"):
+        raise CatalogError(f"unknown partitioning scheme {scheme!r} (use 'hash' or 'range')")
+    by_lower = {name.lower(): name for name, _ in columns}
+    keys: list[str] = []
+    for k in partition_by:
+        name = by_lower.get(k.lower())
+        if name is None:
+            raise CatalogError(
+                f"no column {k!r} to partition by (columns: {', '.join(n for n, _ in columns)})"
+            )
+        if name in keys:
+            raise CatalogError(f"column {k!r} is given twice in partition_by")
+        keys.append(name)
+    if scheme == "range" and len(keys) != 1:
+        raise CatalogError("range partitioning takes exactly one key column")
+    count = DEFAULT_PARTITIONS if partitions is None else partitions
+    if count < 1:
+        raise CatalogError(f"the number of partitions must be at least 1, not {count}")
+    return tuple(keys), scheme, count
+
+
+def _splitters(rt: Runtime, qid: int, source: str | None, key: str, key_type: str, count: int) -> list[str]:
+    """count-1 splitters (as VARCHAR text) at the quantiles of a sample merged over all ranks.
+
+    Each rank's sample is weighted by its row count, so a rank with few rows does not skew the
+    quantiles. Every rank computes the same splitters from the same gathered samples.
+    """
+    sample: list[tuple[object, str]] = []
+    rows = 0
+    if source is not None:
+        k = quote_ident(key)
+        valid = f"{k} IS NOT NULL"
+        if key_type.upper() in ("DOUBLE", "FLOAT", "REAL"):
+            valid += f" AND NOT isnan({k})"  # NaN sorts above everything in DuckDB; keep it out of sorting
+        rows = rt.con.execute(f"SELECT count(*) FROM {source} WHERE {valid}").fetchone()[0]
+        size = max(1024, _SAMPLE_PER_PARTITION * count)
+        sample = rt.con.execute(
+            f"SELECT k, CAST(k AS VARCHAR) FROM (SELECT {k} AS k FROM {source} WHERE {valid}) "
+            f"USING SAMPLE reservoir({size} ROWS) REPEATABLE (42)"
+        ).fetchall()
+    entries: list[tuple[object, str, float]] = []
+    for n, values in rt.mux.allgather(qid, (rows, sample)):  # type: ignore[misc]
+        entries.extend((v, text, n / len(values)) for v, text in values)
+    # Python orders numbers, dates and strings (by code point = UTF-8 byte order) as DuckDB does.
+    entries.sort(key=lambda e: e[0])  # type: ignore[arg-type, return-value]
+    total = sum(w for _, _, w in entries)
+    out: list[str] = []
+    cum = 0.0
+    for _, text, w in entries:
+        cum += w
+        while len(out) < count - 1 and cum >= total * (len(out) + 1) / count:
+            out.append(text)
+    return out
+
+
+def _range_sql(key: str, key_type: str, splitters: list[str]) -> str:
+    """Partition of a row: the number of splitters below its key. NULL keys go to partition 0."""
+    if not splitters:
+        return "0"
+    k = quote_ident(key)
+    whens = " ".join(
+        f"WHEN {k} <= CAST({sql_literal(s)} AS {key_type}) THEN {i}" for i, s in enumerate(splitters)
+    )
+    return f"(CASE WHEN {k} IS NULL THEN 0 {whens} ELSE {len(splitters)} END)"
+
+
+def _output_columns(con: duckdb.DuckDBPyConnection, source: str, staging: Path, rank: int) -> Columns:
+    """The schema as written to Parquet, which may differ from the input (HUGEINT becomes DOUBLE).
+
+    Hash partitions must be computed on the types readers will see, so every rank probes the same
+    input file by writing zero rows of it.
+    """
+    probe = staging / f"schema-r{rank}.parquet"
+    try:
+        con.execute(f"COPY (SELECT * FROM {source} LIMIT 0) TO {sql_literal(str(probe))} (FORMAT parquet)")
+        return describe(con, scan_sql("parquet", [probe], {}))
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def _write_partitions(
+    con: duckdb.DuckDBPyConnection, source: str, part_sql: str, staging: Path, rank: int
+) -> dict[int, list[Path]]:
+    """Write this rank's rows, split by partition, to staging/part-<p>-r<rank>.parquet (one scan)."""
+    scratch = staging / f"r{rank}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    con.execute(
+        f"COPY (SELECT *, {part_sql} AS {_PART_COLUMN} FROM {source}) TO {sql_literal(str(scratch))} "
+        f"(FORMAT parquet, PARTITION_BY ({_PART_COLUMN}))"
+    )
+    out: dict[int, list[Path]] = {}
+    # DuckDB writes hive-style directories <column>=<p>/ that hold only non-empty partitions.
+    for d in sorted(scratch.iterdir()) if scratch.exists() else []:
+        p = int(d.name.split("=", 1)[1])
+        for i, f in enumerate(sorted(d.glob("*.parquet"))):
+            target = staging / (f"part-{p}-r{rank}.parquet" if i == 0 else f"part-{p}-r{rank}-{i}.parquet")
+            os.replace(f, target)
+            out.setdefault(p, []).append(target)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return out
+
+
+# ---- the SPMD entry point -----------------------------------------------------------------------
+
+
+def load_table(
+    rt: Runtime,
+    qid: int,
+    catalog_dir: str | os.PathLike[str],
+    name: str,
+    files: list[str],
+    partition_by: list[str] | None = None,
+    partitions: int | None = None,
+    scheme: str | None = None,
+    fmt: str | None = None,
+) -> TableInfo | None:
+    """Load ``files`` as table ``name`` of the data directory ``catalog_dir``; call on every rank.
+
+    Without ``partition_by`` the files are registered as they are (one partition each). With it they
+    are rewritten as Parquet, split by ``scheme`` ("hash", the default, or "range" on one column) into
+    ``partitions`` partitions (default 12). Returns the new TableInfo on rank 0 and None elsewhere;
+    rank 0 saves the catalog. Errors are raised as exceptions; the caller reports them to the other
+    ranks (``rt.mux.fail``), which are then released from their waits.
+    """
+    if not _TABLE_NAME.fullmatch(name):
+        raise CatalogError(f"invalid table name {name!r} (letters, digits and underscores)")
+    table = name.lower()
+    root = Path(catalog_dir).resolve()
+    con = rt.con
+    # Every rank checks all names (cheap), so a missing file fails every rank alike, without messages.
+    paths = expand_files(files)
+    fmt = detect_format(paths, fmt)
+    csv_options = sniff_csv_options(con, paths[0]) if fmt == "csv" else {}
+    try:
+        columns = describe(con, scan_sql(fmt, [paths[0]], csv_options))
+    except duckdb.Error as e:
+        raise CatalogError(f"cannot read input file {paths[0]}: {e}") from e
+    keys, scheme, count = _plan(columns, partition_by, partitions, scheme)
+    mine = list(range(rt.rank, len(paths), rt.size))
+    for i in mine:
+        _check_readable(con, fmt, paths[i], csv_options, columns)
+
+    if not keys:
+        return _register(rt, qid, root, table, fmt, csv_options, columns, paths, mine)
+    staging = root / table / f"{_STAGING_PREFIX}{qid}"
+    staging.mkdir(parents=True, exist_ok=True)
+    try:
+        return _repartition(rt, qid, root, table, fmt, csv_options, columns, paths, mine, keys, scheme, count)
+    except BaseException:
+        # Remove what this rank staged; the previous version of the table stays as it was.
+        own = re.compile(rf"part-\d+-r{rt.rank}(-\d+)?\.parquet")
+        for f in staging.iterdir():
+            if own.fullmatch(f.name):
+                f.unlink(missing_ok=True)
+        shutil.rmtree(staging / f"r{rt.rank}", ignore_errors=True)
+        raise
+
+
+def _register(
+    rt: Runtime,
+    qid: int,
+    root: Path,
+    table: str,
+    fmt: str,
+    csv_options: dict[str, object],
+    columns: Columns,
+    paths: list[Path],
+    mine: list[int],
+) -> TableInfo | None:
+    """Record the files as they are: each file one partition, no known partitioning."""
+    counts: list[tuple[int, int]] = []
+    if fmt == "parquet":
+        stats = parquet_stats(rt.con, [str(paths[i]) for i in mine])
+        counts = [(i, s[0]) for i, s in zip(mine, stats, strict=True)]
+    else:
+        for i in mine:
+            try:
+                n = rt.con.execute(
+                    f"SELECT count(*) FROM {scan_sql(fmt, [paths[i]], csv_options)}"
+                ).fetchone()
+            except duckdb.Error as e:
+                raise CatalogError(f"cannot read input file {paths[i]}: {e}") from e
+            counts.append((i, int(n[0])))
+    gathered = rt.mux.allgather(qid, counts)
+    if rt.rank != 0:
+        return None
+    rows = dict(pair for part in gathered for pair in part)  # type: ignore[union-attr]
+    info = TableInfo(
+        name=table,
+        format=fmt,
+        columns=columns,
+        partitions=tuple(PartitionInfo((_rel(root, p),), rows[i]) for i, p in enumerate(paths)),
+        csv_options=csv_options,
+    )
+    _publish(rt, root, info, [], set(paths))
+    return info
+
+
+def _repartition(
+    rt: Runtime,
+    qid: int,
+    root: Path,
+    table: str,
+    fmt: str,
+    csv_options: dict[str, object],
+    columns: Columns,
+    paths: list[Path],
+    mine: list[int],
+    keys: tuple[str, ...],
+    scheme: str,
+    count: int,
+) -> TableInfo | None:
+    staging = root / table / f"{_STAGING_PREFIX}{qid}"
+    source = scan_sql(fmt, [paths[i] for i in mine], csv_options) if mine else None
+    out_columns = _output_columns(rt.con, scan_sql(fmt, [paths[0]], csv_options), staging, rt.rank)
+    types = dict(out_columns)
+    if scheme == "range":
+        key = keys[0]
+        part_sql = _range_sql(key, types[key], _splitters(rt, qid, source, key, types[key], count))
+    else:
+        hash_types = tuple(canonical_hash_type(types[k]) for k in keys)
+        part_sql = hash_sql([quote_ident(k) for k in keys], hash_types, count)
+
+    written: dict[int, list[Path]] = {}
+    if source is not None:
+        try:
+            written = _write_partitions(rt.con, source, part_sql, staging, rt.rank)
+        except duckdb.Error as e:
+            names = ", ".join(str(paths[i]) for i in mine)
+            raise CatalogError(f"rank {rt.rank}: loading {names} failed: {e}") from e
+    report: list[tuple[int, str, int, object, object]] = []
+    key = keys[0] if scheme == "range" else None
+    for p, fs in sorted(written.items()):
+        stats = parquet_stats(rt.con, [str(f) for f in fs], key, types[keys[0]])
+        report.extend((p, f.name, n, mn, mx) for f, (n, mn, mx) in zip(fs, stats, strict=True))
+
+    gathered = rt.mux.allgather(qid, report)
+    if rt.rank != 0:
+        return None
+    parts: list[list[tuple[str, int, object, object]]] = [[] for _ in range(count)]
+    for rank_report in gathered:
+        for p, fname, n, mn, mx in rank_report:  # type: ignore[union-attr]
+            parts[p].append((fname, n, mn, mx))
+    infos = [_merge(f"{table}/", part) for part in parts]
+    kind = scheme
+    if scheme == "range" and any(p.rows and p.min is None for p in infos):
+        kind = "none"  # a partition of only NULL keys has no interval; do not claim range bounds
+    info = TableInfo(table, "parquet", out_columns, tuple(infos), kind, keys)
+    moves = [(staging / fname, root / table / fname) for part in parts for fname, *_ in part]
+    _publish(rt, root, info, moves, set(paths))
+    return info
+
+
+def _merge(prefix: str, files: list[tuple[str, int, object, object]]) -> PartitionInfo:
+    """One partition from the files all ranks wrote for it (min/max over the non-empty ones)."""
+    mins = [mn for _, _, mn, _ in files if mn is not None]
+    maxs = [mx for _, _, _, mx in files if mx is not None]
+    return PartitionInfo(
+        files=tuple(prefix + f for f, *_ in files),
+        rows=sum(n for _, n, _, _ in files),
+        min=min(mins) if mins else None,  # type: ignore[type-var]
+        max=max(maxs) if maxs else None,  # type: ignore[type-var]
+    )
+
+
+def _publish(
+    rt: Runtime, root: Path, info: TableInfo, moves: list[tuple[Path, Path]], inputs: set[Path]
+) -> None:
+    """On rank 0 after every rank succeeded: move staged files in, drop the old table's files, save."""
+    tdir = root / info.name
+    for src, dst in moves:
+        os.replace(src, dst)
+    keep = {(root / f).resolve() for p in info.partitions for f in p.files} | inputs
+    if tdir.is_dir():
+        for f in tdir.iterdir():
+            if _PART_FILE.fullmatch(f.name) and f.resolve() not in keep:
+                f.unlink(missing_ok=True)
+            elif f.name.startswith(_STAGING_PREFIX) and f.is_dir():
+                shutil.rmtree(f, ignore_errors=True)
+    catalog = Catalog.open_or_create(root)
+    catalog.put(info)
+    catalog.save()
+    if rt.catalog is not None and rt.catalog.root == root:
+        rt.catalog.put(info)

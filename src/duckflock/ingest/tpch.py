@@ -1,0 +1,205 @@
+"""TPC-H data generation with ``tpchgen-cli`` into a duckflock data directory.
+
+Layout: ``DIR/<table>/<table>.<i>.parquet`` for parts ``i = 1..parts`` (catalog partition ``i - 1``);
+nation and region are tiny and come as the single file ``DIR/<table>/<table>.parquet``.
+
+How the tables are partitioned (recorded in the catalog):
+
+* orders (o_orderkey), customer (c_custkey), part (p_partkey) and supplier (s_suppkey) are range
+  partitions: tpchgen splits them into contiguous ranges of the primary key.
+* lineitem (l_orderkey) and partsupp (ps_partkey) are range partitions *aligned* with orders and part:
+  part ``i`` of lineitem holds exactly the lineitems of the orders in part ``i`` of orders, and likewise
+  for partsupp and part. tpchgen may split a child table by row count, so that some rows of an order
+  straddle into the neighbouring part; such parts are rewritten after generation. Aligned ranges make
+  orders ⋈ lineitem and part ⋈ partsupp co-located joins: equal partition numbers meet on the same rank,
+  so these joins move no rows.
+* nation and region: one partition, no partitioning.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from duckflock.catalog.partitioning import quote_ident
+from duckflock.errors import DuckflockError
+from duckflock.ingest.load import describe, parquet_stats, scan_sql, sql_literal
+
+# Largest first, so the thread pool starts the longest jobs early.
+RANGE_KEYS = {
+    "lineitem": "l_orderkey",
+    "orders": "o_orderkey",
+    "partsupp": "ps_partkey",
+    "part": "p_partkey",
+    "customer": "c_custkey",
+    "supplier": "s_suppkey",
+}
+SINGLE_FILE = ("nation", "region")
+TABLES = (*RANGE_KEYS, *SINGLE_FILE)
+ALIGNED = {"lineitem": "orders", "partsupp": "part"}  # child -> the table whose key ranges it follows
+
+Bounds = tuple[object, object]  # (exclusive low, inclusive high); None means unbounded
+
+
+def _cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def tpchgen_executable() -> str:
+    """tpchgen-cli of this Python environment (it is a dependency), else the one on PATH."""
+    local = Path(sys.executable).parent / "tpchgen-cli"
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    found = shutil.which("tpchgen-cli")
+    if found is None:
+        raise DuckflockError("tpchgen-cli not found; install it with `pip install tpchgen-cli`")
+    return found
+
+
+def part_file(out: Path, table: str, part: int | None) -> Path:
+    """Where tpchgen writes ``table`` part ``part`` (1-based; None for a single-file table)."""
+    return out / table / (f"{table}.parquet" if part is None else f"{table}.{part}.parquet")
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Progress]:
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not (enabled and console.is_terminal),
+    ) as bar:
+        yield bar
+
+
+def _run_parallel(tasks: list[Callable[[], None]], jobs: int, bar: Progress, label: str) -> None:
+    """Run tasks on ``jobs`` threads; the first failure cancels what has not started and is raised."""
+    task = bar.add_task(label, total=len(tasks))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        pending = {pool.submit(t) for t in tasks}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for f in done:
+                if f.exception() is not None:
+                    for p in pending:
+                        p.cancel()
+                    raise f.exception()  # type: ignore[misc]
+                bar.advance(task)
+
+
+def _generate_one(exe: str, sf: float, out: Path, table: str, part: int | None, parts: int, threads: int):
+    def run() -> None:
+        cmd = [exe, "parquet", "-s", format(sf, "g"), "--tables", table, "-n", str(threads), "-q"]
+        cmd += ["--overwrite", "-o", str(out / table if part is None else out)]
+        if part is not None:
+            cmd += ["--parts", str(parts), "--part", str(part)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise DuckflockError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+
+    return run
+
+
+def _interval_sql(key: str, bounds: Bounds) -> str:
+    k = quote_ident(key)
+    lo, hi = bounds
+    conds = ([f"{k} > {sql_literal(lo)}"] if lo is not None else []) + (
+        [f"{k} <= {sql_literal(hi)}"] if hi is not None else []
+    )
+    return " AND ".join(conds) or "true"
+
+
+def parent_intervals(parent_max: list[object]) -> list[Bounds]:
+    """Key intervals of the parent's parts, (max of part i-1, max of part i], open at both ends.
+
+    An empty parent part (max None) gets an empty interval; the first part takes everything below and
+    the last everything above, so the intervals cover every key exactly once.
+    """
+    out: list[Bounds] = []
+    prev: object = None
+    for i, mx in enumerate(parent_max):
+        hi = None if i == len(parent_max) - 1 else (prev if mx is None else mx)
+        out.append((prev, hi))
+        prev = hi
+    return out
+
+
+def align_parts(
+    files: list[Path], key: str, intervals: list[Bounds], jobs: int, bar: Progress | None = None
+) -> int:
+    """Rewrite Parquet part files so part ``i`` holds exactly the rows whose ``key`` is in interval ``i``.
+
+    Only parts that are not already aligned are rewritten, each from the files whose key range
+    overlaps its interval; all are written to temporary files first and renamed at the end, since a
+    part's rewrite reads its neighbours' original files. Returns the number of rewritten parts.
+    """
+    con = duckdb.connect()
+    present = [str(f) for f in files if f.exists()]
+    ktype = dict(describe(con, scan_sql("parquet", present[:1], {})))[key] if present else "BIGINT"
+    by_path = dict(zip(present, parquet_stats(con, present, key, ktype), strict=True))
+    stats = [by_path.get(str(f), (0, None, None)) for f in files]
+    con.close()
+
+    def overlaps(s: tuple[int, object, object], b: Bounds) -> bool:
+        n, mn, mx = s
+        return n > 0 and (b[0] is None or mx > b[0]) and (b[1] is None or mn <= b[1])  # type: ignore[operator]
+
+    work: list[tuple[int, list[str]]] = []
+    for i, b in enumerate(intervals):
+        sources = [j for j, s in enumerate(stats) if overlaps(s, b)]
+        own_inside = stats[i][0] == 0 or (
+            (b[0] is None or stats[i][1] > b[0]) and (b[1] is None or stats[i][2] <= b[1])  # type: ignore[operator]
+        )
+        if any(j != i for j in sources) or not own_inside:
+            work.append((i, [str(files[j]) for j in sources]))
+    if not work:
+        return 0
+
+    threads = max(1, _cores() // max(1, min(jobs, len(work))))
+
+    def rewrite(i: int, sources: list[str]) -> Callable[[], None]:
+        def run() -> None:
+            tmp = files[i].with_name(f".{files[i].name}.aligning")
+            with duckdb.connect(config={"threads": threads}) as c:
+                # Insertion order is kept (DuckDB's default), so rows stay sorted by key as generated.
+                c.execute(
+                    f"COPY (SELECT * FROM {scan_sql('parquet', sources, {})} "
+                    f"WHERE {_interval_sql(key, intervals[i])}) TO {sql_literal(str(tmp))} (FORMAT parquet)"
+                )
+
+        return run
+
+    tasks = [rewrite(i, src) for i, src in work]
+    if bar is None:
+        with _progress(False) as quiet:
+            _run_parallel(tasks, jobs, quiet, "")
+    else:
+        _run_parallel(tasks, jobs, bar, f"aligning {files[0].parent.name}")
+    tmps = [files[i].with_name(f".{files[i].name}.aligning") for i, _ in work]
+    with duckdb.connect() as c:
+        after = sum(s[0] for s in parquet_stats(c, [str(t) for t in tmps]))
+    touched = {j for _, src in work for j in src}
+    before = sum(s[0] for f, s in zip(files, stats, strict=True) if str(f) in touched)
+    untouched_targets = sum(stats[i][0] for i, _ in work if str(files[i]) not in touched)
+    if after != before - 0 * untouched_targets or after != sum(
+        s[0] for f, s in zip(files, stats, strict=True) if str(f) in touched
+    ):
+        raise DuckflockError(f"aligning {files[0].parent.name}: {before} rows became {after}")
+    for i, _ in work:
+        os.replace(tmps[work.index((i, _))], files[i])
+    return len(work)

@@ -1,0 +1,1 @@
+"""Logical nodes, distribution rules that add exchanges, stages, SQL rendering and explain."""

@@ -1,0 +1,383 @@
+"""Add exchanges to a logical plan: each node states where it needs its input rows, and an Exchange is
+inserted wherever the child does not already provide that (DataFusion's required distribution).
+
+Join strategy comes from the catalog: co-located when both sides are already partitioned alike (hash
+with the same function and count, or aligned ranges), broadcast when one side is small, otherwise a
+shuffle of only the side not yet partitioned on the key — or of both.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from dataclasses import dataclass, replace
+
+from duckflock.catalog import Catalog
+from duckflock.catalog.partitioning import (
+    Arbitrary,
+    Hashed,
+    Partitioning,
+    Ranged,
+    Replicated,
+    Single,
+    co_located,
+)
+from duckflock.catalog.partitioning import quote_ident as q
+from duckflock.config import Config
+from duckflock.plan.aggregates import split_aggregates
+from duckflock.plan.nodes import (
+    Aggregate,
+    Distinct,
+    Exchange,
+    Filter,
+    Join,
+    Limit,
+    Node,
+    Project,
+    Scan,
+    Sort,
+    Values,
+    walk,
+)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A physical subtree with the partitionings its output satisfies and its estimated size."""
+
+    node: Node
+    parts: tuple[Partitioning, ...]
+    rows: float
+    width: int
+
+    @property
+    def bytes(self) -> float:
+        return self.rows * self.width
+
+    @property
+    def on_driver(self) -> bool:
+        """All rows on rank 0: a single-partition table, or gathered."""
+        return any(isinstance(p, Single) for p in self.parts)
+
+    @property
+    def single(self) -> bool:
+        """The driver can compute this itself: its rows are on rank 0 or on every rank."""
+        return self.on_driver or self.replicated
+
+    @property
+    def replicated(self) -> bool:
+        return any(isinstance(p, Replicated) for p in self.parts)
+
+
+def distribute(plan: Node, catalog: Catalog, size: int, config: Config) -> Node:
+    planner = _Planner(catalog, size, config)
+    top = planner.place(plan)
+    return planner.to_single(top).node
+
+
+class _Planner:
+    def __init__(self, catalog: Catalog, size: int, config: Config):
+        self.catalog = catalog
+        self.size = size
+        self.config = config
+        self._ids = itertools.count(1)
+
+    def fresh(self, stem: str) -> str:
+        return f"__{stem}x{next(self._ids)}"
+
+    # ---- exchanges ---------------------------------------------------------------------------------
+    def to_single(self, p: Placed) -> Placed:
+        if p.single or self.size == 1:
+            return replace(p, parts=(Single(),))
+        return Placed(
+            Exchange(p.node.columns, child=p.node, kind="gather", target=Single()),
+            (Single(),),
+            p.rows,
+            p.width,
+        )
+
+    def broadcast(self, p: Placed) -> Placed:
+        if p.replicated:
+            return p
+        if self.config.shared_storage and _scans_only(p.node):
+            # Every rank reads the whole (small) input from the shared data directory: no network.
+            return Placed(_replicate_scans(p.node), (Replicated(),), p.rows, p.width)
+        node = Exchange(p.node.columns, child=p.node, kind="broadcast", target=Replicated())
+        return Placed(node, (Replicated(),), p.rows, p.width)
+
+    def hash_to(self, p: Placed, keys: tuple[str, ...], target: Partitioning) -> Placed:
+        kind = "range" if isinstance(target, Ranged) else "hash"
+        node = Exchange(p.node.columns, child=p.node, kind=kind, target=target, keys=keys)
+        return Placed(node, (target,), p.rows, p.width)
+
+    # ---- nodes ---------------------------------------------------------------------------------------
+    def place(self, node: Node) -> Placed:
+        if isinstance(node, Scan):
+            return self.scan(node)
+        if isinstance(node, Values):
+            return Placed(node, (Replicated(),), 1, 8)
+        if isinstance(node, Filter):
+            c = self.place(node.child)
+            return Placed(node.with_children((c.node,)), c.parts, max(1.0, c.rows * 0.5), c.width)
+        if isinstance(node, Project):
+            c = self.place(node.child)
+            return Placed(
+                node.with_children((c.node,)), _project_parts(node, c.parts), c.rows, 16 * len(node.exprs)
+            )
+        if isinstance(node, Join):
+            return self.join(node)
+        if isinstance(node, Aggregate):
+            return self.aggregate(node)
+        if isinstance(node, Distinct):
+            return self.distinct(node)
+        if isinstance(node, Sort | Limit):
+            return self.sort_or_limit(node)
+        raise TypeError(f"no distribution rule for {type(node).__name__}")
+
+    def scan(self, node: Scan) -> Placed:
+        info = self.catalog.table(node.table)
+        width = info.row_width(list(node.source_columns))
+        rows = float(max(info.rows, 1))
+        if self.size == 1 or len(info.partitions) == 1:
+            return Placed(node, (Single(),), rows, width)  # partition 0 lives on rank 0, the driver
+        rename = dict(zip(node.source_columns, node.columns, strict=True))
+        part = info.partitioning()
+        if isinstance(part, Hashed) and all(k in rename for k in part.keys):
+            part = Hashed(tuple(rename[k] for k in part.keys), part.key_types, part.count)
+        elif isinstance(part, Ranged) and part.key in rename:
+            part = Ranged(rename[part.key], part.key_type, part.bounds)
+        else:
+            part = Arbitrary()
+        return Placed(node, (part,), rows, width)
+
+    def join(self, node: Join) -> Placed:
+        left, right = self.place(node.left), self.place(node.right)
+        kind = node.kind
+        rows = max(left.rows, right.rows) if kind not in ("semi", "anti") else left.rows
+        width = left.width + (right.width if kind not in ("semi", "anti") else 0)
+
+        def done(lp: Placed, rp: Placed, parts: tuple[Partitioning, ...], strategy: str) -> Placed:
+            return Placed(replace(node, left=lp.node, right=rp.node, strategy=strategy), parts, rows, width)
+
+        left_ok = kind in ("inner", "left", "semi", "anti", "cross")  # right side may be replicated
+        right_ok = kind in ("inner", "right", "cross")  # left side may be replicated
+        if self.size == 1:
+            return done(left, right, (Single(),), "local")
+        if left.replicated and right.replicated:
+            return done(left, right, (Replicated(),), "local")
+        if (left.on_driver and (right.on_driver or (right.replicated and left_ok))) or (
+            right.on_driver and left.replicated and right_ok
+        ):
+            return done(left, right, (Single(),), "local on driver")
+        pairs = [
+            (a, b)
+            for a, b in zip(node.left_key_cols, node.right_key_cols, strict=True)
+            if a is not None and b is not None
+        ]
+        pair_types = [
+            t
+            for t, a, b in zip(node.key_types, node.left_key_cols, node.right_key_cols, strict=True)
+            if a is not None and b is not None
+        ]
+        if pairs:
+            for lp in left.parts:
+                for rp in right.parts:
+                    if co_located(lp, rp, pairs, pair_types):
+                        return done(
+                            left, right, self._join_parts(kind, left.parts, right.parts), "co-located"
+                        )
+        if right.replicated and left_ok:
+            return done(left, right, left.parts, "right replicated")
+        if left.replicated and right_ok:
+            return done(left, right, right.parts, "left replicated")
+        if left.on_driver or right.on_driver:
+            # One side sits on the driver: send it to every rank, or bring the other side to it.
+            if right.on_driver and left_ok:
+                return done(left, self.broadcast(right), left.parts, "broadcast right")
+            if left.on_driver and right_ok:
+                return done(self.broadcast(left), right, right.parts, "broadcast left")
+            return done(self.to_single(left), self.to_single(right), (Single(),), "gather both")
+
+        # Candidates with their network cost in bytes; broadcasts only below the threshold.
+        n = self.size
+        options: list[tuple[float, str]] = []
+        small = self.config.broadcast_threshold_bytes
+        if left_ok and right.bytes <= small:
+            options.append((right.bytes * (n - 1), "broadcast right"))
+        if right_ok and left.bytes <= small:
+            options.append((left.bytes * (n - 1), "broadcast left"))
+        if node.left_keys:
+            frac = (n - 1) / n
+            if self._target_for(node, left.parts, "left") is not None:
+                options.append((right.bytes * frac, "shuffle right"))
+            if self._target_for(node, right.parts, "right") is not None:
+                options.append((left.bytes * frac, "shuffle left"))
+            options.append(((left.bytes + right.bytes) * frac, "shuffle both"))
+        if not options:  # no equi keys and nothing small: broadcast the smaller permitted side
+            options.append((0.0, "broadcast right" if left_ok else "broadcast left"))
+        _, strategy = min(options, key=lambda o: o[0])
+
+        if strategy == "broadcast right":
+            return done(left, self.broadcast(right), left.parts, strategy)
+        if strategy == "broadcast left":
+            return done(self.broadcast(left), right, right.parts, strategy)
+        if strategy == "shuffle right":
+            keys, target = self._target_for(node, left.parts, "left")
+            right = self.hash_to(right, keys, target)
+        elif strategy == "shuffle left":
+            keys, target = self._target_for(node, right.parts, "right")
+            left = self.hash_to(left, keys, target)
+        else:
+            ktypes = tuple(node.key_types)
+            left = self.hash_to(left, node.left_keys, _hashed(node.left_key_cols, ktypes, n))
+            right = self.hash_to(right, node.right_keys, _hashed(node.right_key_cols, ktypes, n))
+        return done(left, right, self._join_parts(kind, left.parts, right.parts), strategy)
+
+    def _target_for(self, node: Join, parts, side: str):
+        """If one side is hash/range partitioned on some of its join keys: (other side's key SQL, the
+        partitioning to shuffle the other side into) so that it meets the first side's rows."""
+        mine = node.left_key_cols if side == "left" else node.right_key_cols
+        other_sql = node.right_keys if side == "left" else node.left_keys
+        other_cols = node.right_key_cols if side == "left" else node.left_key_cols
+        for p in parts:
+            if isinstance(p, Hashed):
+                idx = [mine.index(k) if k in mine else -1 for k in p.keys]
+                if -1 in idx or any(p.key_types[i] != node.key_types[j] for i, j in enumerate(idx)):
+                    continue
+                keys = tuple(other_sql[j] for j in idx)
+                return keys, Hashed(tuple(other_cols[j] or "?" for j in idx), p.key_types, p.count)
+            if isinstance(p, Ranged) and p.key in mine:
+                j = mine.index(p.key)
+                return (other_sql[j],), Ranged(other_cols[j] or "?", p.key_type, p.bounds)
+        return None
+
+    @staticmethod
+    def _join_parts(kind: str, lparts, rparts) -> tuple[Partitioning, ...]:
+        if kind in ("inner", "cross"):
+            return tuple(lparts) + tuple(rparts)
+        if kind in ("left", "semi", "anti"):
+            return tuple(lparts)
+        if kind == "right":
+            return tuple(rparts)
+        return (Arbitrary(),)
+
+    def aggregate(self, node: Aggregate) -> Placed:
+        child = self.place(node.child)
+        rows = max(1.0, child.rows * 0.3) if node.groups else 1.0
+        width = 16 * len(node.columns)
+        if (
+            child.single
+            or self.size == 1
+            or (node.groups and any(_keys_within(p, set(node.groups)) for p in child.parts))
+        ):
+            return Placed(node.with_children((child.node,)), child.parts, rows, width)
+        split = split_aggregates(node.aggs, self.fresh)
+        if split is None:  # not decomposable: move raw rows by the group keys (or to the driver)
+            moved = self.hash_columns(child, node.groups) if node.groups else self.to_single(child)
+            return Placed(node.with_children((moved.node,)), moved.parts, rows, width)
+        group_names = node.columns[: len(node.groups)]
+        partial = Aggregate(
+            group_names + tuple(n for n, _ in split.partial),
+            child=child.node,
+            groups=node.groups,
+            aggs=tuple(e for _, e in split.partial),
+            phase="partial",
+        )
+        gkeys = tuple(q(g) for g in group_names)
+        pp = Placed(partial, child.parts, rows, width)
+        moved = self.hash_columns(pp, gkeys) if node.groups else self.to_single(pp)
+        final = Aggregate(
+            group_names + tuple(n for n, _ in split.final),
+            child=moved.node,
+            groups=gkeys,
+            aggs=tuple(e for _, e in split.final),
+            phase="final",
+        )
+        result = Project(node.columns, child=final, exprs=gkeys + split.result)
+        return Placed(result, moved.parts, rows, width)
+
+    def hash_columns(self, p: Placed, keys: tuple[str, ...]) -> Placed:
+        """Hash exchange on key expressions of one relation. Every sender produces the same types, so
+        the keys are hashed as they are (an empty hash type means: no cast)."""
+        names = tuple(k[1:-1] if _is_column(k) else "?" for k in keys)
+        return self.hash_to(p, keys, Hashed(names, tuple("" for _ in keys), self.size))
+
+    def distinct(self, node: Distinct) -> Placed:
+        child = self.place(node.child)
+        cols = {q(c) for c in node.columns}
+        if child.single or self.size == 1 or any(_keys_within(p, cols) for p in child.parts):
+            return Placed(node.with_children((child.node,)), child.parts, child.rows, child.width)
+        local = Placed(Distinct(node.columns, child=child.node), child.parts, child.rows, child.width)
+        moved = self.hash_columns(local, tuple(q(c) for c in node.columns))
+        return Placed(node.with_children((moved.node,)), moved.parts, child.rows, child.width)
+
+    def sort_or_limit(self, node: Sort | Limit) -> Placed:
+        child = self.place(node.child)
+        if child.single or self.size == 1:
+            return Placed(node.with_children((child.node,)), child.parts, child.rows, child.width)
+        # Top-k on every rank first: each rank sends at most limit + offset rows to the driver.
+        local_limit = None if node.limit is None else node.limit + node.offset
+        if isinstance(node, Sort):
+            local = Sort(child.node.columns, child=child.node, keys=node.keys, limit=local_limit)
+        else:
+            local = Limit(child.node.columns, child=child.node, limit=local_limit)
+        gathered = self.to_single(replace(child, node=local))
+        return Placed(node.with_children((gathered.node,)), (Single(),), child.rows, child.width)
+
+
+def _hashed(cols: tuple[str | None, ...], types: tuple[str, ...], count: int) -> Partitioning:
+    if any(c is None for c in cols):
+        return Hashed(tuple(c or "?" for c in cols), types, count)
+    return Hashed(tuple(cols), types, count)  # type: ignore[arg-type]
+
+
+def _is_column(sql: str) -> bool:
+    return sql.startswith('"') and sql.endswith('"') and sql.count('"') == 2
+
+
+def _keys_within(p: Partitioning, cols: set[str]) -> bool:
+    """Whether rows equal on ``cols`` (quoted column SQL) are guaranteed to be on one rank."""
+    if isinstance(p, Hashed):
+        return bool(p.keys) and all(q(k) in cols for k in p.keys)
+    if isinstance(p, Ranged):
+        return q(p.key) in cols
+    return False
+
+
+def _project_parts(node: Project, parts) -> tuple[Partitioning, ...]:
+    """Carry partitionings through a projection that passes the key columns on (maybe renamed)."""
+    renames = {}
+    for e, c in zip(node.exprs, node.columns, strict=True):
+        if _is_column(e):
+            renames.setdefault(e[1:-1], c)
+    out: list[Partitioning] = []
+    for p in parts:
+        if isinstance(p, Hashed):
+            if all(k in renames for k in p.keys):
+                out.append(Hashed(tuple(renames[k] for k in p.keys), p.key_types, p.count))
+        elif isinstance(p, Ranged):
+            if p.key in renames:
+                out.append(Ranged(renames[p.key], p.key_type, p.bounds))
+        else:
+            out.append(p)
+    return tuple(out) or (Arbitrary(),)
+
+
+def _scans_only(node: Node) -> bool:
+    return all(isinstance(n, Scan | Filter | Project | Values) for n in walk(node))
+
+
+def _replicate_scans(node: Node) -> Node:
+    if isinstance(node, Scan):
+        return replace(node, replicated=True)
+    return node.with_children(tuple(_replicate_scans(c) for c in node.children))
+
+
+def sql_literal(v: object) -> str:
+    if isinstance(v, dt.datetime):
+        return f"TIMESTAMP '{v.isoformat(sep=' ')}'"
+    if isinstance(v, dt.date):
+        return f"DATE '{v.isoformat()}'"
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
+    return repr(v)

@@ -1,0 +1,182 @@
+"""Plan nodes. Every node outputs uniquely named columns; expressions are DuckDB SQL over those names.
+
+Removing every Exchange leaves a valid single-node plan: exchanges only say where rows must be.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from duckflock.catalog.partitioning import Partitioning
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    columns: tuple[str, ...]
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return ()
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return self
+
+    def explain_line(self) -> str:
+        return type(self).__name__
+
+
+@dataclass(frozen=True, eq=False)
+class Unary(Node):
+    child: Node = field(kw_only=True)
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.child,)
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return replace(self, child=children[0])
+
+
+@dataclass(frozen=True, eq=False)
+class Scan(Node):
+    """Read a catalog table's partitions on this rank (all partitions when ``replicated``)."""
+
+    table: str = ""
+    source_columns: tuple[str, ...] = ()
+    filter: str | None = None
+    replicated: bool = False
+
+    def explain_line(self) -> str:
+        cols = ", ".join(self.source_columns)
+        where = f" where {self.filter}" if self.filter else ""
+        how = " (every rank reads all partitions)" if self.replicated else ""
+        return f"Scan {self.table} [{cols}]{where}{how}"
+
+
+@dataclass(frozen=True, eq=False)
+class Values(Node):
+    """A constant one-row relation (SELECT without FROM)."""
+
+    def explain_line(self) -> str:
+        return "Values (one row)"
+
+
+@dataclass(frozen=True, eq=False)
+class Filter(Unary):
+    condition: str = ""
+
+    def explain_line(self) -> str:
+        return f"Filter {self.condition}"
+
+
+@dataclass(frozen=True, eq=False)
+class Project(Unary):
+    exprs: tuple[str, ...] = ()
+
+    def explain_line(self) -> str:
+        shown = [e if e == f'"{c}"' else f"{e} AS {c}" for e, c in zip(self.exprs, self.columns, strict=True)]
+        return "Project " + ", ".join(shown)
+
+
+@dataclass(frozen=True, eq=False)
+class Join(Node):
+    left: Node = field(kw_only=True)
+    right: Node = field(kw_only=True)
+    kind: str = "inner"  # inner, left, right, full, semi, anti, cross
+    # Equi-join keys as SQL over the left / right columns, pairwise.
+    left_keys: tuple[str, ...] = ()
+    right_keys: tuple[str, ...] = ()
+    # Plain column names behind the keys (None where a key is an expression).
+    left_key_cols: tuple[str | None, ...] = ()
+    right_key_cols: tuple[str | None, ...] = ()
+    # DuckDB types of the keys, pairwise, for hashing both sides alike.
+    key_types: tuple[str, ...] = ()
+    condition: str | None = None  # the full ON condition
+    strategy: str = ""  # set by the distribution pass: co-located, broadcast-left, shuffle, ...
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.left, self.right)
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return replace(self, left=children[0], right=children[1])
+
+    def explain_line(self) -> str:
+        on = f" on {self.condition}" if self.condition else ""
+        how = f" [{self.strategy}]" if self.strategy else ""
+        return f"Join {self.kind}{on}{how}"
+
+
+@dataclass(frozen=True, eq=False)
+class Aggregate(Unary):
+    groups: tuple[str, ...] = ()  # SQL of the group keys; output columns are groups then aggs
+    aggs: tuple[str, ...] = ()  # SQL of the aggregate calls
+    phase: str = "single"  # single, partial or final
+
+    def explain_line(self) -> str:
+        g = ", ".join(self.groups) or "()"
+        return f"Aggregate[{self.phase}] by {g}: {', '.join(self.aggs)}"
+
+
+@dataclass(frozen=True, eq=False)
+class Distinct(Unary):
+    def explain_line(self) -> str:
+        return "Distinct"
+
+
+@dataclass(frozen=True, eq=False)
+class Sort(Unary):
+    keys: tuple[str, ...] = ()  # SQL with ASC/DESC and NULLS FIRST/LAST
+    limit: int | None = None
+    offset: int = 0
+
+    def explain_line(self) -> str:
+        lim = f" limit {self.limit}" if self.limit is not None else ""
+        off = f" offset {self.offset}" if self.offset else ""
+        return f"Sort {', '.join(self.keys)}{lim}{off}"
+
+
+@dataclass(frozen=True, eq=False)
+class Limit(Unary):
+    limit: int | None = None
+    offset: int = 0
+
+    def explain_line(self) -> str:
+        return f"Limit {self.limit} offset {self.offset}"
+
+
+@dataclass(frozen=True, eq=False)
+class Exchange(Unary):
+    """Move rows so the parent sees ``target`` partitioning: hash, range, broadcast or gather."""
+
+    kind: str = "hash"
+    target: Partitioning | None = None
+    keys: tuple[str, ...] = ()  # SQL of the key expressions over the child's columns (hash, range)
+
+    def explain_line(self) -> str:
+        what = self.target.describe() if self.target is not None else ""
+        return f"Exchange {self.kind} {what}".rstrip()
+
+
+@dataclass(frozen=True, eq=False)
+class ExchangeRead(Node):
+    """A stage's input: the rows an exchange delivered to this rank."""
+
+    xid: int = 0
+
+    def explain_line(self) -> str:
+        return f"ExchangeRead x{self.xid}"
+
+
+def walk(node: Node):
+    yield node
+    for c in node.children:
+        yield from walk(c)
+
+
+def transform_up(node: Node, fn) -> Node:
+    """Rebuild the tree bottom-up, applying ``fn`` to every node after its children."""
+    children = tuple(transform_up(c, fn) for c in node.children)
+    if children != node.children:
+        node = node.with_children(children)
+    return fn(node)

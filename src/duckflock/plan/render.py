@@ -1,0 +1,134 @@
+"""Render a plan subtree as one DuckDB query. The only place that writes SQL text for DuckDB.
+
+Each node becomes a SELECT over its children's SELECTs; DuckDB flattens the nesting and optimizes the
+whole stage as one query (join order, filter and projection pushdown into the Parquet scan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import singledispatch
+
+from duckflock.catalog.partitioning import quote_ident as q
+from duckflock.plan.nodes import (
+    Aggregate,
+    Distinct,
+    Exchange,
+    ExchangeRead,
+    Filter,
+    Join,
+    Limit,
+    Node,
+    Project,
+    Scan,
+    Sort,
+    Values,
+)
+
+# How a Scan is turned into a relation: (scan) -> SQL of a FROM item with the table's source columns.
+ScanSource = Callable[[Scan], str]
+
+
+def exchange_table(xid: int) -> str:
+    return f"__x{xid}"
+
+
+def render(node: Node, source: ScanSource) -> str:
+    return _render(node, source)
+
+
+@singledispatch
+def _render(node: Node, source: ScanSource) -> str:
+    raise TypeError(f"cannot render {type(node).__name__}")
+
+
+def _sub(node: Node, source: ScanSource) -> str:
+    return f"({_render(node, source)})"
+
+
+@_render.register
+def _(node: Scan, source: ScanSource) -> str:
+    cols = ", ".join(f"{q(s)} AS {q(c)}" for s, c in zip(node.source_columns, node.columns, strict=True))
+    sql = f"SELECT {cols or 'NULL AS __none'} FROM {source(node)}"
+    if node.filter:
+        sql = f"SELECT * FROM ({sql}) WHERE {node.filter}"
+    return sql
+
+
+@_render.register
+def _(node: Values, source: ScanSource) -> str:
+    return "SELECT 1 AS __one"
+
+
+@_render.register
+def _(node: ExchangeRead, source: ScanSource) -> str:
+    return f"SELECT * FROM {exchange_table(node.xid)}"
+
+
+@_render.register
+def _(node: Exchange, source: ScanSource) -> str:
+    # Removing exchanges leaves the single-node plan: an exchange renders as its child.
+    return _render(node.child, source)
+
+
+@_render.register
+def _(node: Filter, source: ScanSource) -> str:
+    return f"SELECT * FROM {_sub(node.child, source)} WHERE {node.condition}"
+
+
+@_render.register
+def _(node: Project, source: ScanSource) -> str:
+    items = ", ".join(f"{e} AS {q(c)}" for e, c in zip(node.exprs, node.columns, strict=True))
+    return f"SELECT {items} FROM {_sub(node.child, source)}"
+
+
+_JOIN_SQL = {
+    "inner": "JOIN",
+    "left": "LEFT JOIN",
+    "right": "RIGHT JOIN",
+    "full": "FULL JOIN",
+    "semi": "SEMI JOIN",
+    "anti": "ANTI JOIN",
+    "cross": "CROSS JOIN",
+}
+
+
+@_render.register
+def _(node: Join, source: ScanSource) -> str:
+    on = f" ON {node.condition}" if node.condition and node.kind != "cross" else ""
+    cols = ", ".join(q(c) for c in node.columns)
+    return (
+        f"SELECT {cols} FROM {_sub(node.left, source)} AS __l "
+        f"{_JOIN_SQL[node.kind]} {_sub(node.right, source)} AS __r{on}"
+    )
+
+
+@_render.register
+def _(node: Aggregate, source: ScanSource) -> str:
+    items = ", ".join(f"{e} AS {q(c)}" for e, c in zip(node.groups + node.aggs, node.columns, strict=True))
+    group = f" GROUP BY {', '.join(node.groups)}" if node.groups else ""
+    return f"SELECT {items} FROM {_sub(node.child, source)}{group}"
+
+
+@_render.register
+def _(node: Distinct, source: ScanSource) -> str:
+    return f"SELECT DISTINCT * FROM {_sub(node.child, source)}"
+
+
+def _limit(limit: int | None, offset: int) -> str:
+    sql = f" LIMIT {limit}" if limit is not None else ""
+    return sql + (f" OFFSET {offset}" if offset else "")
+
+
+@_render.register
+def _(node: Sort, source: ScanSource) -> str:
+    # The sort selects its output columns itself: an ORDER BY below a projection is not kept.
+    cols = ", ".join(q(c) for c in node.columns)
+    return f"SELECT {cols} FROM {_sub(node.child, source)} ORDER BY {', '.join(node.keys)}" + _limit(
+        node.limit, node.offset
+    )
+
+
+@_render.register
+def _(node: Limit, source: ScanSource) -> str:
+    return f"SELECT * FROM {_sub(node.child, source)}" + _limit(node.limit, node.offset)

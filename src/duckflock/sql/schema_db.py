@@ -1,0 +1,53 @@
+"""A DuckDB with the catalog's tables created empty: validates queries with DuckDB's own binder and
+answers type questions about plan nodes exactly as the executing DuckDBs will."""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+
+from duckflock.catalog import Catalog
+from duckflock.catalog.partitioning import quote_ident as q
+from duckflock.errors import CatalogError, SqlError
+from duckflock.plan.nodes import Node
+from duckflock.plan.render import render
+
+
+class SchemaDB:
+    def __init__(self, catalog: Catalog):
+        self.catalog = catalog
+        self.con = duckdb.connect(config={"threads": 1})
+        for name, info in catalog.tables.items():
+            cols = ", ".join(f"{q(c)} {t}" for c, t in info.columns)
+            self.con.execute(f"CREATE TABLE {q(name)} ({cols})")
+
+    def describe(self, sql: str) -> list[tuple[str, str]]:
+        """(name, type) of the query's result columns, or the binder's error as SqlError/CatalogError."""
+        try:
+            rows = self.con.execute(f"DESCRIBE {sql}").fetchall()
+        except duckdb.CatalogException as e:
+            raise CatalogError(_clean(e)) from None
+        except duckdb.Error as e:
+            raise SqlError(_clean(e)) from None
+        return [(r[0], r[1]) for r in rows]
+
+    def arrow_schema(self, sql: str) -> pa.Schema:
+        """The Arrow schema single-process DuckDB gives this query's result (run on empty tables)."""
+        try:
+            return self.con.sql(sql).to_arrow_table().schema
+        except duckdb.Error as e:
+            raise SqlError(_clean(e)) from None
+
+    def node_types(self, node: Node, exprs: list[str] | None = None) -> list[str]:
+        """DuckDB types of ``exprs`` (default: all columns) evaluated over ``node``'s output."""
+        sql = render(node, lambda scan: q(scan.table))
+        if exprs is not None:
+            sql = f"SELECT {', '.join(exprs)} FROM ({sql})"
+        return [t for _, t in self.describe(sql)]
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _clean(e: Exception) -> str:
+    return str(e).strip() or type(e).__name__
