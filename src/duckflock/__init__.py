@@ -10,7 +10,7 @@ from duckflock.errors import (
     TransportError,
 )
 from duckflock.exec.spmd import spmd
-from duckflock.session import Result, Session
+from duckflock.session import Result, Session, connect
 
 __all__ = [
     "CatalogError",
@@ -22,5 +22,6 @@ __all__ = [
     "Session",
     "SqlError",
     "TransportError",
+    "connect",
     "spmd",
 ]

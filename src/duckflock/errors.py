@@ -32,3 +32,6 @@ class ExecutionError(DuckflockError):
         self.cause = cause
         where = f"rank {rank}" + (f", stage {stage}" if stage is not None else "")
         super().__init__(f"{where}: {cause}")
+
+    def __reduce__(self):  # picklable, so it can cross process boundaries intact
+        return (ExecutionError, (self.rank, self.stage, self.cause))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -59,6 +60,10 @@ class Session:
     def sql(self, query: str, profile: bool = False) -> Result:
         return Result(self._backend.run(query, profile=profile))
 
+    @property
+    def ranks(self) -> int:
+        return self._backend.ranks
+
     def explain(self, query: str) -> str:
         return explain_plan(self._backend.plan(query))
 
@@ -72,3 +77,89 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _MpiJobBackend:
+    """A background ``mpiexec`` job of warm ranks; this process is its client."""
+
+    def __init__(self, data: str, ranks: int, config_env: dict[str, str], start_timeout: float):
+        import os
+        import secrets
+        import subprocess
+        import tempfile
+        from multiprocessing.connection import Listener
+
+        from duckflock.errors import DuckflockError
+        from duckflock.exec.launch import mpiexec_argv
+        from duckflock.exec.serve import AUTHKEY_ENV
+
+        key = secrets.token_bytes(32)
+        self._dir = tempfile.mkdtemp(prefix="duckflock-session-")
+        address = os.path.join(self._dir, "control.sock")
+        self._listener = Listener(address, family="AF_UNIX", authkey=key)
+        env = {**os.environ, **config_env, AUTHKEY_ENV: key.hex()}
+        argv = mpiexec_argv(ranks, "duckflock.exec.serve", ["--data", str(data), "--address", address])
+        self._proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+        self._listener._listener._socket.settimeout(start_timeout)  # bounded wait for rank 0
+        try:
+            self._conn = self._listener.accept()
+        except OSError:
+            code = self._proc.poll()
+            self._proc.kill()
+            raise DuckflockError(
+                f"the {ranks} ranks did not start within {start_timeout:.0f} s (mpiexec exit code {code})"
+            ) from None
+        _, self.ranks = self._conn.recv()
+
+    def _call(self, *request):
+        from duckflock.errors import DuckflockError
+
+        try:
+            self._conn.send(request)
+            reply = self._conn.recv()
+        except (EOFError, OSError):
+            code = self._proc.poll()
+            raise DuckflockError(f"the MPI job ended unexpectedly (exit code {code})") from None
+        if reply[0] == "error":
+            raise reply[1]
+        return reply[1:]
+
+    def run(self, query: str, profile: bool = False):
+        import os
+
+        path, outcome = self._call("sql", query, profile)
+        try:
+            with pa.memory_map(path) as source:
+                outcome.table = pa.ipc.open_file(source).read_all()
+        finally:
+            os.unlink(path)  # the mapping stays valid; the file name is gone
+        return outcome
+
+    def plan(self, query: str):
+        return self._call("plan", query)[0]
+
+    def close(self) -> None:
+        import shutil
+
+        if self._proc.poll() is None:
+            with contextlib.suppress(OSError):
+                self._conn.send(("close",))
+            try:
+                self._proc.wait(timeout=30)
+            except Exception:
+                self._proc.kill()
+        self._conn.close()
+        self._listener.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def connect(
+    data: str, ranks: int = 2, config: dict[str, object] | None = None, start_timeout: float = 60.0
+) -> Session:
+    """Start ``ranks`` warm MPI ranks on this machine over the data directory ``data``.
+
+    ``config`` overrides Config fields (e.g. ``{"broadcast_threshold_bytes": 0}``) for the ranks.
+    Use as a context manager, or call ``close()``, to stop the ranks.
+    """
+    env = {f"DUCKFLOCK_{k.upper()}": str(v) for k, v in (config or {}).items()}
+    return Session(_MpiJobBackend(str(data), ranks, env, start_timeout))

@@ -69,13 +69,13 @@ def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[S
         remote = rt.mux.failure(cmd.qid)
         if remote is not None:  # we were interrupted because another rank failed first
             raise remote.error() from None
-        cause = _describe(e)
+        cause = describe_error(e)
         rt.mux.fail(cmd.qid, stage_id, cause)
         raise ExecutionError(rt.rank, stage_id, cause) from None
     return result, stats
 
 
-def _describe(e: Exception) -> str:
+def describe_error(e: Exception) -> str:
     if isinstance(e, duckdb.Error | DuckflockError):
         return str(e).strip()
     return f"{type(e).__name__}: {e}"
@@ -90,6 +90,7 @@ class Driver:
         self.rt = rt
         self._schema_db: SchemaDB | None = None
         self._catalog_stamp: float | None = None
+        self._plans: dict[tuple[str, float | None], StagePlan] = {}
 
     def catalog(self) -> Catalog:
         """The data directory's catalog, re-read when the file changed (e.g. after a load)."""
@@ -105,9 +106,17 @@ class Driver:
         return self.rt.catalog
 
     def plan(self, sql: str) -> StagePlan:
+        """Plans are cached per query text until the catalog changes (like prepared statements)."""
         catalog = self.catalog()
         assert self._schema_db is not None
-        return plan_query(sql, catalog, self._schema_db, self.rt.size, self.rt.config)
+        key = (sql, self._catalog_stamp)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = plan_query(sql, catalog, self._schema_db, self.rt.size, self.rt.config)
+            if len(self._plans) >= 256:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = plan
+        return plan
 
     def run(self, sql: str, profile: bool = False) -> QueryOutcome:
         t0 = time.perf_counter()
@@ -130,6 +139,10 @@ class Driver:
         assert table is not None
         table = _as_duckdb_returns(table, plan)
         return QueryOutcome(table, plan, stats, time.perf_counter() - t0)
+
+    @property
+    def ranks(self) -> int:
+        return self.rt.size
 
     def broadcast_stop(self) -> None:
         for r in range(1, self.rt.size):

@@ -3,6 +3,7 @@ node, and the catalog. Built once per process and reused by every query (warm ra
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +75,20 @@ class Runtime:
         rt = cls(transport, mux, open_duckdb(threads, memory), catalog, config, threads, ranks_on_node)
         mux.on_failure = lambda _qid: rt.con.interrupt()
         return rt
+
+    @contextlib.contextmanager
+    def all_cores(self, enabled: bool = True):
+        """Run DuckDB with every core of the node: for driver-only stages, while the node's other
+        ranks wait idle (they wait politely, so the cores are really free)."""
+        cores = len(os.sched_getaffinity(0))
+        if not enabled or cores <= self.threads:
+            yield
+            return
+        self.con.execute(f"SET threads = {cores}")
+        try:
+            yield
+        finally:
+            self.con.execute(f"SET threads = {self.threads}")
 
     def close(self) -> None:
         self.mux.close()

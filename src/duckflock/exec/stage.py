@@ -86,7 +86,8 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
         spec = stage.output
         if spec is None:
             t0 = time.perf_counter()
-            result = rt.con.sql(sql).to_arrow_table()
+            with rt.all_cores(stage.on_driver):
+                result = rt.con.sql(sql).to_arrow_table()
             stats.compute_s += time.perf_counter() - t0
             return result, stats
         if spec.kind in ("hash", "range"):

@@ -353,6 +353,35 @@ def load_table(
     rank 0 saves the catalog. Errors are raised as exceptions; the caller reports them to the other
     ranks (``rt.mux.fail``), which are then released from their waits.
     """
+    try:
+        return _load(rt, qid, catalog_dir, name, files, partition_by, partitions, scheme, fmt)
+    except Exception as e:
+        # Another rank's failure interrupts this rank's DuckDB query: report that root cause instead.
+        failure = rt.mux.failure(qid)
+        if failure is not None and _interrupted(e):
+            raise failure.error() from e
+        raise
+
+
+def _interrupted(e: BaseException | None) -> bool:
+    while e is not None:
+        if isinstance(e, duckdb.InterruptException):
+            return True
+        e = e.__cause__
+    return False
+
+
+def _load(
+    rt: Runtime,
+    qid: int,
+    catalog_dir: str | os.PathLike[str],
+    name: str,
+    files: list[str],
+    partition_by: list[str] | None,
+    partitions: int | None,
+    scheme: str | None,
+    fmt: str | None,
+) -> TableInfo | None:
     if not _TABLE_NAME.fullmatch(name):
         raise CatalogError(f"invalid table name {name!r} (letters, digits and underscores)")
     table = name.lower()

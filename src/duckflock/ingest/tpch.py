@@ -31,6 +31,7 @@ import duckdb
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import quote_ident
 from duckflock.errors import DuckflockError
 from duckflock.ingest.load import describe, parquet_stats, scan_sql, sql_literal
@@ -102,17 +103,41 @@ def _run_parallel(tasks: list[Callable[[], None]], jobs: int, bar: Progress, lab
                 bar.advance(task)
 
 
-def _generate_one(exe: str, sf: float, out: Path, table: str, part: int | None, parts: int, threads: int):
+def _tpchgen(
+    exe: str, sf: float, tables: list[str], out: Path, threads: int, parts: list[int] | None
+) -> Callable[[], None]:
+    """A task running one tpchgen-cli process (``parts`` = [part, of]: one part of each table)."""
+
     def run() -> None:
-        cmd = [exe, "parquet", "-s", format(sf, "g"), "--tables", table, "-n", str(threads), "-q"]
-        cmd += ["--overwrite", "-o", str(out / table if part is None else out)]
-        if part is not None:
-            cmd += ["--parts", str(parts), "--part", str(part)]
+        cmd = [exe, "parquet", "-s", format(sf, "g"), "--tables", ",".join(tables), "-n", str(threads)]
+        cmd += ["-q", "--overwrite", "-o", str(out)]
+        if parts is not None:
+            cmd += ["--part", str(parts[0]), "--parts", str(parts[1])]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise DuckflockError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
 
     return run
+
+
+def _generate(sf: float, out: Path, parts: int, jobs: int, bar: Progress) -> None:
+    """Run tpchgen-cli: one process per part for all partitioned tables, one for nation and region.
+
+    A tpchgen process spends about a CPU second on setup (its text pool) whatever it generates, so
+    one process per part rather than per (table, part) saves that for every table.
+    """
+    exe = tpchgen_executable()
+    concurrent = min(jobs, parts + 1)
+    threads = max(1, _cores() // concurrent)  # several processes at once: do not oversubscribe
+    small = out / ".tpchgen-small"
+    shutil.rmtree(small, ignore_errors=True)
+    tasks = [_tpchgen(exe, sf, list(RANGE_KEYS), out, threads, [i, parts]) for i in range(1, parts + 1)]
+    tasks.append(_tpchgen(exe, sf, list(SINGLE_FILE), small, 1, None))
+    _run_parallel(tasks, concurrent, bar, f"tpchgen sf={sf:g}")
+    for t in SINGLE_FILE:
+        part_file(out, t, None).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(small / f"{t}.parquet", part_file(out, t, None))
+    small.rmdir()
 
 
 def _interval_sql(key: str, bounds: Bounds) -> str:
@@ -166,7 +191,8 @@ def align_parts(
             (b[0] is None or stats[i][1] > b[0]) and (b[1] is None or stats[i][2] <= b[1])  # type: ignore[operator]
         )
         if any(j != i for j in sources) or not own_inside:
-            work.append((i, [str(files[j]) for j in sources]))
+            # With no source, the part becomes empty: filter its own file down to nothing.
+            work.append((i, [str(files[j]) for j in sources] or [str(files[i])]))
     if not work:
         return 0
 
@@ -191,15 +217,102 @@ def align_parts(
     else:
         _run_parallel(tasks, jobs, bar, f"aligning {files[0].parent.name}")
     tmps = [files[i].with_name(f".{files[i].name}.aligning") for i, _ in work]
+    # Every file read belongs to a rewritten part (a file straddling into a neighbour's interval is
+    # not aligned itself), so the rewritten parts must hold as many rows as before.
+    before = sum(stats[i][0] for i, _ in work)
     with duckdb.connect() as c:
         after = sum(s[0] for s in parquet_stats(c, [str(t) for t in tmps]))
-    touched = {j for _, src in work for j in src}
-    before = sum(s[0] for f, s in zip(files, stats, strict=True) if str(f) in touched)
-    untouched_targets = sum(stats[i][0] for i, _ in work if str(files[i]) not in touched)
-    if after != before - 0 * untouched_targets or after != sum(
-        s[0] for f, s in zip(files, stats, strict=True) if str(f) in touched
-    ):
-        raise DuckflockError(f"aligning {files[0].parent.name}: {before} rows became {after}")
-    for i, _ in work:
-        os.replace(tmps[work.index((i, _))], files[i])
+    if after != before:
+        for t in tmps:
+            t.unlink(missing_ok=True)
+        raise DuckflockError(f"aligning {files[0].parent.name} changed {before} rows into {after}")
+    for (i, _), tmp in zip(work, tmps, strict=True):
+        os.replace(tmp, files[i])
     return len(work)
+
+
+def _table_info(con: duckdb.DuckDBPyConnection, out: Path, table: str, parts: int) -> TableInfo:
+    key = RANGE_KEYS.get(table)
+    numbers: list[int | None] = [None] if key is None else list(range(1, parts + 1))
+    files = [part_file(out, table, i) for i in numbers]
+    present = [str(f) for f in files if f.exists()]
+    if not present:
+        raise DuckflockError(f"tpchgen wrote no file for table {table} in {out}")
+    columns = describe(con, scan_sql("parquet", present[:1], {}))
+    stats = dict(zip(present, parquet_stats(con, present, key, dict(columns).get(key or "")), strict=True))
+    partitions = tuple(
+        PartitionInfo((f.relative_to(out).as_posix(),), *stats[str(f)])
+        if str(f) in stats
+        else PartitionInfo((), 0)
+        for f in files
+    )
+    if key is None:
+        return TableInfo(table, "parquet", columns, partitions)
+    return TableInfo(table, "parquet", columns, partitions, "range", (key,))
+
+
+def _complete(catalog: Catalog) -> bool:
+    return all(
+        t in catalog.tables
+        and all((catalog.root / f).is_file() for p in catalog.tables[t].partitions for f in p.files)
+        for t in TABLES
+    )
+
+
+def _remove_old(out: Path) -> None:
+    """Delete earlier TPC-H output (another part count leaves files this run would not overwrite)."""
+    for t in TABLES:
+        d = out / t
+        if not d.is_dir():
+            continue
+        for f in d.iterdir():
+            stem = f.name.removeprefix(".").removesuffix(".aligning")
+            if stem == f"{t}.parquet" or (
+                stem.startswith(f"{t}.") and stem.removeprefix(f"{t}.").removesuffix(".parquet").isdigit()
+            ):
+                f.unlink()
+
+
+def generate_tpch(
+    sf: float, out: str | os.PathLike[str], parts: int = 12, jobs: int | None = None, progress: bool = True
+) -> Catalog:
+    """Generate TPC-H at scale factor ``sf`` as Parquet into ``out`` and record it in its catalog.
+
+    Each table except nation and region is written as ``parts`` range partitions, generated by one
+    tpchgen-cli process per part, ``jobs`` (default: all cores) at a time. lineitem and
+    partsupp are then aligned with orders and part (see the module docstring). If ``out`` already
+    holds a complete TPC-H catalog of the same ``sf`` and ``parts``, nothing is generated. Other
+    tables in the catalog are kept.
+    """
+    if sf <= 0:
+        raise DuckflockError(f"the scale factor must be positive, not {sf}")
+    if parts < 1:
+        raise DuckflockError(f"the number of parts must be at least 1, not {parts}")
+    out = Path(out).resolve()
+    jobs = max(1, jobs or _cores())
+    want = {"sf": float(sf), "parts": int(parts)}
+    catalog = Catalog.open_or_create(out)
+    if catalog.meta.get("tpch") == want and _complete(catalog):
+        return catalog
+
+    # Forget the old tables before deleting their files, so the catalog never points at missing files.
+    for t in TABLES:
+        catalog.tables.pop(t, None)
+    catalog.meta.pop("tpch", None)
+    catalog.save()
+    _remove_old(out)
+
+    with _progress(progress) as bar:
+        _generate(sf, out, parts, jobs, bar)
+        with duckdb.connect() as con:
+            parents = {p: _table_info(con, out, p, parts) for p in ALIGNED.values()}
+        for child, parent in ALIGNED.items():
+            intervals = parent_intervals([p.max for p in parents[parent].partitions])
+            files = [part_file(out, child, i) for i in range(1, parts + 1)]
+            align_parts(files, RANGE_KEYS[child], intervals, jobs, bar)
+        with duckdb.connect() as con:
+            for t in TABLES:
+                catalog.put(_table_info(con, out, t, parts))
+    catalog.meta["tpch"] = want
+    catalog.save()
+    return catalog

@@ -316,11 +316,13 @@ class _Planner:
         if child.single or self.size == 1:
             return Placed(node.with_children((child.node,)), child.parts, child.rows, child.width)
         # Top-k on every rank first: each rank sends at most limit + offset rows to the driver.
-        local_limit = None if node.limit is None else node.limit + node.offset
-        if isinstance(node, Sort):
-            local = Sort(child.node.columns, child=child.node, keys=node.keys, limit=local_limit)
+        # Without a limit a local sort would be wasted: the driver sorts everything again.
+        if node.limit is None:
+            local = child.node
+        elif isinstance(node, Sort):
+            local = Sort(child.node.columns, child=child.node, keys=node.keys, limit=node.limit + node.offset)
         else:
-            local = Limit(child.node.columns, child=child.node, limit=local_limit)
+            local = Limit(child.node.columns, child=child.node, limit=node.limit + node.offset)
         gathered = self.to_single(replace(child, node=local))
         return Placed(node.with_children((gathered.node,)), (Single(),), child.rows, child.width)
 

@@ -24,12 +24,12 @@ class SchemaDB:
     def describe(self, sql: str) -> list[tuple[str, str]]:
         """(name, type) of the query's result columns, or the binder's error as SqlError/CatalogError."""
         try:
-            rows = self.con.execute(f"DESCRIBE {sql}").fetchall()
+            rel = self.con.sql(sql)  # binds without running
+            return [(n, str(t)) for n, t in zip(rel.columns, rel.types, strict=True)]
         except duckdb.CatalogException as e:
             raise CatalogError(_clean(e)) from None
         except duckdb.Error as e:
             raise SqlError(_clean(e)) from None
-        return [(r[0], r[1]) for r in rows]
 
     def arrow_schema(self, sql: str) -> pa.Schema:
         """The Arrow schema single-process DuckDB gives this query's result (run on empty tables)."""

@@ -33,6 +33,10 @@ class Transport(ABC):
     def poll(self) -> list[tuple[int, int, Buffer]]:
         """Advance communication; return the messages that completed as (source, tag, payload)."""
 
+    def busy(self) -> bool:
+        """True while receives are in progress (they need polling to advance)."""
+        return False
+
     def peer_failure(self) -> str | None:
         """A description of a lost peer, if the transport detected one."""
         return None

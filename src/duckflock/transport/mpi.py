@@ -59,6 +59,9 @@ class MpiTransport(Transport):
             self._pending = still
         return done
 
+    def busy(self) -> bool:
+        return bool(self._pending)
+
     def abort(self, message: str, code: int = 1) -> None:
         self.comm.Abort(code)
 

@@ -1,0 +1,1 @@
+"""The duckflock command line."""

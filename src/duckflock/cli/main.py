@@ -1,0 +1,127 @@
+"""`duckflock` command: datagen | load | sql | explain | bench | demo.
+
+Commands that need ranks (sql, load, bench) re-launch themselves under ``mpiexec -n N`` when started
+outside an MPI job; under mpiexec or srun they run SPMD with rank 0 as the driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from rich.console import Console
+
+from duckflock.errors import DuckflockError
+from duckflock.exec.launch import mpiexec_argv, under_mpi
+
+err = Console(stderr=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="duckflock", description="Distributed SQL over many DuckDB processes.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("datagen", help="generate benchmark data into a data directory")
+    g.add_argument("benchmark", choices=["tpch"])
+    g.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
+    g.add_argument("--out", required=True, help="data directory to create")
+    g.add_argument("--parts", type=int, default=12, help="partitions per large table (default 12)")
+    g.add_argument("--jobs", type=int, default=None, help="parallel generator processes")
+
+    ld = sub.add_parser("load", help="register Parquet/CSV files as a table, optionally repartitioned")
+    ld.add_argument("--data", required=True, help="data directory")
+    ld.add_argument("--table", required=True, help="table name")
+    ld.add_argument("files", nargs="+", help="input files or glob patterns")
+    ld.add_argument("--partition-by", default=None, help="key column(s), comma separated")
+    ld.add_argument("--partitions", type=int, default=None, help="number of partitions (default 12)")
+    ld.add_argument("--scheme", choices=["hash", "range"], default="hash")
+    ld.add_argument("--format", choices=["parquet", "csv"], default=None)
+    ld.add_argument("--ranks", type=int, default=2, help="ranks that load in parallel (default 2)")
+
+    for name, text in (("sql", "run a query"), ("explain", "show the distributed plan of a query")):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("--data", required=True, help="data directory")
+        s.add_argument("--ranks", type=int, default=2, help="number of ranks (default 2)")
+        s.add_argument("query", help="the SELECT statement")
+        if name == "sql":
+            s.add_argument("--output", default=None, help="write the result to .parquet/.csv/.arrow")
+            s.add_argument("--profile", action="store_true", help="per-rank, per-stage timings")
+            s.add_argument("--max-rows", type=int, default=20, help="rows to print (default 20)")
+
+    b = sub.add_parser("bench", help="benchmarks: seed join, exchange throughput")
+    bsub = b.add_subparsers(dest="bench", required=True)
+    bs = bsub.add_parser("seed", help="the seed report's join vs single-process DuckDB")
+    bs.add_argument("--sf", default="0.1,0.5,1", help="scale factors, comma separated")
+    bs.add_argument("--ranks", default="1,2,4", help="rank counts, comma separated")
+    bs.add_argument("--runs", type=int, default=5, help="timed runs per point (median reported)")
+    bs.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
+    bs.add_argument("--out", default="bench-results/seed", help="output directory")
+    bx = bsub.add_parser("exchange", help="all-to-all hash shuffle throughput vs memcpy")
+    bx.add_argument("--ranks", default="2,4", help="rank counts, comma separated")
+    bx.add_argument("--gb", type=float, default=2.0, help="GB shuffled in total per run")
+    bx.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
+    bx.add_argument("--out", default="bench-results/exchange", help="output directory")
+
+    d = sub.add_parser("demo", help="generate TPC-H, run the seed join on several ranks, check it")
+    d.add_argument("--sf", type=float, default=0.1)
+    d.add_argument("--data", default=None, help="data directory (default data/tpch-sf<SF>)")
+    d.add_argument("--ranks", type=int, default=4)
+
+    sub.add_parser("spmd-sql", help=argparse.SUPPRESS)  # internal: never called directly
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args, argv)
+    except DuckflockError as e:
+        err.print(f"[bold red]error:[/] {e}", highlight=False)
+        return 1
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+
+
+def relaunch(ranks: int, argv: list[str]) -> int:
+    """Run this same command as an MPI job of ``ranks`` processes and return its exit code."""
+    cmd = mpiexec_argv(ranks, "duckflock.cli.main", argv)
+    return subprocess.run(cmd, env=os.environ.copy()).returncode
+
+
+def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.command == "datagen":
+        from duckflock.ingest.tpch import generate_tpch
+
+        generate_tpch(args.sf, args.out, parts=args.parts, jobs=args.jobs, progress=True)
+        return 0
+    if args.command in ("sql", "load") and not under_mpi():
+        return relaunch(args.ranks, argv)
+    if args.command == "sql":
+        from duckflock.cli.commands import run_sql
+
+        return run_sql(args)
+    if args.command == "load":
+        from duckflock.cli.commands import run_load
+
+        return run_load(args)
+    if args.command == "explain":
+        from duckflock.cli.commands import run_explain
+
+        return run_explain(args)
+    if args.command == "bench":
+        from duckflock.bench import cli as bench_cli
+
+        return bench_cli.run(args)
+    if args.command == "demo":
+        from duckflock.cli.demo import run_demo
+
+        return run_demo(args)
+    raise DuckflockError(f"unknown command {args.command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
