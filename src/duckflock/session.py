@@ -98,7 +98,7 @@ class _MpiJobBackend:
         address = os.path.join(self._dir, "control.sock")
         self._listener = Listener(address, family="AF_UNIX", authkey=key)
         env = {**os.environ, **config_env, AUTHKEY_ENV: key.hex()}
-        argv = mpiexec_argv(ranks, "duckflock.exec.serve", ["--data", str(data), "--address", address])
+        argv = mpiexec_argv(ranks, ["-m", "duckflock.exec.serve", "--data", str(data), "--address", address])
         self._proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
         self._listener._listener._socket.settimeout(start_timeout)  # bounded wait for rank 0
         try:

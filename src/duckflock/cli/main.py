@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def relaunch(ranks: int, argv: list[str]) -> int:
     """Run this same command as an MPI job of ``ranks`` processes and return its exit code."""
-    cmd = mpiexec_argv(ranks, "duckflock.cli.main", argv)
+    cmd = mpiexec_argv(ranks, ["-m", "duckflock.cli.main", *argv])
     return subprocess.run(cmd, env=os.environ.copy()).returncode
 
 

@@ -28,7 +28,8 @@ def mpiexec_path() -> str:
     return found
 
 
-def mpiexec_argv(ranks: int, module: str, args: list[str]) -> list[str]:
+def mpiexec_argv(ranks: int, python_args: list[str]) -> list[str]:
+    """``mpiexec -n ranks python <python_args>`` with this interpreter."""
     if ranks < 1:
         raise DuckflockError(f"--ranks must be at least 1, got {ranks}")
-    return [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", module, *args]
+    return [mpiexec_path(), "-n", str(ranks), sys.executable, *python_args]

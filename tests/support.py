@@ -1,0 +1,132 @@
+"""Shared test helpers: building small partitioned tables, the single-process DuckDB oracle, result
+comparison, and running queries on real MPI ranks."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from duckflock.catalog import Catalog, PartitionInfo, TableInfo
+from duckflock.catalog.partitioning import canonical_hash_type, hash_sql
+from duckflock.catalog.partitioning import quote_ident as q
+from duckflock.exec.launch import mpiexec_argv
+
+RUNNER = Path(__file__).parent / "dist" / "run_queries.py"
+
+
+def make_table(
+    root: Path, name: str, select_sql: str, partitions: int = 1, kind: str = "none", keys: tuple[str, ...] = ()
+) -> TableInfo:
+    """Write ``select_sql``'s rows as Parquet partitions of table ``name`` and register it.
+
+    kind "hash": partition p holds rows with hash(keys) % partitions == p (duckflock's function);
+    kind "none": rows dealt round-robin; kind "range": split by key order into contiguous ranges.
+    """
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE src AS {select_sql}")
+    cols = tuple((r[0], r[1]) for r in con.execute("DESCRIBE src").fetchall())
+    types = dict(cols)
+    (root / name).mkdir(parents=True, exist_ok=True)
+    if kind == "hash":
+        part_expr = hash_sql([q(k) for k in keys], tuple(canonical_hash_type(types[k]) for k in keys), partitions)
+    elif kind == "range":
+        part_expr = f"(ntile({partitions}) OVER (ORDER BY {q(keys[0])}) - 1)"
+    else:
+        part_expr = f"((row_number() OVER ()) % {partitions})"
+    con.execute(f"CREATE TABLE parted AS SELECT *, {part_expr} AS __p FROM src")
+    infos = []
+    for p in range(partitions):
+        rel = f"(SELECT * EXCLUDE (__p) FROM parted WHERE __p = {p})"
+        path = root / name / f"{name}.{p}.parquet"
+        con.execute(f"COPY {rel} TO '{path}' (FORMAT parquet)")
+        rows = con.execute(f"SELECT count(*) FROM {rel}").fetchone()[0]
+        lo = hi = None
+        if kind == "range" and rows:
+            lo, hi = con.execute(f"SELECT min({q(keys[0])}), max({q(keys[0])}) FROM {rel}").fetchone()
+        infos.append(PartitionInfo((f"{name}/{name}.{p}.parquet",), rows, lo, hi))
+    info = TableInfo(name, "parquet", cols, tuple(infos), kind=kind, keys=keys)
+    catalog = Catalog.open_or_create(root)
+    catalog.put(info)
+    catalog.save()
+    return info
+
+
+def oracle(data: Path) -> duckdb.DuckDBPyConnection:
+    """Single-process DuckDB over all of a data directory's files: the ground truth."""
+    catalog = Catalog.load(data)
+    con = duckdb.connect()
+    for name, info in catalog.tables.items():
+        files = [catalog.path(f) for p in info.partitions for f in p.files]
+        listing = ", ".join(f"'{f}'" for f in files)
+        con.execute(f"CREATE VIEW {q(name)} AS SELECT * FROM read_parquet([{listing}])")
+    return con
+
+
+def _norm(v: object) -> object:
+    if isinstance(v, float):
+        return ("f", 0.0 if v == 0 else v)
+    if isinstance(v, Decimal):
+        return ("d", v)
+    return ("v", v)
+
+
+def _rows(t: pa.Table) -> list[tuple]:
+    cols = [c.to_pylist() for c in t.columns]
+    return [tuple(r) for r in zip(*cols, strict=True)] if cols else []
+
+
+def _close(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) and math.isnan(b):
+            return True
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+def _key(row: tuple) -> tuple:
+    return tuple((v is None, str(type(v)), round(v, 6) if isinstance(v, float) else v) for v in row)
+
+
+def assert_same(got: pa.Table, expected: pa.Table, order_by: list[str] | None = None) -> None:
+    """Equal as multisets (floats within 1e-9 relative; everything else exact), same column names and
+    types; with ``order_by`` the sequence of those columns must match too."""
+    assert got.column_names == expected.column_names, (got.column_names, expected.column_names)
+    assert got.schema.types == expected.schema.types, (got.schema, expected.schema)
+    assert got.num_rows == expected.num_rows, (got.num_rows, expected.num_rows)
+    g = sorted(_rows(got), key=_key)
+    e = sorted(_rows(expected), key=_key)
+    for rg, re in zip(g, e, strict=True):
+        assert all(_close(a, b) for a, b in zip(rg, re, strict=True)), (rg, re)
+    if order_by:
+        for c in order_by:
+            assert got.column(c).to_pylist() == expected.column(c).to_pylist(), f"order of {c} differs"
+
+
+def run_on_ranks(
+    data: Path, ranks: int, queries: list[str], out: Path, env: dict[str, str] | None = None, timeout: float = 240
+) -> list[pa.Table | str]:
+    """Run queries in one SPMD job of ``ranks`` MPI processes; each result is a table or an error text."""
+    out.mkdir(parents=True, exist_ok=True)
+    spec = out / "queries.json"
+    spec.write_text(json.dumps(queries))
+    argv = mpiexec_argv(ranks, [str(RUNNER), str(data), str(spec), str(out)])
+    proc = subprocess.run(
+        argv, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results: list[pa.Table | str] = []
+    for i in range(len(queries)):
+        err = out / f"{i}.err"
+        if err.exists():
+            results.append(err.read_text())
+        else:
+            with pa.memory_map(str(out / f"{i}.arrow")) as src:
+                results.append(pa.ipc.open_file(src).read_all())
+    return results
