@@ -11,6 +11,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 from duckflock.catalog.partitioning import (
@@ -103,6 +104,8 @@ class TableInfo:
 
 
 def _enc(v: object) -> object:
+    if isinstance(v, Decimal):
+        return {"decimal": str(v)}
     if isinstance(v, dt.date):
         return {"date": v.isoformat()} if not isinstance(v, dt.datetime) else {"ts": v.isoformat()}
     return v
@@ -110,6 +113,8 @@ def _enc(v: object) -> object:
 
 def _dec(v: object) -> object:
     if isinstance(v, dict):
+        if "decimal" in v:
+            return Decimal(v["decimal"])
         if "date" in v:
             return dt.date.fromisoformat(v["date"])
         if "ts" in v:
@@ -177,4 +182,5 @@ class Catalog:
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".catalog-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, default=str)
+        os.chmod(tmp, 0o644)  # readable by every rank's user on shared storage
         os.replace(tmp, self.root / CATALOG_FILE)

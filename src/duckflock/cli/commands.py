@@ -14,12 +14,12 @@ from duckflock.exec.spmd import spmd
 
 # Wide when not a terminal, so tables written to files or pipes are not squeezed.
 out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def run_sql(args: argparse.Namespace) -> int:
     """SPMD: rank 0 runs the query and prints; a failure anywhere ends every rank with exit 1."""
-    from duckflock.cli.output import print_profile, print_table, write_result
+    from duckflock.cli.output import print_error, print_profile, print_table, write_result
 
     code = 0
     with spmd(args.data) as db:
@@ -35,7 +35,7 @@ def run_sql(args: argparse.Namespace) -> int:
                 if args.profile:
                     print_profile(result.stats, console=out)
             except DuckflockError as e:
-                err.print(f"[bold red]error:[/] {e}", highlight=False)
+                print_error(err, str(e))
                 code = 1
     return code
 
@@ -88,7 +88,9 @@ def run_load(args: argparse.Namespace) -> int:
             rt.mux.flush(qid) if rt.size > 1 else None
             failure = rt.mux.failure(qid)
         if rt.rank == 0:
-            print(f"error: {failure.error() if failure else e}", file=sys.stderr)
+            from duckflock.cli.output import print_error
+
+            print_error(err, str(failure.error() if failure else e))
     finally:
         rt.close()
     return code

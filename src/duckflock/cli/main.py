@@ -13,10 +13,11 @@ import sys
 
 from rich.console import Console
 
+from duckflock.cli.output import print_error
 from duckflock.errors import DuckflockError
-from duckflock.exec.launch import mpiexec_argv, under_mpi
+from duckflock.exec.launch import launcher_rank, mpiexec_argv, under_mpi
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(args, argv)
     except DuckflockError as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False)
+        if launcher_rank() in (None, 0):  # one message per job, not one per rank
+            print_error(err, str(e))
         return 1
     except KeyboardInterrupt:
         err.print("interrupted")
@@ -99,6 +101,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         generate_tpch(args.sf, args.out, parts=args.parts, jobs=args.jobs, progress=True)
         return 0
     if args.command in ("sql", "load") and not under_mpi():
+        if args.command == "sql":
+            from duckflock.catalog import Catalog
+
+            Catalog.load(args.data)  # fail fast, before starting any rank
         return relaunch(args.ranks, argv)
     if args.command == "sql":
         from duckflock.cli.commands import run_sql

@@ -16,6 +16,11 @@ from rich.text import Text
 from duckflock.errors import DuckflockError
 
 
+def print_error(console: Console, message: str) -> None:
+    """One error line; the message is printed literally (DuckDB messages contain brackets)."""
+    console.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
+
+
 def print_table(table: pa.Table, max_rows: int = 20, console: Console | None = None) -> None:
     console = console or Console()
     view = Table(show_header=True, header_style="bold")

@@ -61,6 +61,7 @@ class Mux:
         self._queued_bytes = 0
         self._inbox: dict[tuple[int, int], collections.deque[tuple[int, object]]] = {}
         self._failures: dict[int, Failure] = {}
+        self._early: dict[tuple[int, int], collections.deque[object]] = {}
         self._finished: set[int] = set()
         self._stop = False
         self._fatal: str | None = None
@@ -131,21 +132,23 @@ class Mux:
 
     # ---- collectives over point-to-point (polite, work on every transport) ---------------------
     def allgather(self, qid: int, obj: object) -> list[object]:
+        """Every rank's ``obj``, in rank order. A fast rank may already have sent its value for the
+        next collective; such early values are kept for that call instead of being taken as this one's."""
         for dest in range(self.size):
             self.send_obj(dest, qid, COLLECTIVE, obj)
-        out: list[object] = [None] * self.size
-        for _ in range(self.size):
+        out: dict[int, object] = {}
+        for src in range(self.size):
+            early = self._early.get((qid, src))
+            if early:
+                out[src] = early.popleft()
+        while len(out) < self.size:
             src, value = self.recv_obj(qid, COLLECTIVE)
-            out[src] = value
-        return out
+            if src in out:
+                self._early.setdefault((qid, src), collections.deque()).append(value)
+            else:
+                out[src] = value
+        return [out[r] for r in range(self.size)]
 
-    def bcast(self, qid: int, obj: object, root: int = 0) -> object:
-        if self.rank == root:
-            for dest in range(self.size):
-                if dest != root:
-                    self.send_obj(dest, qid, COLLECTIVE, obj)
-            return obj
-        return self.recv_obj(qid, COLLECTIVE)[1]
 
     # ---- failures and query lifecycle ------------------------------------------------------------
     def fail(self, qid: int, stage: int | None, cause: str) -> None:
@@ -167,6 +170,8 @@ class Mux:
             self._finished.discard((q + (1 << (_QID_BITS - 1))) % (1 << _QID_BITS))  # window of reuse
             for key in [k for k in self._inbox if k[0] == q]:
                 del self._inbox[key]
+            for key in [k for k in self._early if k[0] % (1 << _QID_BITS) == q]:
+                del self._early[key]
 
     def _check(self, qid: int, allow_control: bool = False) -> None:
         if self._fatal is not None:

@@ -17,6 +17,14 @@ def under_mpi() -> bool:
     return "SLURM_STEP_ID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1
 
 
+def launcher_rank() -> int | None:
+    """This process's rank as told by the launcher's environment (None outside an MPI job)."""
+    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return None
+
+
 def mpiexec_path() -> str:
     """The mpiexec installed next to this Python (MPICH from PyPI), else the one on PATH."""
     local = Path(sys.executable).parent / "mpiexec"

@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -63,13 +64,23 @@ def sql_literal(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def scan_sql(fmt: str, paths: Iterable[str | os.PathLike[str]], csv_options: dict[str, object]) -> str:
-    """The DuckDB table function reading ``paths``, e.g. ``read_parquet(['a.parquet'])``."""
+def scan_sql(
+    fmt: str,
+    paths: Iterable[str | os.PathLike[str]],
+    csv_options: dict[str, object] | None = None,
+    columns: Columns | None = None,
+) -> str:
+    """The DuckDB table function reading ``paths``, e.g. ``read_parquet(['a.parquet'])``.
+
+    CSV is read with the dialect ``csv_options`` and the column names and types ``columns``, the
+    way the executor reads a CSV table of the catalog.
+    """
     files = sql_literal([str(p) for p in paths])
     if fmt == "parquet":
         return f"read_parquet({files})"
-    opts = "".join(f", {k}={sql_literal(v)}" for k, v in csv_options.items())
-    return f"read_csv({files}{opts})"
+    cols = f", columns = {sql_literal(dict(columns))}" if columns else ""
+    opts = "".join(f", {k} = {sql_literal(v)}" for k, v in (csv_options or {}).items())
+    return f"read_csv({files}{cols}{opts})"
 
 
 def describe(con: duckdb.DuckDBPyConnection, source_sql: str) -> Columns:
@@ -169,8 +180,11 @@ def detect_format(paths: list[Path], fmt: str | None) -> str:
     return found.pop()
 
 
-def sniff_csv_options(con: duckdb.DuckDBPyConnection, path: Path) -> dict[str, object]:
-    """read_csv options fixing dialect and column types, sniffed from one file.
+def sniff_csv(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict[str, object], Columns]:
+    """read_csv options fixing the dialect, and the columns with their types, sniffed from one file.
+
+    The options are what the catalog keeps as ``csv_options``; the columns are passed separately
+    (as ``columns``) by every reader, from the table's schema.
 
     Every rank sniffs the same file and then reads its own files with these options, so all ranks
     agree on the schema (sniffing each rank's files separately could give different types).
@@ -193,20 +207,30 @@ def sniff_csv_options(con: duckdb.DuckDBPyConnection, path: Path) -> dict[str, o
         opts["dateformat"] = date_format
     if ts_format:
         opts["timestampformat"] = ts_format
-    opts["columns"] = {c["name"]: c["type"] for c in columns}
-    return opts
+    return opts, tuple((c["name"], c["type"]) for c in columns)
 
 
-def _check_readable(
-    con: duckdb.DuckDBPyConnection, fmt: str, path: Path, csv_options: dict[str, object], expect: Columns
-) -> None:
+@dataclass(frozen=True)
+class Input:
+    """How to read the input files: format, CSV dialect and the schema every rank agrees on."""
+
+    fmt: str
+    csv_options: dict[str, object]
+    columns: Columns
+
+    def scan(self, paths: Iterable[str | os.PathLike[str]]) -> str:
+        return scan_sql(self.fmt, paths, self.csv_options, self.columns if self.fmt == "csv" else None)
+
+
+def _check_readable(con: duckdb.DuckDBPyConnection, source: Input, path: Path) -> None:
+    """A Parquet file must open and have the first file's schema (CSV is checked as it is read)."""
     try:
-        got = describe(con, scan_sql(fmt, [path], csv_options))
+        got = describe(con, source.scan([path]))
     except duckdb.Error as e:
         raise CatalogError(f"cannot read input file {path}: {e}") from e
-    if got != expect:
+    if got != source.columns:
         raise CatalogError(
-            f"input file {path} has columns {list(got)}, but the first file has {list(expect)}"
+            f"input file {path} has columns {list(got)}, but the first file has {list(source.columns)}"
         )
 
 
@@ -304,7 +328,7 @@ def _output_columns(con: duckdb.DuckDBPyConnection, source: str, staging: Path, 
     probe = staging / f"schema-r{rank}.parquet"
     try:
         con.execute(f"COPY (SELECT * FROM {source} LIMIT 0) TO {sql_literal(str(probe))} (FORMAT parquet)")
-        return describe(con, scan_sql("parquet", [probe], {}))
+        return describe(con, scan_sql("parquet", [probe]))
     finally:
         probe.unlink(missing_ok=True)
 
@@ -390,22 +414,24 @@ def _load(
     # Every rank checks all names (cheap), so a missing file fails every rank alike, without messages.
     paths = expand_files(files)
     fmt = detect_format(paths, fmt)
-    csv_options = sniff_csv_options(con, paths[0]) if fmt == "csv" else {}
-    try:
-        columns = describe(con, scan_sql(fmt, [paths[0]], csv_options))
-    except duckdb.Error as e:
-        raise CatalogError(f"cannot read input file {paths[0]}: {e}") from e
-    keys, scheme, count = _plan(columns, partition_by, partitions, scheme)
+    if fmt == "csv":
+        source = Input(fmt, *sniff_csv(con, paths[0]))
+    else:
+        try:
+            source = Input(fmt, {}, describe(con, scan_sql(fmt, [paths[0]])))
+        except duckdb.Error as e:
+            raise CatalogError(f"cannot read input file {paths[0]}: {e}") from e
+    keys, scheme, count = _plan(source.columns, partition_by, partitions, scheme)
     mine = list(range(rt.rank, len(paths), rt.size))
     for i in mine:
-        _check_readable(con, fmt, paths[i], csv_options, columns)
+        _check_readable(con, source, paths[i])
 
     if not keys:
-        return _register(rt, qid, root, table, fmt, csv_options, columns, paths, mine)
+        return _register(rt, qid, root, table, source, paths, mine)
     staging = root / table / f"{_STAGING_PREFIX}{qid}"
     staging.mkdir(parents=True, exist_ok=True)
     try:
-        return _repartition(rt, qid, root, table, fmt, csv_options, columns, paths, mine, keys, scheme, count)
+        return _repartition(rt, qid, root, table, source, paths, mine, keys, scheme, count)
     except BaseException:
         # Remove what this rank staged; the previous version of the table stays as it was.
         own = re.compile(rf"part-\d+-r{rt.rank}(-\d+)?\.parquet")
@@ -421,23 +447,19 @@ def _register(
     qid: int,
     root: Path,
     table: str,
-    fmt: str,
-    csv_options: dict[str, object],
-    columns: Columns,
+    source: Input,
     paths: list[Path],
     mine: list[int],
 ) -> TableInfo | None:
     """Record the files as they are: each file one partition, no known partitioning."""
     counts: list[tuple[int, int]] = []
-    if fmt == "parquet":
+    if source.fmt == "parquet":
         stats = parquet_stats(rt.con, [str(paths[i]) for i in mine])
         counts = [(i, s[0]) for i, s in zip(mine, stats, strict=True)]
     else:
         for i in mine:
             try:
-                n = rt.con.execute(
-                    f"SELECT count(*) FROM {scan_sql(fmt, [paths[i]], csv_options)}"
-                ).fetchone()
+                n = rt.con.execute(f"SELECT count(*) FROM {source.scan([paths[i]])}").fetchone()
             except duckdb.Error as e:
                 raise CatalogError(f"cannot read input file {paths[i]}: {e}") from e
             counts.append((i, int(n[0])))
@@ -447,10 +469,10 @@ def _register(
     rows = dict(pair for part in gathered for pair in part)  # type: ignore[union-attr]
     info = TableInfo(
         name=table,
-        format=fmt,
-        columns=columns,
+        format=source.fmt,
+        columns=source.columns,
         partitions=tuple(PartitionInfo((_rel(root, p),), rows[i]) for i, p in enumerate(paths)),
-        csv_options=csv_options,
+        csv_options=source.csv_options,
     )
     _publish(rt, root, info, [], set(paths))
     return info
@@ -461,9 +483,7 @@ def _repartition(
     qid: int,
     root: Path,
     table: str,
-    fmt: str,
-    csv_options: dict[str, object],
-    columns: Columns,
+    source: Input,
     paths: list[Path],
     mine: list[int],
     keys: tuple[str, ...],
@@ -471,20 +491,20 @@ def _repartition(
     count: int,
 ) -> TableInfo | None:
     staging = root / table / f"{_STAGING_PREFIX}{qid}"
-    source = scan_sql(fmt, [paths[i] for i in mine], csv_options) if mine else None
-    out_columns = _output_columns(rt.con, scan_sql(fmt, [paths[0]], csv_options), staging, rt.rank)
+    scan = source.scan([paths[i] for i in mine]) if mine else None
+    out_columns = _output_columns(rt.con, source.scan([paths[0]]), staging, rt.rank)
     types = dict(out_columns)
     if scheme == "range":
         key = keys[0]
-        part_sql = _range_sql(key, types[key], _splitters(rt, qid, source, key, types[key], count))
+        part_sql = _range_sql(key, types[key], _splitters(rt, qid, scan, key, types[key], count))
     else:
         hash_types = tuple(canonical_hash_type(types[k]) for k in keys)
         part_sql = hash_sql([quote_ident(k) for k in keys], hash_types, count)
 
     written: dict[int, list[Path]] = {}
-    if source is not None:
+    if scan is not None:
         try:
-            written = _write_partitions(rt.con, source, part_sql, staging, rt.rank)
+            written = _write_partitions(rt.con, scan, part_sql, staging, rt.rank)
         except duckdb.Error as e:
             names = ", ".join(str(paths[i]) for i in mine)
             raise CatalogError(f"rank {rt.rank}: loading {names} failed: {e}") from e

@@ -1,0 +1,125 @@
+"""Failure paths end the whole job quickly, with one message naming the rank and the cause.
+
+Every test bounds its run time with a subprocess timeout: a hang fails the test instead of stalling
+the suite. No test asserts on speed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import duckflock
+from support import make_table
+
+pytestmark = pytest.mark.dist
+BOUND_S = 90  # a hang becomes a failure long before CI's limit
+
+
+@pytest.fixture(scope="module")
+def bad_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("bad")
+    # Rows are dealt round-robin over 4 partitions: i % 4 == 3 lands in partition 3, which lives on
+    # rank 3 % ranks. Only those rows hold a string that is not a number.
+    make_table(
+        root, "bad",
+        "SELECT i AS k, CASE WHEN i = 1003 THEN 'oops' ELSE CAST(i AS VARCHAR) END AS s FROM range(2000) t(i)", 4,
+    )
+    make_table(root, "good", "SELECT i AS k, i * 2 AS v FROM range(2000) t(i)", 4, "hash", ("k",))
+    make_table(root, "gone", "SELECT i AS k FROM range(100) t(i)", 2)
+    (root / "gone" / "gone.1.parquet").write_bytes(b"this is not parquet")
+    return root
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "duckflock.cli.main", *args],
+        capture_output=True, text=True, timeout=BOUND_S, env=os.environ.copy(),
+    )
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_runtime_error_on_one_rank_names_it(bad_dir, ranks):
+    proc = cli("sql", "--data", str(bad_dir), "--ranks", str(ranks), "SELECT k, CAST(s AS INTEGER) AS n FROM bad")
+    assert proc.returncode != 0
+    # The partition holding row 1003 decides the rank; find it from the catalog, not by hand.
+    catalog = duckflock.catalog.Catalog.load(bad_dir)
+    import duckdb
+
+    part = next(
+        p for p, info in enumerate(catalog.table("bad").partitions)
+        if duckdb.execute(f"SELECT count(*) FROM '{catalog.path(info.files[0])}' WHERE s = 'oops'").fetchone()[0]
+    )
+    assert f"rank {part % ranks}" in proc.stderr, proc.stderr
+    assert "Conversion Error" in proc.stderr and "oops" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("error:") == 1, proc.stderr
+
+
+def test_error_while_others_wait_in_a_shuffle(bad_dir):
+    """One rank fails producing its side of a shuffle join while the others wait for its rows."""
+    proc = cli(
+        "sql", "--data", str(bad_dir), "--ranks", "4",
+        "SELECT count(*) FROM good g JOIN (SELECT CAST(s AS BIGINT) AS k FROM bad) b ON g.v = b.k",
+    )
+    assert proc.returncode != 0
+    assert "Conversion Error" in proc.stderr and "rank " in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("query", "needle"),
+    [
+        ("SELECT nosuch FROM good", "nosuch"),
+        ("SELECT * FROM missing_table", "missing_table"),
+        ("SELEC 1", "parse"),
+        ("SELECT k, row_number() OVER () FROM good", "window functions"),
+        ("INSERT INTO good VALUES (1, 2)", "only SELECT"),
+    ],
+)
+def test_bad_query_fails_cleanly(bad_dir, query, needle):
+    proc = cli("sql", "--data", str(bad_dir), "--ranks", "2", query)
+    assert proc.returncode == 1
+    assert needle.lower() in proc.stderr.lower(), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unreadable_file_names_rank_and_file(bad_dir):
+    proc = cli("sql", "--data", str(bad_dir), "--ranks", "2", "SELECT count(*) FROM gone")
+    assert proc.returncode == 1
+    assert "rank 1" in proc.stderr and "gone.1.parquet" in proc.stderr, proc.stderr
+
+
+def test_missing_data_directory(tmp_path):
+    proc = cli("sql", "--data", str(tmp_path / "nowhere"), "--ranks", "2", "SELECT 1")
+    assert proc.returncode == 1
+    assert "not a duckflock data directory" in proc.stderr
+
+
+def test_failed_query_leaves_no_output_file(bad_dir, tmp_path):
+    target = tmp_path / "result.parquet"
+    proc = cli("sql", "--data", str(bad_dir), "--ranks", "2", "--output", str(target),
+               "SELECT CAST(s AS INTEGER) FROM bad")
+    assert proc.returncode == 1
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []
+    ok = cli("sql", "--data", str(bad_dir), "--ranks", "2", "--output", str(target), "SELECT * FROM good")
+    assert ok.returncode == 0, ok.stderr
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(target).num_rows == 2000
+
+
+def test_session_survives_failures(bad_dir):
+    with duckflock.connect(bad_dir, ranks=3) as db:
+        with pytest.raises(duckflock.ExecutionError) as info:
+            db.sql("SELECT CAST(s AS INTEGER) FROM bad")
+        assert "Conversion Error" in str(info.value)
+        with pytest.raises(duckflock.SqlError):
+            db.sql("SELECT nosuch FROM good")
+        for _ in range(2):
+            assert db.sql("SELECT count(*) AS n, sum(v) AS s FROM good").fetchall() == [(2000, 2 * sum(range(2000)))]

@@ -1,0 +1,251 @@
+"""load_table on in-process groups of ranks: every rank in its own thread with its own runtime."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from itertools import pairwise
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from duckflock.catalog import Catalog, Hashed, Ranged, TableInfo
+from duckflock.config import Config
+from duckflock.errors import CatalogError, ExecutionError
+from duckflock.exec.runtime import Runtime
+from duckflock.ingest.load import load_table, scan_sql
+from duckflock.transport.inproc import InProcTransport
+
+QID = 7
+ROWS = 5000
+
+
+def run_ranks(n: int, body: Callable[[Runtime], object]) -> tuple[list[object], list[BaseException | None]]:
+    """Run ``body`` on n ranks; like the real caller, a failing rank reports to the others."""
+    transports = InProcTransport.group(n)
+    results: list[object] = [None] * n
+    errors: list[BaseException | None] = [None] * n
+    done = threading.Barrier(n)
+
+    def rank(r: int) -> None:
+        rt = Runtime.create(transports[r], None, Config(threads=1), ranks_on_node=n)
+        try:
+            results[r] = body(rt)
+        except Exception as e:
+            errors[r] = e
+            rt.mux.fail(QID, None, f"{type(e).__name__}: {e}")
+        finally:
+            # Keep every mux running until all ranks are done, so no message is lost.
+            done.wait(timeout=60)
+            rt.close()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+        assert not t.is_alive(), "a rank hangs"
+    return results, errors
+
+
+def load(n: int, root: Path, name: str, files: list[str], **kw) -> TableInfo:
+    results, errors = run_ranks(n, lambda rt: load_table(rt, QID, root, name, files, **kw))
+    assert errors == [None] * n
+    assert results[1:] == [None] * (n - 1)
+    info = results[0]
+    assert isinstance(info, TableInfo)
+    assert Catalog.load(root).table(name) == info
+    return info
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> tuple[Path, list[str]]:
+    """Four Parquet files of different sizes: ints with duplicates, strings with NULLs, dates, doubles."""
+    src = tmp_path_factory.mktemp("inputs")
+    con = duckdb.connect()
+    files = []
+    for i, (lo, hi) in enumerate([(0, 2000), (2000, 2600), (2600, 4500), (4500, ROWS)]):
+        f = src / f"in{i}.parquet"
+        con.execute(
+            f"COPY (SELECT range AS id, (range * 7919) % 613 AS k, "
+            f"CASE WHEN range % 11 = 0 THEN NULL ELSE 'g' || (range % 37) END AS g, "
+            f"DATE '2000-01-01' + CAST(range % 1000 AS INTEGER) AS d, range / 3.0 AS v "
+            f"FROM range({lo}, {hi})) TO '{f}' (FORMAT parquet)"
+        )
+        files.append(str(f))
+    return src, files
+
+
+def _fingerprint(con: duckdb.DuckDBPyConnection, source: str) -> tuple:
+    """Row count and an order-independent checksum of all rows: equal iff the rows are (very likely)."""
+    return con.execute(f"SELECT count(*), sum(hash(id, k, g, d, v)) FROM {source}").fetchone()
+
+
+def _partition_sources(root: Path, info: TableInfo) -> list[str | None]:
+    return [f"read_parquet({[str(root / f) for f in p.files]})" if p.files else None for p in info.partitions]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_hash_partitions_hold_exactly_their_rows(tmp_path, inputs, n):
+    _, files = inputs
+    info = load(n, tmp_path, "t", files, partition_by=["K"], partitions=5)
+    assert (info.kind, info.keys, len(info.partitions)) == ("hash", ("k",), 5)
+    assert isinstance(info.partitioning(), Hashed)
+    con = duckdb.connect()
+    assert _fingerprint(con, f"read_parquet({files})") == (
+        _fingerprint(con, f"read_parquet({[str(tmp_path / f) for p in info.partitions for f in p.files]})")
+    )
+    for p, source in enumerate(_partition_sources(tmp_path, info)):
+        if source is None:
+            assert info.partitions[p].rows == 0
+            continue
+        rows, wrong = con.execute(
+            f"SELECT count(*), count(*) FILTER (WHERE hash(CAST(k AS BIGINT)) % 5 <> {p}) FROM {source}"
+        ).fetchone()
+        assert (rows, wrong) == (info.partitions[p].rows, 0)
+        # Files are named by partition and rank; a rank writes no empty file.
+        for f in info.partitions[p].files:
+            assert Path(f).name.startswith(f"part-{p}-r")
+            assert con.execute(f"SELECT count(*) FROM '{tmp_path / f}'").fetchone()[0] > 0
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_hash_on_two_columns_keeps_null_keys(tmp_path, inputs, n):
+    _, files = inputs
+    info = load(n, tmp_path, "t2", files, partition_by=["g", "d"], partitions=4, scheme="hash")
+    assert info.keys == ("g", "d")
+    con = duckdb.connect()
+    expect_nulls = con.execute(f"SELECT count(*) FROM read_parquet({files}) WHERE g IS NULL").fetchone()[0]
+    assert expect_nulls > 0
+    got_nulls = 0
+    for p, source in enumerate(_partition_sources(tmp_path, info)):
+        if source is None:
+            continue
+        wrong, nulls = con.execute(
+            f"SELECT count(*) FILTER (WHERE hash(CAST(g AS VARCHAR), CAST(d AS DATE)) % 4 <> {p}), "
+            f"count(*) FILTER (WHERE g IS NULL) FROM {source}"
+        ).fetchone()
+        assert wrong == 0
+        got_nulls += nulls
+    assert got_nulls == expect_nulls
+    assert info.rows == ROWS
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("key", ["k", "g", "d"])
+def test_range_partitions_are_sorted_and_disjoint(tmp_path, inputs, n, key):
+    _, files = inputs
+    info = load(n, tmp_path, "r", files, partition_by=[key], partitions=6, scheme="range")
+    assert (info.kind, info.keys, len(info.partitions)) == ("range", (key,), 6)
+    con = duckdb.connect()
+    all_files = [str(tmp_path / f) for p in info.partitions for f in p.files]
+    assert _fingerprint(con, f"read_parquet({files})") == _fingerprint(con, f"read_parquet({all_files})")
+    bounds = []
+    for p, source in zip(info.partitions, _partition_sources(tmp_path, info), strict=True):
+        if source is None:
+            assert p.rows == 0
+            continue
+        rows, lo, hi = con.execute(f"SELECT count(*), min({key}), max({key}) FROM {source}").fetchone()
+        assert (rows, lo, hi) == (p.rows, p.min, p.max)
+        bounds.append((lo, hi))
+    assert all(a[1] < b[0] for a, b in pairwise(bounds))
+    ranged = info.partitioning()
+    assert isinstance(ranged, Ranged) and ranged.key == key
+    # The sample spreads rows roughly evenly over the partitions.
+    distinct = con.execute(f"SELECT count(DISTINCT {key}) FROM read_parquet({files})").fetchone()[0]
+    if distinct > 100:
+        assert max(p.rows for p in info.partitions) < 2 * ROWS / len(info.partitions)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_csv_input(tmp_path, inputs, n):
+    _, files = inputs
+    con = duckdb.connect()
+    csvs = []
+    for i, f in enumerate(files):
+        csv = tmp_path / "src" / f"in{i}.csv"
+        csv.parent.mkdir(exist_ok=True)
+        con.execute(f"COPY (SELECT * FROM '{f}') TO '{csv}' (HEADER)")
+        csvs.append(str(csv))
+    whole = load(n, tmp_path, "c", [str(tmp_path / "src" / "*.csv")])
+    assert (whole.format, whole.kind, whole.rows) == ("csv", "none", ROWS)
+    assert [p.files for p in whole.partitions] == [(f"src/in{i}.csv",) for i in range(len(csvs))]
+    assert dict(whole.columns)["id"] == "BIGINT" and whole.csv_options["header"] is True
+    # Read back the way the executor reads a CSV table: the catalog's columns plus its dialect options.
+    assert "columns" not in whole.csv_options
+    back = scan_sql(
+        "csv", [tmp_path / f for p in whole.partitions for f in p.files], whole.csv_options, whole.columns
+    )
+    assert _fingerprint(con, back) == _fingerprint(con, f"read_parquet({files})")
+
+    hashed = load(n, tmp_path, "ch", csvs, partition_by=["id"], partitions=3)
+    assert (hashed.format, hashed.kind, hashed.rows) == ("parquet", "hash", ROWS)
+    out = [str(tmp_path / f) for p in hashed.partitions for f in p.files]
+    assert _fingerprint(con, f"read_parquet({files})") == _fingerprint(con, f"read_parquet({out})")
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_files_registered_as_they_are(tmp_path, inputs, n):
+    _, files = inputs
+    info = load(n, tmp_path, "plain", files)
+    assert info.kind == "none" and len(info.partitions) == len(files)
+    con = duckdb.connect()
+    for p, f in zip(info.partitions, files, strict=True):
+        assert p.files == (f,)  # outside the data directory: absolute
+        assert p.rows == con.execute(f"SELECT count(*) FROM '{f}'").fetchone()[0]
+    assert info.columns == tuple(
+        (r[0], r[1]) for r in con.execute(f"DESCRIBE SELECT * FROM '{files[0]}'").fetchall()
+    )
+
+
+def test_reloading_replaces_the_old_files(tmp_path, inputs):
+    _, files = inputs
+    first = load(3, tmp_path, "t", files, partition_by=["id"], partitions=8)
+    # Three ranks and two files: rank 2 reads nothing but still takes part.
+    second = load(3, tmp_path, "t", files[:2], partition_by=["k"], partitions=3, scheme="range")
+    on_disk = sorted(p.name for p in (tmp_path / "t").iterdir())
+    assert on_disk == sorted(Path(f).name for p in second.partitions for f in p.files)
+    assert second.rows < first.rows
+    assert set(Catalog.load(tmp_path).tables) == {"t"}
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_missing_file_raises_catalog_error_on_every_rank(tmp_path, inputs, n):
+    _, files = inputs
+    missing = str(tmp_path / "nope.parquet")
+    _, errors = run_ranks(
+        n, lambda rt: load_table(rt, QID, tmp_path, "t", [*files, missing], ["id"], 4, "hash")
+    )
+    assert all(isinstance(e, CatalogError) and "nope.parquet" in str(e) for e in errors)
+    _, errors = run_ranks(
+        n, lambda rt: load_table(rt, QID, tmp_path, "t", [str(tmp_path / "*.csv")], None, None, None)
+    )
+    assert all(isinstance(e, CatalogError) and "*.csv" in str(e) for e in errors)
+
+
+def test_unreadable_file_fails_its_rank_and_releases_the_others(tmp_path, inputs):
+    _, files = inputs
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet at all")
+    # File 1 goes to rank 1, which cannot read it; rank 0 learns of it through the mux.
+    _, errors = run_ranks(
+        2, lambda rt: load_table(rt, QID, tmp_path, "t", [files[0], str(bad)], ["id"], 4, "range")
+    )
+    assert isinstance(errors[1], CatalogError) and "bad.parquet" in str(errors[1])
+    assert isinstance(errors[0], ExecutionError) and "bad.parquet" in str(errors[0])
+    assert not (tmp_path / "duckflock_catalog.json").exists()
+
+
+def test_bad_arguments(tmp_path, inputs):
+    _, files = inputs
+    cases = [
+        ({"partition_by": ["nope"]}, "nope"),
+        ({"partition_by": ["id", "k"], "scheme": "range"}, "one key"),
+        ({"partition_by": ["id"], "scheme": "round-robin"}, "scheme"),
+        ({"partition_by": ["id"], "partitions": 0}, "at least 1"),
+        ({"scheme": "hash"}, "partition_by"),
+    ]
+    for kw, text in cases:
+        _, errors = run_ranks(1, lambda rt, kw=kw: load_table(rt, QID, tmp_path, "t", files, **kw))
+        assert isinstance(errors[0], CatalogError) and text in str(errors[0]), (kw, errors[0])
