@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from rich.console import Console
 
 from duckflock.catalog import Catalog
+from duckflock.cli.output import stdout_console
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
 from duckflock.exec.spmd import spmd
 
-# Wide when not a terminal, so tables written to files or pipes are not squeezed.
-out = Console(width=None if sys.stdout.isatty() else 160)
+out = stdout_console()
 err = Console(stderr=True, soft_wrap=True)
 
 

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from duckflock.errors import DuckflockError
+
+
+def stdout_console() -> Console:
+    """Wide when not a terminal, so tables written to files or pipes are not squeezed."""
+    return Console(width=None if sys.stdout.isatty() else 160)
 
 
 def print_error(console: Console, message: str) -> None:
@@ -59,43 +66,49 @@ def write_result(table: pa.Table, path: str) -> None:
 def print_profile(stats, console: Console | None = None) -> None:
     """Per rank and stage: the breakdown of the seed report's tables 2-4, and more."""
     console = console or Console()
-    view = Table(title="profile (seconds; bytes on the wire)", header_style="bold")
-    for col in (
+    view = Table(
+        title="profile per rank and stage (milliseconds)",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    heads = (
         "rank",
         "stage",
         "duckdb",
-        "partition",
-        "serialize",
-        "send wait",
-        "recv wait",
+        "split",
+        "encode",
+        "send",
+        "recv",
         "total",
         "rows out",
-        "bytes out",
+        "sent",
         "rows in",
-        "bytes in",
-    ):
-        view.add_column(col, justify="right")
+        "recvd",
+    )
+    for col in heads:
+        view.add_column(col, justify="right", no_wrap=True)
     for s in sorted(stats, key=lambda s: (s.rank, s.sid)):
         e = s.exchange
+        ms = [
+            f"{1000 * v:.1f}"
+            for v in (s.compute_s, e.partition_s, e.serialize_s, e.send_wait_s, e.recv_wait_s, s.total_s)
+        ]
         view.add_row(
             str(s.rank),
             str(s.sid),
-            f"{s.compute_s:.4f}",
-            f"{e.partition_s:.4f}",
-            f"{e.serialize_s:.4f}",
-            f"{e.send_wait_s:.4f}",
-            f"{e.recv_wait_s:.4f}",
-            f"{s.total_s:.4f}",
-            str(e.rows_out),
+            *ms,
+            f"{e.rows_out:,}",
             _size(e.bytes_out),
-            str(e.rows_in),
+            f"{e.rows_in:,}",
             _size(e.bytes_in),
         )
     console.print(view)
     console.print(
-        "duckdb = DuckDB producing the stage's rows (scan, filter, join, aggregate, sort); part. = "
-        "splitting rows by target; ser. = Arrow IPC encoding; send = waiting on back-pressure; "
-        "recv = waiting for and receiving inputs (on the driver's last stage: collecting results)"
+        "duckdb: DuckDB producing the stage's rows (scan, filter, join, aggregate, sort) | split: rows by "
+        "target | encode: Arrow IPC | send: waiting on back-pressure | recv: waiting for and receiving "
+        "inputs (on the driver's last stage: collecting the result) | sent/recvd: bytes on the wire",
+        highlight=False,
     )
 
 
