@@ -118,12 +118,11 @@ class _Planner:
             return Placed(node, (Replicated(),), 1, 8)
         if isinstance(node, Filter):
             c = self.place(node.child)
-            return Placed(node.with_children((c.node,)), c.parts, max(1.0, c.rows * 0.5), c.width)
+            return Placed(self.with_subqueries(node, c), c.parts, max(1.0, c.rows * 0.5), c.width)
         if isinstance(node, Project):
             c = self.place(node.child)
-            return Placed(
-                node.with_children((c.node,)), _project_parts(node, c.parts), c.rows, 16 * len(node.exprs)
-            )
+            parts = _project_parts(node, c.parts)
+            return Placed(self.with_subqueries(node, c), parts, c.rows, 16 * len(node.exprs))
         if isinstance(node, Join):
             return self.join(node)
         if isinstance(node, Aggregate):
@@ -133,6 +132,16 @@ class _Planner:
         if isinstance(node, Sort | Limit):
             return self.sort_or_limit(node)
         raise TypeError(f"no distribution rule for {type(node).__name__}")
+
+    def with_subqueries(self, node: Filter | Project, child: Placed) -> Node:
+        """Subquery results must be wherever the expression is evaluated: on the driver when the
+        child is there, otherwise on every rank (broadcast)."""
+        subs = []
+        for _, sub in node.subqueries:
+            placed = self.place(sub)
+            placed = self.to_single(placed) if child.on_driver else self.broadcast(placed)
+            subs.append(placed.node)
+        return node.with_children((child.node, *subs))
 
     def scan(self, node: Scan) -> Placed:
         info = self.catalog.table(node.table)

@@ -62,7 +62,24 @@ class Values(Node):
 
 
 @dataclass(frozen=True, eq=False)
-class Filter(Unary):
+class WithSubqueries(Unary):
+    """A node whose expressions contain uncorrelated subqueries. Each subquery is planned on its own
+    and referenced in the SQL by a token (``"__sq3"``); its rows must be on every rank that evaluates
+    the expression (DuckDB then evaluates IN / NOT IN / EXISTS / scalar subqueries exactly)."""
+
+    subqueries: tuple[tuple[str, Node], ...] = ()
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.child, *(n for _, n in self.subqueries))
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        subs = tuple((tok, n) for (tok, _), n in zip(self.subqueries, children[1:], strict=True))
+        return replace(self, child=children[0], subqueries=subs)
+
+
+@dataclass(frozen=True, eq=False)
+class Filter(WithSubqueries):
     condition: str = ""
 
     def explain_line(self) -> str:
@@ -70,7 +87,7 @@ class Filter(Unary):
 
 
 @dataclass(frozen=True, eq=False)
-class Project(Unary):
+class Project(WithSubqueries):
     exprs: tuple[str, ...] = ()
 
     def explain_line(self) -> str:

@@ -71,15 +71,21 @@ def _(node: Exchange, source: ScanSource) -> str:
     return _render(node.child, source)
 
 
+def _with_subqueries(sql: str, node: Filter | Project, source: ScanSource) -> str:
+    for token, sub in node.subqueries:
+        sql = sql.replace(q(token), f"{_sub(sub, source)} AS {q(token)}")
+    return sql
+
+
 @_render.register
 def _(node: Filter, source: ScanSource) -> str:
-    return f"SELECT * FROM {_sub(node.child, source)} WHERE {node.condition}"
+    return f"SELECT * FROM {_sub(node.child, source)} WHERE {_with_subqueries(node.condition, node, source)}"
 
 
 @_render.register
 def _(node: Project, source: ScanSource) -> str:
     items = ", ".join(f"{e} AS {q(c)}" for e, c in zip(node.exprs, node.columns, strict=True))
-    return f"SELECT {items} FROM {_sub(node.child, source)}"
+    return f"SELECT {_with_subqueries(items, node, source)} FROM {_sub(node.child, source)}"
 
 
 _JOIN_SQL = {

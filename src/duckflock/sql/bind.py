@@ -17,6 +17,7 @@ from sqlglot.optimizer import RULES, optimize
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import common_hash_type
+from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.errors import SqlError
 from duckflock.plan.nodes import (
     Aggregate,
@@ -103,6 +104,7 @@ class _Builder:
         self.catalog = catalog
         self.schema_db = schema_db
         self.ctes: dict[str, exp.Expression] = {}
+        self.subplans: dict[str, Node] = {}  # token -> plan of an uncorrelated subquery
         self._n = 0
 
     def fresh(self, stem: str) -> str:
@@ -128,8 +130,6 @@ class _Builder:
         for bad, name in ((exp.Window, "window functions"), (exp.Lateral, "LATERAL"), (exp.Unnest, "UNNEST")):
             if any(True for _ in _scope_find(s, bad)):
                 raise _unsupported(name)
-        if any(True for _ in _scope_find(s, exp.Subquery)) or any(True for _ in _scope_find(s, exp.Exists)):
-            raise _unsupported("subquery that could not be turned into a join")
         for arg in ("qualify", "prewhere", "sample", "connect", "pivots"):
             if s.args.get(arg):
                 raise _unsupported(arg.upper())
@@ -159,7 +159,8 @@ class _Builder:
                 having,
             )
             if having is not None:
-                rel = Filter(rel.columns, child=rel, condition=_sql(having))
+                cond = _sql(having)
+                rel = Filter(rel.columns, child=rel, condition=cond, subqueries=self.attach(cond))
 
         # Output columns, plus hidden ones for ORDER BY keys that are not among them.
         names = [f"{prefix}.{n}" if prefix else self.fresh("o") for n in out_names]
@@ -183,7 +184,7 @@ class _Builder:
             o = o.copy()
             o.set("this", _col(hit))
             sort_keys.append(_sql(o))
-        rel = Project(tuple(names), child=rel, exprs=tuple(exprs))
+        rel = Project(tuple(names), child=rel, exprs=tuple(exprs), subqueries=self.attach(" ".join(exprs)))
         if s.args.get("distinct"):
             if s.args["distinct"].args.get("on"):
                 raise _unsupported("DISTINCT ON")
@@ -240,7 +241,7 @@ class _Builder:
         where_conj = _conjuncts(self.names(where.this.copy())) if where is not None else []
         if from_ is None:
             rel: Node = Values(("__one",))
-            return _filter(rel, where_conj)
+            return self.filter(rel, where_conj)
         joins = s.args.get("joins") or []
         sources = [self.source(from_.this, s)] + [self.source(j.this, s) for j in joins]
         kinds = ["inner"] + [_join_kind(j) for j in joins]
@@ -276,10 +277,16 @@ class _Builder:
                 else:
                     keep.append(c)
             ons[j] = keep
-        rel = _filter(sources[0], pushed[0])
+        rel = self.filter(sources[0], pushed[0])
         for j in range(1, len(sources)):
-            rel = self.join(rel, _filter(sources[j], pushed[j]), kinds[j], ons[j])
-        return _filter(rel, rest_where)
+            rel = self.join(rel, self.filter(sources[j], pushed[j]), kinds[j], ons[j])
+        return self.filter(rel, rest_where)
+
+    def filter(self, rel: Node, conj: list[exp.Expression]) -> Node:
+        if not conj:
+            return rel
+        cond = _sql(exp.and_(*conj) if len(conj) > 1 else conj[0])
+        return Filter(rel.columns, child=rel, condition=cond, subqueries=self.attach(cond))
 
     def source(self, item: exp.Expression, s: exp.Select) -> Node:
         alias = item.alias_or_name
@@ -336,14 +343,30 @@ class _Builder:
 
     # ---- expressions --------------------------------------------------------------------------------
     def names(self, e: exp.Expression) -> exp.Expression:
-        """Rewrite qualified columns ``t.c`` to the plan's unique column names ``"t.c"``."""
+        """Rewrite qualified columns ``t.c`` to the plan's unique column names ``"t.c"``, and plan each
+        uncorrelated subquery separately, leaving a token table in its place."""
 
         def fn(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Subquery | exp.Exists) and isinstance(node.this, exp.Query):
+                return self.subquery(node)
             if isinstance(node, exp.Column) and node.table:
                 return _col(f"{node.table}.{node.name}")
             return node
 
         return e.transform(fn, copy=False) if not isinstance(e, exp.Column) else fn(e)
+
+    def subquery(self, node: exp.Subquery | exp.Exists) -> exp.Expression:
+        body = node.this
+        if _correlated(body):
+            raise _unsupported("correlated subquery that could not be turned into a join")
+        token = self.fresh("sq")
+        self.subplans[token] = self.query(body.copy(), prefix=token)
+        placeholder = exp.select("*").from_(exp.to_identifier(token, quoted=True))
+        return type(node)(this=placeholder)
+
+    def attach(self, sql: str) -> tuple[tuple[str, Node], ...]:
+        """The subquery plans an expression's SQL refers to."""
+        return tuple((tok, plan) for tok, plan in self.subplans.items() if q(tok) in sql)
 
 
 def _join_kind(j: exp.Join) -> str:
@@ -371,11 +394,12 @@ def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
     return [e]
 
 
-def _filter(rel: Node, conj: list[exp.Expression]) -> Node:
-    if not conj:
-        return rel
-    cond = exp.and_(*conj) if len(conj) > 1 else conj[0]
-    return Filter(rel.columns, child=rel, condition=_sql(cond))
+def _correlated(body: exp.Expression) -> bool:
+    """Whether a subquery refers to a table alias it does not define itself."""
+    defined = {t.alias_or_name for t in body.find_all(exp.Table)}
+    defined |= {s.alias_or_name for s in body.find_all(exp.Subquery) if s.alias_or_name}
+    defined |= {c.alias_or_name for c in body.find_all(exp.CTE)}
+    return any(c.table and c.table not in defined for c in body.find_all(exp.Column))
 
 
 def _cols(e: exp.Expression) -> set[str]:
