@@ -22,7 +22,12 @@ RUNNER = Path(__file__).parent / "dist" / "run_queries.py"
 
 
 def make_table(
-    root: Path, name: str, select_sql: str, partitions: int = 1, kind: str = "none", keys: tuple[str, ...] = ()
+    root: Path,
+    name: str,
+    select_sql: str,
+    partitions: int = 1,
+    kind: str = "none",
+    keys: tuple[str, ...] = (),
 ) -> TableInfo:
     """Write ``select_sql``'s rows as Parquet partitions of table ``name`` and register it.
 
@@ -35,7 +40,9 @@ def make_table(
     types = dict(cols)
     (root / name).mkdir(parents=True, exist_ok=True)
     if kind == "hash":
-        part_expr = hash_sql([q(k) for k in keys], tuple(canonical_hash_type(types[k]) for k in keys), partitions)
+        part_expr = hash_sql(
+            [q(k) for k in keys], tuple(canonical_hash_type(types[k]) for k in keys), partitions
+        )
     elif kind == "range":
         part_expr = f"(ntile({partitions}) OVER (ORDER BY {q(keys[0])}) - 1)"
     else:
@@ -110,7 +117,12 @@ def assert_same(got: pa.Table, expected: pa.Table, order_by: list[str] | None = 
 
 
 def run_on_ranks(
-    data: Path, ranks: int, queries: list[str], out: Path, env: dict[str, str] | None = None, timeout: float = 240
+    data: Path,
+    ranks: int,
+    queries: list[str],
+    out: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 240,
 ) -> list[pa.Table | str]:
     """Run queries in one SPMD job of ``ranks`` MPI processes; each result is a table or an error text."""
     out.mkdir(parents=True, exist_ok=True)
@@ -130,3 +142,63 @@ def run_on_ranks(
             with pa.memory_map(str(out / f"{i}.arrow")) as src:
                 results.append(pa.ipc.open_file(src).read_all())
     return results
+
+
+def build_edge_tables(root: Path) -> None:
+    """Tables that force the corner cases: mixed key types, NULLs, empty and one-row tables, skew,
+    string and multi-column keys, more partitions than rows. Values come from expressions over
+    range(); expected answers come from single-process DuckDB, never from the test."""
+    make_table(
+        root,
+        "t_int",
+        "SELECT (i % 300)::INTEGER AS k, i::INTEGER AS v FROM range(2000) t(i)",
+        5,
+        "hash",
+        ("k",),
+    )
+    make_table(
+        root, "t_big", "SELECT i::BIGINT AS k, 'w' || (i % 7) AS w FROM range(0, 400) t(i)", 3, "hash", ("k",)
+    )
+    make_table(
+        root, "t_big4", "SELECT i::BIGINT AS k, i * 1.5 AS d FROM range(0, 400) t(i)", 5, "hash", ("k",)
+    )
+    make_table(
+        root,
+        "na",
+        "SELECT CASE WHEN i % 4 = 0 THEN NULL ELSE i % 50 END::INTEGER AS k, i AS x FROM range(500) t(i)",
+        4,
+    )
+    make_table(
+        root,
+        "nb",
+        "SELECT CASE WHEN i % 3 = 0 THEN NULL ELSE i % 40 END::BIGINT AS k, i * 10 AS y FROM range(300) t(i)",
+        3,
+    )
+    make_table(root, "empty_t", "SELECT i::BIGINT AS k, 'z' AS z FROM range(0) t(i)", 1)
+    make_table(root, "one_row", "SELECT 42::BIGINT AS k, 'only' AS label", 4, "hash", ("k",))
+    make_table(root, "skew", "SELECT 1::INTEGER AS k, i AS v FROM range(1500) t(i)", 4)
+    make_table(root, "skew2", "SELECT (i % 2)::INTEGER AS k, i AS u FROM range(60) t(i)", 3)
+    make_table(root, "sa", "SELECT 'name-' || (i % 97) AS name, i AS v FROM range(800) t(i)", 4)
+    make_table(
+        root, "sb", "SELECT 'name-' || i AS name, i * 3 AS w FROM range(120) t(i)", 2, "range", ("name",)
+    )
+    make_table(
+        root, "m1", "SELECT (i % 20)::INTEGER AS a, 'b' || (i % 3) AS b, i AS v FROM range(600) t(i)", 4
+    )
+    make_table(
+        root,
+        "m2",
+        "SELECT (i % 25)::BIGINT AS a, 'b' || (i % 4) AS b, i AS w FROM range(200) t(i)",
+        3,
+        "hash",
+        ("a", "b"),
+    )
+    make_table(
+        root,
+        "prices",
+        "SELECT i::BIGINT AS k, (i * 1.25)::DECIMAL(12,2) AS price, "
+        "DATE '2020-01-01' + (i % 365)::INTEGER AS day FROM range(1000) t(i)",
+        6,
+        "range",
+        ("k",),
+    )

@@ -35,8 +35,10 @@ from duckflock.plan.nodes import (
     Node,
     Project,
     Scan,
+    SetOp,
     Sort,
     Values,
+    Window,
     walk,
 )
 
@@ -131,6 +133,10 @@ class _Planner:
             return self.distinct(node)
         if isinstance(node, Sort | Limit):
             return self.sort_or_limit(node)
+        if isinstance(node, Window):
+            return self.window(node)
+        if isinstance(node, SetOp):
+            return self.set_op(node)
         raise TypeError(f"no distribution rule for {type(node).__name__}")
 
     def with_subqueries(self, node: Filter | Project, child: Placed) -> Node:
@@ -222,8 +228,15 @@ class _Planner:
             if self._target_for(node, right.parts, "right") is not None:
                 options.append((left.bytes * frac, "shuffle left"))
             options.append(((left.bytes + right.bytes) * frac, "shuffle both"))
-        if not options:  # no equi keys and nothing small: broadcast the smaller permitted side
-            options.append((0.0, "broadcast right" if left_ok else "broadcast left"))
+        if not options:
+            # No equi keys and no small side. A full outer join keeps unmatched rows of both sides:
+            # only one rank may see both inputs whole. Otherwise broadcast the smaller permitted side.
+            if not (left_ok or right_ok):
+                return done(self.to_single(left), self.to_single(right), (Single(),), "gather both")
+            right_smaller = right.bytes <= left.bytes
+            options.append(
+                (0.0, "broadcast right" if left_ok and (right_smaller or not right_ok) else "broadcast left")
+            )
         _, strategy = min(options, key=lambda o: o[0])
 
         if strategy == "broadcast right":
@@ -319,6 +332,37 @@ class _Planner:
         local = Placed(Distinct(node.columns, child=child.node), child.parts, child.rows, child.width)
         moved = self.hash_columns(local, tuple(q(c) for c in node.columns))
         return Placed(node.with_children((moved.node,)), moved.parts, child.rows, child.width)
+
+    def window(self, node: Window) -> Placed:
+        """Rows of one PARTITION BY group must meet on one rank; without PARTITION BY, on the driver."""
+        child = self.place(node.child)
+        keys = node.partition_keys
+        if child.single or self.size == 1 or (keys and any(_keys_within(p, set(keys)) for p in child.parts)):
+            moved = child
+        elif keys:
+            moved = self.hash_columns(child, keys)
+        else:
+            moved = self.to_single(child)
+        return Placed(
+            node.with_children((moved.node,)), moved.parts, child.rows, child.width + 8 * len(node.exprs)
+        )
+
+    def set_op(self, node: SetOp) -> Placed:
+        left, right = self.place(node.left), self.place(node.right)
+        rows, width = left.rows + right.rows, max(left.width, right.width)
+        if self.size == 1 or (left.replicated and right.replicated):
+            parts = (Single(),) if self.size == 1 else (Replicated(),)
+            return Placed(node.with_children((left.node, right.node)), parts, rows, width)
+        if node.kind == "union" and node.all and not (left.single or right.single):
+            return Placed(node.with_children((left.node, right.node)), (Arbitrary(),), rows, width)
+        if (node.kind == "union" and node.all) or left.single or right.single:
+            lp, rp = self.to_single(left), self.to_single(right)
+            return Placed(node.with_children((lp.node, rp.node)), (Single(),), rows, width)
+        # Distinct set operations: equal rows must meet, so hash both sides on all columns.
+        target = Hashed(node.columns, node.key_types, self.size)
+        lp = self.hash_to(left, tuple(q(c) for c in left.node.columns), target)
+        rp = self.hash_to(right, tuple(q(c) for c in right.node.columns), target)
+        return Placed(node.with_children((lp.node, rp.node)), (target,), rows, width)
 
     def sort_or_limit(self, node: Sort | Limit) -> Placed:
         child = self.place(node.child)

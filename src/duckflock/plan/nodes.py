@@ -136,6 +136,39 @@ class Aggregate(Unary):
 
 
 @dataclass(frozen=True, eq=False)
+class Window(Unary):
+    """Window functions appended as columns; rows meet on one rank per PARTITION BY key."""
+
+    exprs: tuple[str, ...] = ()
+    # PARTITION BY keys shared by every window expression (SQL); empty: the whole input is one window.
+    partition_keys: tuple[str, ...] = ()
+
+    def explain_line(self) -> str:
+        return f"Window {', '.join(self.exprs)}"
+
+
+@dataclass(frozen=True, eq=False)
+class SetOp(Node):
+    """UNION / INTERSECT / EXCEPT (with or without ALL); columns are matched by position."""
+
+    left: Node = field(kw_only=True)
+    right: Node = field(kw_only=True)
+    kind: str = "union"
+    all: bool = False
+    key_types: tuple[str, ...] = ()  # per column, for hashing both sides alike
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.left, self.right)
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return replace(self, left=children[0], right=children[1])
+
+    def explain_line(self) -> str:
+        return f"{self.kind.upper()}{' ALL' if self.all else ''}"
+
+
+@dataclass(frozen=True, eq=False)
 class Distinct(Unary):
     def explain_line(self) -> str:
         return "Distinct"

@@ -21,8 +21,10 @@ from duckflock.plan.nodes import (
     Node,
     Project,
     Scan,
+    SetOp,
     Sort,
     Values,
+    Window,
 )
 
 # How a Scan is turned into a relation: (scan) -> SQL of a FROM item with the table's source columns.
@@ -114,6 +116,25 @@ def _(node: Aggregate, source: ScanSource) -> str:
     items = ", ".join(f"{e} AS {q(c)}" for e, c in zip(node.groups + node.aggs, node.columns, strict=True))
     group = f" GROUP BY {', '.join(node.groups)}" if node.groups else ""
     return f"SELECT {items} FROM {_sub(node.child, source)}{group}"
+
+
+@_render.register
+def _(node: Window, source: ScanSource) -> str:
+    child = node.child.columns
+    items = [q(c) for c in child] + [
+        f"{e} AS {q(c)}" for e, c in zip(node.exprs, node.columns[len(child) :], strict=True)
+    ]
+    return f"SELECT {', '.join(items)} FROM {_sub(node.child, source)}"
+
+
+@_render.register
+def _(node: SetOp, source: ScanSource) -> str:
+    op = {"union": "UNION", "intersect": "INTERSECT", "except": "EXCEPT"}[node.kind]
+    op += " ALL" if node.all else ""
+    names = ", ".join(q(c) for c in node.columns)
+    left = f"SELECT * FROM {_sub(node.left, source)}"
+    right = f"SELECT * FROM {_sub(node.right, source)}"
+    return f"SELECT * FROM ({left} {op} {right}) AS __set({names})"
 
 
 @_render.register

@@ -28,8 +28,10 @@ from duckflock.plan.nodes import (
     Node,
     Project,
     Scan,
+    SetOp,
     Sort,
     Values,
+    Window,
 )
 from duckflock.sql.schema_db import SchemaDB
 
@@ -121,13 +123,13 @@ class _Builder:
             for cte in with_.expressions:
                 self.ctes[cte.alias_or_name] = cte.this
         if isinstance(tree, exp.SetOperation):
-            raise _unsupported(f"{tree.key.upper()} (set operations)")
+            return self.set_operation(tree, prefix)
         if not isinstance(tree, exp.Select):
             raise _unsupported(tree.key.upper())
         return self.select(tree, prefix)
 
     def select(self, s: exp.Select, prefix: str | None) -> Node:
-        for bad, name in ((exp.Window, "window functions"), (exp.Lateral, "LATERAL"), (exp.Unnest, "UNNEST")):
+        for bad, name in ((exp.Lateral, "LATERAL"), (exp.Unnest, "UNNEST")):
             if any(True for _ in _scope_find(s, bad)):
                 raise _unsupported(name)
         for arg in ("qualify", "prewhere", "sample", "connect", "pivots"):
@@ -141,11 +143,7 @@ class _Builder:
         order_keys = [self.names(o.copy()) for o in order.expressions] if order else []
         having = self.names(s.args["having"].this.copy()) if s.args.get("having") else None
         group = s.args.get("group")
-        has_agg = any(
-            True
-            for e in [*selects, *(order_keys or []), *([having] if having else [])]
-            for _ in _scope_find(e, exp.AggFunc)
-        )
+        has_agg = any(_group_aggs(e) for e in [*selects, *order_keys, *([having] if having else [])])
         if group is not None or has_agg:
             if group is not None and (
                 group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets")
@@ -161,6 +159,8 @@ class _Builder:
             if having is not None:
                 cond = _sql(having)
                 rel = Filter(rel.columns, child=rel, condition=cond, subqueries=self.attach(cond))
+
+        rel, selects, order_keys = self.windows(rel, selects, order_keys)
 
         # Output columns, plus hidden ones for ORDER BY keys that are not among them.
         names = [f"{prefix}.{n}" if prefix else self.fresh("o") for n in out_names]
@@ -206,7 +206,7 @@ class _Builder:
 
         def replace(e: exp.Expression) -> exp.Expression:
             def fn(node: exp.Expression) -> exp.Expression:
-                if isinstance(node, exp.AggFunc):
+                if isinstance(node, exp.AggFunc) and not _windowed(node):
                     key = _sql(node)
                     if key not in aggs:
                         aggs[key] = self.fresh("a")
@@ -228,6 +228,67 @@ class _Builder:
         )
         # Columns not grouped and not aggregated would be a binder error; DuckDB already checked.
         return node, selects, order_keys, having
+
+    def windows(self, rel: Node, selects, order_keys):
+        """Window functions become a Window node after grouping; expressions refer to its columns."""
+        found: dict[str, str] = {}
+        partitions: list[list[str]] = []
+
+        def fn(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Window):
+                key = _sql(node)
+                if key not in found:
+                    found[key] = self.fresh("w")
+                    partitions.append([_sql(p) for p in node.args.get("partition_by") or []])
+                return _col(found[key])
+            return node
+
+        selects = [e.transform(fn, copy=True) for e in selects]
+        order_keys = [o.transform(fn, copy=True) for o in order_keys]
+        if not found:
+            return rel, selects, order_keys
+        common = [k for k in partitions[0] if all(k in p for p in partitions[1:])]
+        node = Window(
+            rel.columns + tuple(found.values()), child=rel, exprs=tuple(found), partition_keys=tuple(common)
+        )
+        return node, selects, order_keys
+
+    def set_operation(self, tree: exp.SetOperation, prefix: str | None) -> Node:
+        left = self.query(_unparen(tree.left), prefix=None)
+        right = self.query(_unparen(tree.right), prefix=None)
+        names = tree.named_selects
+        if len(left.columns) != len(right.columns):
+            raise SqlError(f"{tree.key.upper()} inputs have different numbers of columns")
+        cols = tuple(f"{prefix}.{n}" if prefix else self.fresh("o") for n in names)
+        ltypes, rtypes = self.schema_db.node_types(left), self.schema_db.node_types(right)
+        kind = {exp.Union: "union", exp.Intersect: "intersect", exp.Except: "except"}[type(tree)]
+        rel: Node = SetOp(
+            cols,
+            left=left,
+            right=right,
+            kind=kind,
+            all=not tree.args.get("distinct"),
+            key_types=tuple(common_hash_type(a, b) for a, b in zip(ltypes, rtypes, strict=True)),
+        )
+        keys = []
+        order = tree.args.get("order")
+        for o in order.expressions if order else []:
+            key = o.this
+            if isinstance(key, exp.Literal) and key.is_int:
+                name = cols[int(key.this) - 1]
+            elif isinstance(key, exp.Column) and key.name in names:
+                name = cols[names.index(key.name)]
+            else:
+                raise _unsupported("ORDER BY of a set operation on an expression")
+            o = o.copy()
+            o.set("this", _col(name))
+            keys.append(_sql(o))
+        limit, offset = _int_arg(tree, "limit"), _int_arg(tree, "offset") or 0
+        if keys:
+            rel = Sort(cols, child=rel, keys=tuple(keys), limit=limit, offset=offset)
+        elif limit is not None or offset:
+            rel = Limit(cols, child=rel, limit=limit, offset=offset)
+        return rel
 
     # ---- FROM and joins ----------------------------------------------------------------------------
     def from_(self, s: exp.Select) -> Node:
@@ -394,6 +455,21 @@ def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
     return [e]
 
 
+def _windowed(node: exp.Expression) -> bool:
+    """An aggregate used as a window function (SUM(x) OVER ...), not a GROUP BY aggregate."""
+    return isinstance(node.parent, exp.Window) and node.parent.this is node
+
+
+def _group_aggs(e: exp.Expression) -> list[exp.Expression]:
+    return [a for a in e.find_all(exp.AggFunc) if not _windowed(a)]
+
+
+def _unparen(e: exp.Expression) -> exp.Expression:
+    while isinstance(e, exp.Subquery) and not e.alias:
+        e = e.this
+    return e
+
+
 def _correlated(body: exp.Expression) -> bool:
     """Whether a subquery refers to a table alias it does not define itself."""
     defined = {t.alias_or_name for t in body.find_all(exp.Table)}
@@ -406,7 +482,7 @@ def _cols(e: exp.Expression) -> set[str]:
     return {c.name for c in e.find_all(exp.Column)}
 
 
-def _int_arg(s: exp.Select, arg: str) -> int | None:
+def _int_arg(s: exp.Expression, arg: str) -> int | None:
     node = s.args.get(arg)
     if node is None:
         return None
