@@ -16,6 +16,9 @@ class Config:
     chunk_bytes: int = 4 * 1024 * 1024
     # Bytes a rank may have in flight (queued or sending) before the producer waits: back-pressure.
     max_inflight_bytes: int = 64 * 1024 * 1024
+    # A full ORDER BY (no LIMIT) over more than this many estimated bytes is sorted in parallel:
+    # range-partitioned by sampled splitters, sorted per rank, concatenated in order on the driver.
+    range_sort_threshold_bytes: int = 32 * 1024 * 1024
     # Arrow IPC body compression on the wire: "none", "lz4" or "zstd".
     compression: str = "none"
     # DuckDB threads per rank; 0 means this rank's fair share of the node's cores.

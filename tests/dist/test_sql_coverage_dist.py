@@ -43,6 +43,12 @@ QUERIES: list[tuple[str, list[str]]] = [
     ("SELECT k % 3 AS g, stddev_samp(v) AS sd, string_agg(DISTINCT CAST(k % 2 AS VARCHAR), ',' "
      "ORDER BY CAST(k % 2 AS VARCHAR)) AS s FROM t_int GROUP BY 1", []),
     ("SELECT k, v FROM t_int ORDER BY v DESC, k", ["v", "k"]),
+    ("SELECT a.k, a.x FROM na a ORDER BY a.k NULLS FIRST, a.x DESC", ["k", "x"]),
+    ("SELECT a.k, a.x FROM na a ORDER BY a.k DESC, a.x", ["k", "x"]),
+    ("SELECT name, v FROM sa ORDER BY name, v", ["name", "v"]),
+    ("SELECT p.day, p.price, p.k FROM prices p ORDER BY p.day DESC, p.price, p.k", ["day", "price", "k"]),
+    ("SELECT k, z FROM empty_t ORDER BY k", ["k"]),
+    ("SELECT k, v FROM skew ORDER BY k, v", ["k", "v"]),
     ("SELECT CASE WHEN v > 100 THEN 'big' ELSE 'small' END AS c, count(*) AS n FROM t_int "
      "WHERE CAST(v AS VARCHAR) LIKE '1%' GROUP BY 1", []),
     ("SELECT p.day + INTERVAL 1 MONTH AS next_month, count(*) AS n FROM prices p "
@@ -53,7 +59,9 @@ QUERIES: list[tuple[str, list[str]]] = [
 @pytest.mark.parametrize("ranks", [2, 4])
 @pytest.mark.parametrize("threshold", ["default", "0"])
 def test_sql_coverage_matches_duckdb(edge_dir, tmp_path, ranks, threshold):
-    env = {} if threshold == "default" else {"DUCKFLOCK_BROADCAST_THRESHOLD_BYTES": threshold}
+    # "0": no broadcasts, and every full ORDER BY is a parallel range-partitioned sort.
+    env = {} if threshold == "default" else {
+        "DUCKFLOCK_BROADCAST_THRESHOLD_BYTES": "0", "DUCKFLOCK_RANGE_SORT_THRESHOLD_BYTES": "0"}
     results = run_on_ranks(edge_dir, ranks, [q for q, _ in QUERIES], tmp_path, env)
     ref = oracle(edge_dir)
     failures = []

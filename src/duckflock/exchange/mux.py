@@ -149,7 +149,6 @@ class Mux:
                 out[src] = value
         return [out[r] for r in range(self.size)]
 
-
     # ---- failures and query lifecycle ------------------------------------------------------------
     def fail(self, qid: int, stage: int | None, cause: str) -> None:
         """Report a failure of this rank to every rank (including itself)."""

@@ -77,7 +77,7 @@ class ExchangeWriter:
         self.schema: pa.Schema | None = None
 
     def write(self, batch: pa.RecordBatch) -> None:
-        if self.kind in ("hash", "range"):
+        if self.kind in ("hash", "range", "sort"):
             t0 = time.perf_counter()
             pieces = split_by_target(batch, self.size)
             self.stats.partition_s += time.perf_counter() - t0
@@ -138,7 +138,7 @@ class ExchangeWriter:
 
     def close(self, schema: pa.Schema) -> None:
         """Send what is left, then an end-of-stream to every receiver."""
-        if self.kind in ("hash", "range"):
+        if self.kind in ("hash", "range", "sort"):
             schema = schema.remove(len(schema) - 1)
         self.schema = schema
         if self.kind == "broadcast" and self.order:
@@ -154,8 +154,11 @@ class ExchangeWriter:
             self.mux.send(t, self.qid, eos_channel(self.xid), eos)
 
 
-def read_exchange(mux: Mux, qid: int, xid: int, senders: list[int], stats: ExchangeStats) -> pa.Table:
-    """Every row sent to this rank through exchange ``xid``, once all senders have finished."""
+def read_exchange(
+    mux: Mux, qid: int, xid: int, senders: list[int], stats: ExchangeStats, ordered: bool = False
+) -> pa.Table:
+    """Every row sent to this rank through exchange ``xid``, once all senders have finished.
+    ``ordered``: the senders' rows are concatenated in rank order (each sent one message)."""
     t0 = time.perf_counter()
     expected = 0
     schema = None
@@ -163,15 +166,17 @@ def read_exchange(mux: Mux, qid: int, xid: int, senders: list[int], stats: Excha
         _, (count, schema_bytes) = mux.recv_obj(qid, eos_channel(xid))
         expected += count
         schema = schema or pa.ipc.read_schema(pa.py_buffer(schema_bytes))
-    batches: list[pa.RecordBatch] = []
+    by_source: dict[int, list[pa.RecordBatch]] = {}
     for _ in range(expected):
-        _, payload = mux.recv(qid, data_channel(xid))
+        src, payload = mux.recv(qid, data_channel(xid))
         if isinstance(payload, Local):
-            batches.extend(payload.batches)
+            received = payload.batches
         else:
             stats.bytes_in += memoryview(payload).nbytes
             _, received = decode(payload)
-            batches.extend(received)
+        by_source.setdefault(src, []).extend(received)
+    order = sorted(by_source) if ordered else list(by_source)
+    batches = [b for src in order for b in by_source[src]]
     stats.recv_wait_s += time.perf_counter() - t0
     table = pa.Table.from_batches(batches, schema=schema)
     stats.rows_in += table.num_rows

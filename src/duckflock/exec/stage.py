@@ -12,9 +12,10 @@ from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import Hashed, Ranged, hash_sql
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter, read_exchange
+from duckflock.exec import range_sort
 from duckflock.exec.runtime import Runtime
 from duckflock.plan.distribute import sql_literal
-from duckflock.plan.nodes import Scan
+from duckflock.plan.nodes import ExchangeRead, Scan
 from duckflock.plan.render import exchange_table, render
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
 
@@ -76,14 +77,18 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
     t_start = time.perf_counter()
     registered = []
     try:
+        inputs = {}
         for xid in stage.inputs:
-            table = read_exchange(rt.mux, qid, xid, plan.senders(xid, rt.size), stats.exchange)
+            ordered = plan.exchange(xid).ordered
+            inputs[xid] = read_exchange(rt.mux, qid, xid, plan.senders(xid, rt.size), stats.exchange, ordered)
             name = exchange_table(xid)
-            rt.con.register(name, table)
+            rt.con.register(name, inputs[xid])
             registered.append(name)
+        spec = stage.output
+        if spec is None and isinstance(stage.root, ExchangeRead):
+            return inputs[stage.root.xid], stats  # rows arrive in their final order: no DuckDB pass
         assert rt.catalog is not None
         sql = render(stage.root, scan_source(rt.catalog, rt.rank, rt.size))
-        spec = stage.output
         if spec is None:
             t0 = time.perf_counter()
             with rt.all_cores(stage.on_driver):
@@ -92,13 +97,22 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
             return result, stats
         if spec.kind in ("hash", "range"):
             sql = f"SELECT *, {target_sql(spec, rt.size)} AS __target FROM ({sql})"
+        elif spec.kind == "sort":
+            # Splitters come from samples of this stage's output: materialize it first.
+            t0 = time.perf_counter()
+            rt.con.register("__sort_input", rt.con.sql(sql).to_arrow_table())
+            registered.append("__sort_input")
+            targets = range_sort.target_sql(rt, qid, "__sort_input", spec.keys)
+            sql = f"SELECT *, {targets} AS __target FROM __sort_input"
+            stats.compute_s += time.perf_counter() - t0
         writer = ExchangeWriter(
             rt.mux,
             qid,
             spec.xid,
             spec.kind,
             plan.receivers(spec.xid, rt.size),
-            rt.config.chunk_bytes,
+            # An ordered gather sends each rank's rows as one message, so their order survives.
+            1 << 62 if spec.ordered else rt.config.chunk_bytes,
             write_options(rt.config.compression),
             stats.exchange,
         )

@@ -368,6 +368,9 @@ class _Planner:
         child = self.place(node.child)
         if child.single or self.size == 1:
             return Placed(node.with_children((child.node,)), child.parts, child.rows, child.width)
+        big = child.bytes > self.config.range_sort_threshold_bytes
+        if isinstance(node, Sort) and node.limit is None and not node.offset and big:
+            return self.range_sort(node, child)
         # Top-k on every rank first: each rank sends at most limit + offset rows to the driver.
         # Without a limit a local sort would be wasted: the driver sorts everything again.
         if node.limit is None:
@@ -378,6 +381,14 @@ class _Planner:
             local = Limit(child.node.columns, child=child.node, limit=node.limit + node.offset)
         gathered = self.to_single(replace(child, node=local))
         return Placed(node.with_children((gathered.node,)), (Single(),), child.rows, child.width)
+
+    def range_sort(self, node: Sort, child: Placed) -> Placed:
+        """Sort in parallel (the sort-merge join's partitioning phase): rows go to ranks by sampled
+        splitters of the sort key, every rank sorts its range, the driver concatenates in rank order."""
+        ranged = Exchange(child.node.columns, child=child.node, kind="sort", keys=node.keys)
+        local = Sort(node.columns, child=ranged, keys=node.keys)
+        gathered = Exchange(node.columns, child=local, kind="gather", target=Single(), ordered=True)
+        return Placed(gathered, (Single(),), child.rows, child.width)
 
 
 def _hashed(cols: tuple[str | None, ...], types: tuple[str, ...], count: int) -> Partitioning:

@@ -199,9 +199,10 @@ class Limit(Unary):
 class Exchange(Unary):
     """Move rows so the parent sees ``target`` partitioning: hash, range, broadcast or gather."""
 
-    kind: str = "hash"
+    kind: str = "hash"  # hash, range, sort (range by sampled splitters), broadcast, gather
     target: Partitioning | None = None
-    keys: tuple[str, ...] = ()  # SQL of the key expressions over the child's columns (hash, range)
+    keys: tuple[str, ...] = ()  # SQL of the key expressions over the child's columns (hash, range, sort)
+    ordered: bool = False  # gather: the driver concatenates the ranks' rows in rank order
 
     def explain_line(self) -> str:
         what = self.target.describe() if self.target is not None else ""

@@ -21,6 +21,7 @@ class ExchangeSpec:
     keys: tuple[str, ...]
     target: Partitioning | None
     producer: int  # stage id
+    ordered: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,12 @@ class StagePlan:
 def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> StagePlan:
     stages: list[Stage] = []
 
-    def build(root: Node, output_of: tuple[int, str, tuple[str, ...], Partitioning | None] | None) -> int:
+    def build(root: Node, output_of: tuple[bool, str, tuple[str, ...], Partitioning | None] | None) -> int:
         inputs: list[int] = []
 
         def replace_exchanges(node: Node) -> Node:
             if isinstance(node, Exchange):
-                child_sid = build(node.child, (-1, node.kind, node.keys, node.target))
+                child_sid = build(node.child, (node.ordered, node.kind, node.keys, node.target))
                 xid = stages[child_sid].output.xid  # type: ignore[union-attr]
                 inputs.append(xid)
                 return ExchangeRead(node.columns, xid=xid)
@@ -75,8 +76,10 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
         sid = len(stages)
         spec = None
         if output_of is not None:
-            _, kind, keys, target = output_of
-            spec = ExchangeSpec(xid=sid, kind=kind, keys=keys, target=target, producer=sid)
+            ordered, kind, keys, target = output_of
+            spec = ExchangeSpec(
+                xid=sid, kind=kind, keys=keys, target=target, producer=sid, ordered=bool(ordered)
+            )
             stages_by_x[sid] = spec
         stages.append(Stage(sid, new_root, tuple(inputs), spec, on_driver))
         return sid
