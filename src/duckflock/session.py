@@ -64,8 +64,13 @@ class Session:
     def ranks(self) -> int:
         return self._backend.ranks
 
-    def explain(self, query: str) -> str:
-        return explain_plan(self._backend.plan(query))
+    def explain(self, query: str, analyze: bool = False) -> str:
+        """The stage plan; with ``analyze`` the query runs and each stage shows what it really did."""
+        if not analyze:
+            return explain_plan(self._backend.plan(query))
+        outcome = self._backend.run(query, profile=True)
+        total = f"\ntotal {outcome.seconds:.3f} s, {outcome.table.num_rows:,} result rows"
+        return explain_plan(outcome.plan, outcome.stats) + total
 
     def close(self) -> None:
         close = getattr(self._backend, "close", None)

@@ -40,7 +40,12 @@ def run_sql(args: argparse.Namespace) -> int:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    """Planning needs only the catalog: no ranks are started."""
+    """Planning needs only the catalog: no ranks are started (unless --analyze runs the query)."""
+    if args.analyze:
+        with spmd(args.data) as db:
+            if db is not None:
+                out.print(db.explain(args.query, analyze=True), highlight=False, markup=False)
+        return 0
     from duckflock.exec.driver import plan_query
     from duckflock.plan.explain import explain_plan
     from duckflock.sql.schema_db import SchemaDB

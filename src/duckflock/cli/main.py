@@ -46,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--data", required=True, help="data directory")
         s.add_argument("--ranks", type=int, default=2, help="number of ranks (default 2)")
         s.add_argument("query", help="the SELECT statement")
+        if name == "explain":
+            s.add_argument(
+                "--analyze", action="store_true", help="run the query; show actual rows, bytes, times"
+            )
         if name == "sql":
             s.add_argument("--output", default=None, help="write the result to .parquet/.csv/.arrow")
             s.add_argument("--profile", action="store_true", help="per-rank, per-stage timings")
@@ -100,8 +104,9 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         generate_tpch(args.sf, args.out, parts=args.parts, jobs=args.jobs, progress=True)
         return 0
-    if args.command in ("sql", "load") and not under_mpi():
-        if args.command == "sql":
+    needs_ranks = args.command in ("sql", "load") or (args.command == "explain" and args.analyze)
+    if needs_ranks and not under_mpi():
+        if args.command != "load":
             from duckflock.catalog import Catalog
 
             Catalog.load(args.data)  # fail fast, before starting any rank

@@ -92,7 +92,7 @@ class _Planner:
         if p.single or self.size == 1:
             return replace(p, parts=(Single(),))
         return Placed(
-            Exchange(p.node.columns, child=p.node, kind="gather", target=Single()),
+            Exchange(p.node.columns, child=p.node, kind="gather", target=Single(), est=(p.rows, p.bytes)),
             (Single(),),
             p.rows,
             p.width,
@@ -104,12 +104,16 @@ class _Planner:
         if self.config.shared_storage and _scans_only(p.node):
             # Every rank reads the whole (small) input from the shared data directory: no network.
             return Placed(_replicate_scans(p.node), (Replicated(),), p.rows, p.width)
-        node = Exchange(p.node.columns, child=p.node, kind="broadcast", target=Replicated())
+        node = Exchange(
+            p.node.columns, child=p.node, kind="broadcast", target=Replicated(), est=(p.rows, p.bytes)
+        )
         return Placed(node, (Replicated(),), p.rows, p.width)
 
     def hash_to(self, p: Placed, keys: tuple[str, ...], target: Partitioning) -> Placed:
         kind = "range" if isinstance(target, Ranged) else "hash"
-        node = Exchange(p.node.columns, child=p.node, kind=kind, target=target, keys=keys)
+        node = Exchange(
+            p.node.columns, child=p.node, kind=kind, target=target, keys=keys, est=(p.rows, p.bytes)
+        )
         return Placed(node, (target,), p.rows, p.width)
 
     # ---- nodes ---------------------------------------------------------------------------------------
@@ -385,9 +389,10 @@ class _Planner:
     def range_sort(self, node: Sort, child: Placed) -> Placed:
         """Sort in parallel (the sort-merge join's partitioning phase): rows go to ranks by sampled
         splitters of the sort key, every rank sorts its range, the driver concatenates in rank order."""
-        ranged = Exchange(child.node.columns, child=child.node, kind="sort", keys=node.keys)
+        est = (child.rows, child.bytes)
+        ranged = Exchange(child.node.columns, child=child.node, kind="sort", keys=node.keys, est=est)
         local = Sort(node.columns, child=ranged, keys=node.keys)
-        gathered = Exchange(node.columns, child=local, kind="gather", target=Single(), ordered=True)
+        gathered = Exchange(node.columns, child=local, kind="gather", target=Single(), ordered=True, est=est)
         return Placed(gathered, (Single(),), child.rows, child.width)
 
 

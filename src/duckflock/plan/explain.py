@@ -1,4 +1,5 @@
-"""Text form of a stage plan: each stage with where it runs, its exchange and its operator tree."""
+"""Text form of a stage plan: each stage with where it runs, its exchange with the planner's estimate,
+and its operator tree; with measured statistics (explain --analyze), the actual rows, bytes and times."""
 
 from __future__ import annotations
 
@@ -12,16 +13,34 @@ def _tree(node: Node, depth: int, lines: list[str]) -> None:
         _tree(c, depth + 1, lines)
 
 
-def explain_plan(plan: StagePlan) -> str:
+def human(n: float, unit: str = "") -> str:
+    for suffix in ("", "K", "M", "G", "T"):
+        if abs(n) < 1000 or suffix == "T":
+            return f"{n:.0f}{suffix}{unit}" if suffix == "" else f"{n:.1f}{suffix}{unit}"
+        n /= 1000
+    return str(n)
+
+
+def explain_plan(plan: StagePlan, stats: list | None = None) -> str:
     lines: list[str] = []
     for stage in plan.stages:
         where = "driver" if stage.on_driver else "all ranks"
         if stage.output is None:
             out = "result"
         else:
-            target = f" {stage.output.target.describe()}" if stage.output.target is not None else ""
-            out = f"{stage.output.kind}{target} -> x{stage.output.xid}"
+            spec = stage.output
+            target = f" {spec.target.describe()}" if spec.target is not None else ""
+            order = " (in rank order)" if spec.ordered else ""
+            rows, size = spec.est
+            out = f"{spec.kind}{target}{order} -> x{spec.xid} [est. {human(rows)} rows, {human(size, 'B')}]"
         inputs = ", ".join(f"x{x}" for x in stage.inputs) or "tables"
         lines.append(f"Stage {stage.sid} on {where}: reads {inputs}; output {out}")
+        for s in sorted((s for s in stats or [] if s.sid == stage.sid), key=lambda s: s.rank):
+            e = s.exchange
+            lines.append(
+                f"  actual rank {s.rank}: {1000 * s.total_s:.1f} ms (duckdb {1000 * s.compute_s:.1f} ms), "
+                f"rows in {e.rows_in:,} out {e.rows_out:,}, bytes received {human(e.bytes_in, 'B')} "
+                f"sent {human(e.bytes_out, 'B')}"
+            )
         _tree(stage.root, 0, lines)
     return "\n".join(lines)

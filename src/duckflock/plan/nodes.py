@@ -203,6 +203,7 @@ class Exchange(Unary):
     target: Partitioning | None = None
     keys: tuple[str, ...] = ()  # SQL of the key expressions over the child's columns (hash, range, sort)
     ordered: bool = False  # gather: the driver concatenates the ranks' rows in rank order
+    est: tuple[float, float] = (0.0, 0.0)  # the planner's estimate of (rows, bytes) moved
 
     def explain_line(self) -> str:
         what = self.target.describe() if self.target is not None else ""

@@ -22,6 +22,7 @@ class ExchangeSpec:
     target: Partitioning | None
     producer: int  # stage id
     ordered: bool = False
+    est: tuple[float, float] = (0.0, 0.0)  # the planner's estimate of (rows, bytes)
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,12 @@ class StagePlan:
 def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> StagePlan:
     stages: list[Stage] = []
 
-    def build(root: Node, output_of: tuple[bool, str, tuple[str, ...], Partitioning | None] | None) -> int:
+    def build(root: Node, output_of: Exchange | None) -> int:
         inputs: list[int] = []
 
         def replace_exchanges(node: Node) -> Node:
             if isinstance(node, Exchange):
-                child_sid = build(node.child, (node.ordered, node.kind, node.keys, node.target))
+                child_sid = build(node.child, node)
                 xid = stages[child_sid].output.xid  # type: ignore[union-attr]
                 inputs.append(xid)
                 return ExchangeRead(node.columns, xid=xid)
@@ -76,10 +77,8 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
         sid = len(stages)
         spec = None
         if output_of is not None:
-            ordered, kind, keys, target = output_of
-            spec = ExchangeSpec(
-                xid=sid, kind=kind, keys=keys, target=target, producer=sid, ordered=bool(ordered)
-            )
+            ex = output_of
+            spec = ExchangeSpec(sid, ex.kind, ex.keys, ex.target, sid, ordered=ex.ordered, est=ex.est)
             stages_by_x[sid] = spec
         stages.append(Stage(sid, new_root, tuple(inputs), spec, on_driver))
         return sid
