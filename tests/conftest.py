@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from support import build_edge_tables
+
+# Property tests: a quick default for `make test`; DUCKFLOCK_HYPOTHESIS=thorough for a long search.
+settings.register_profile("default", max_examples=40)
+settings.register_profile("thorough", max_examples=500)
+settings.load_profile(os.environ.get("DUCKFLOCK_HYPOTHESIS", "default"))
 
 
 @pytest.fixture(scope="session")

@@ -159,12 +159,26 @@ class _MpiJobBackend:
 
 
 def connect(
-    data: str, ranks: int = 2, config: dict[str, object] | None = None, start_timeout: float = 60.0
+    data: str,
+    ranks: int = 2,
+    config: dict[str, object] | None = None,
+    start_timeout: float = 60.0,
+    transport: str = "mpi",
 ) -> Session:
-    """Start ``ranks`` warm MPI ranks on this machine over the data directory ``data``.
+    """Start ``ranks`` warm ranks on this machine over the data directory ``data``.
 
-    ``config`` overrides Config fields (e.g. ``{"broadcast_threshold_bytes": 0}``) for the ranks.
-    Use as a context manager, or call ``close()``, to stop the ranks.
+    ``transport="mpi"`` runs them as an MPI job (``mpiexec``); ``"threads"`` runs them as threads of
+    this process (no MPI needed; DuckDB parallelism still applies). ``config`` overrides Config
+    fields (e.g. ``{"broadcast_threshold_bytes": 0}``). Use as a context manager, or call ``close()``.
     """
+    if transport == "threads":
+        from duckflock.config import Config
+        from duckflock.exec.local_cluster import LocalCluster
+
+        return Session(LocalCluster(str(data), ranks, Config.from_env(**(config or {}))))
+    if transport != "mpi":
+        from duckflock.errors import DuckflockError
+
+        raise DuckflockError(f"unknown transport {transport!r} (use 'mpi' or 'threads')")
     env = {f"DUCKFLOCK_{k.upper()}": str(v) for k, v in (config or {}).items()}
     return Session(_MpiJobBackend(str(data), ranks, env, start_timeout))

@@ -77,7 +77,9 @@ def test_error_while_others_wait_in_a_shuffle(bad_dir):
         ("SELECT nosuch FROM good", "nosuch"),
         ("SELECT * FROM missing_table", "missing_table"),
         ("SELEC 1", "parse"),
-        ("SELECT k, row_number() OVER () FROM good", "window functions"),
+        ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
+         "WITH RECURSIVE"),
+        ("SELECT k, sum(v) FROM good GROUP BY ROLLUP (k)", "ROLLUP"),
         ("INSERT INTO good VALUES (1, 2)", "only SELECT"),
     ],
 )

@@ -43,8 +43,12 @@ def common_hash_type(left: str, right: str) -> str:
         return "DOUBLE"
     if {a, b} == {"DATE", "TIMESTAMP"}:
         return "TIMESTAMP"
-    if "VARCHAR" in (a, b) and (a in numeric or b in numeric):
-        return "DOUBLE"  # DuckDB compares a string with a number as a number
+    if "VARCHAR" in (a, b):
+        # DuckDB compares a string with a typed value in the other type: hash in that type.
+        other = b if a == "VARCHAR" else a
+        return "DOUBLE" if other in numeric else other
+    if "BOOLEAN" in (a, b) and (a in numeric or b in numeric):
+        return "DOUBLE" if "DOUBLE" in (a, b) else "BIGINT"
     return "VARCHAR"
 
 

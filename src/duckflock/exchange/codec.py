@@ -16,7 +16,9 @@ def encode(schema: pa.Schema, batches: list[pa.RecordBatch], options: pa.ipc.Ipc
 
     Uncompressed, the exact size is known up front, so the stream is written into one allocation
     instead of a growing buffer that would copy the data again on every doubling."""
-    if options.compression is not None:
+    # Dictionary-encoded columns (DuckDB's ENUMs) add dictionary messages the size below leaves out.
+    dictionary = any(pa.types.is_dictionary(f.type) for f in schema)
+    if options.compression is not None or dictionary:
         sink = pa.BufferOutputStream()
         _write(sink, schema, batches, options)
         return sink.getvalue()

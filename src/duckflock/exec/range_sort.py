@@ -63,9 +63,10 @@ def target_sql(rt: Runtime, qid: int, table: str, keys: tuple[str, ...]) -> str:
     sample = rt.con.sql(
         f"SELECT {exprs} FROM {table} USING SAMPLE reservoir({SAMPLE_ROWS_PER_RANK} ROWS) REPEATABLE (7)"
     ).to_arrow_table()
-    samples = pa.concat_tables([t for t in rt.mux.allgather(qid, sample) if t.num_rows])
-    if samples.num_rows == 0 or rt.size == 1:
+    gathered = [t for t in rt.mux.allgather(qid, sample) if t.num_rows]
+    if not gathered or rt.size == 1:
         return "CAST(0 AS USMALLINT)"
+    samples = pa.concat_tables(gathered)
     rt.con.register("__samples", samples)
     try:
         order = ", ".join(

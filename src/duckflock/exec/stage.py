@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from duckflock.catalog import Catalog
-from duckflock.catalog.partitioning import Hashed, Ranged, hash_sql
+from duckflock.catalog.partitioning import Hashed, Ranged, canonical_hash_type, hash_sql
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter, read_exchange
 from duckflock.exec import range_sort
@@ -65,7 +65,8 @@ def target_sql(spec: ExchangeSpec, size: int) -> str:
         # Partition p holds keys up to its upper bound; keys in no partition's range match nothing
         # on the other side, so any target is correct for them.
         bounds = sorted((b[1], p) for p, b in enumerate(target.bounds) if b is not None)
-        key = f"CAST({spec.keys[0]} AS {target.key_type})"
+        # Compare in the key's canonical type: the other side's keys may not fit the range key's type.
+        key = f"CAST({spec.keys[0]} AS {canonical_hash_type(target.key_type)})"
         whens = " ".join(f"WHEN {key} <= {sql_literal(hi)} THEN {p % size}" for hi, p in bounds)
         last = bounds[-1][1] % size if bounds else 0
         return f"CAST(CASE {whens} ELSE {last} END AS USMALLINT)"

@@ -20,6 +20,7 @@ from duckflock.catalog.partitioning import (
     Ranged,
     Replicated,
     Single,
+    canonical_hash_type,
     co_located,
 )
 from duckflock.catalog.partitioning import quote_ident as q
@@ -274,6 +275,8 @@ class _Planner:
                 return keys, Hashed(tuple(other_cols[j] or "?" for j in idx), p.key_types, p.count)
             if isinstance(p, Ranged) and p.key in mine:
                 j = mine.index(p.key)
+                if canonical_hash_type(p.key_type) != node.key_types[j] or node.key_types[j] == "DOUBLE":
+                    continue  # route only where both sides compare exactly in one type
                 return (other_sql[j],), Ranged(other_cols[j] or "?", p.key_type, p.bounds)
         return None
 

@@ -7,7 +7,7 @@ Columns get globally unique names ``alias.column`` so any subtree renders as pla
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import sqlglot
@@ -16,7 +16,7 @@ from sqlglot.errors import OptimizeError, ParseError
 from sqlglot.optimizer import RULES, optimize
 
 from duckflock.catalog import Catalog
-from duckflock.catalog.partitioning import common_hash_type
+from duckflock.catalog.partitioning import canonical_hash_type, common_hash_type
 from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.errors import SqlError
 from duckflock.plan.nodes import (
@@ -146,7 +146,8 @@ class _Builder:
         has_agg = any(_group_aggs(e) for e in [*selects, *order_keys, *([having] if having else [])])
         if group is not None or has_agg:
             if group is not None and (
-                group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets")
+                any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets"))
+                or any(isinstance(g, exp.Rollup | exp.Cube | exp.GroupingSets) for g in group.expressions)
             ):
                 raise _unsupported("GROUPING SETS / ROLLUP / CUBE")
             rel, selects, order_keys, having = self.aggregate(
@@ -260,7 +261,6 @@ class _Builder:
         if len(left.columns) != len(right.columns):
             raise SqlError(f"{tree.key.upper()} inputs have different numbers of columns")
         cols = tuple(f"{prefix}.{n}" if prefix else self.fresh("o") for n in names)
-        ltypes, rtypes = self.schema_db.node_types(left), self.schema_db.node_types(right)
         kind = {exp.Union: "union", exp.Intersect: "intersect", exp.Except: "except"}[type(tree)]
         rel: Node = SetOp(
             cols,
@@ -268,8 +268,10 @@ class _Builder:
             right=right,
             kind=kind,
             all=not tree.args.get("distinct"),
-            key_types=tuple(common_hash_type(a, b) for a, b in zip(ltypes, rtypes, strict=True)),
         )
+        # Hash in the set operation's result types: that is how DuckDB compares its rows.
+        result_types = self.schema_db.node_types(rel)
+        rel = replace(rel, key_types=tuple(canonical_hash_type(t) for t in result_types))
         keys = []
         order = tree.args.get("order")
         for o in order.expressions if order else []:

@@ -1,0 +1,487 @@
+"""The distributed planner: join strategies from the catalog, aggregate splitting, top-k, refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from duckflock.catalog import Catalog, Hashed, Ranged
+from duckflock.catalog.partitioning import canonical_hash_type
+from duckflock.config import Config
+from duckflock.errors import CatalogError, DuckflockError, SqlError
+from duckflock.exec.driver import plan_query
+from duckflock.exec.stage import target_sql
+from duckflock.plan.nodes import Aggregate, ExchangeRead, Join, Node, Scan, SetOp, Sort, Window, walk
+from duckflock.plan.stages import ExchangeSpec, StagePlan
+from duckflock.sql.schema_db import SchemaDB
+from support import make_table
+
+N = 4000  # rows of the big tables
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory) -> Catalog:
+    root: Path = tmp_path_factory.mktemp("planner")
+    big = f"FROM range({N}) t(i)"
+    make_table(root, "hk", f"SELECT i::BIGINT AS k, i % 10 AS v, 'x' || i AS s {big}", 4, "hash", ("k",))
+    make_table(root, "hi", f"SELECT i::INTEGER AS k, i % 7 AS v {big}", 4, "hash", ("k",))
+    make_table(root, "h3", f"SELECT i::BIGINT AS k, i % 5 AS v {big}", 3, "hash", ("k",))
+    make_table(root, "hv", f"SELECT i::BIGINT AS k, (i % 10)::BIGINT AS v {big}", 4, "hash", ("v",))
+    # Aligned ranges: each key range [0, 999], [1000, 1999], ... on both; rc is shifted by 500.
+    make_table(root, "ra", f"SELECT i::BIGINT AS k, i AS a {big}", 4, "range", ("k",))
+    make_table(
+        root, "rb", f"SELECT (i // 2)::BIGINT AS k, i AS b FROM range({2 * N}) t(i)", 4, "range", ("k",)
+    )
+    make_table(root, "rc", f"SELECT (i + 500)::BIGINT AS k, i AS c {big}", 4, "range", ("k",))
+    make_table(root, "rint", f"SELECT i::INTEGER AS k, i AS a {big}", 4, "range", ("k",))
+    make_table(root, "bigv", f"SELECT (i * 1000000)::BIGINT AS k, i AS w {big}", 4)
+    make_table(root, "one", "SELECT i::BIGINT AS k, 'n' || i AS name FROM range(10) t(i)", 1)
+    make_table(root, "tiny", "SELECT i::BIGINT AS k, 'n' || i AS name FROM range(20) t(i)", 4)
+    make_table(root, "flags", "SELECT (i % 2 = 0) AS b, i AS x FROM range(100) t(i)", 4)
+    make_table(root, "words", "SELECT 'w' || i AS s, (i % 3)::INTEGER AS n FROM range(100) t(i)", 4)
+    make_table(root, "ua", f"SELECT (i * 3 % {N})::BIGINT AS k, i % 10 AS v {big}", 4)
+    make_table(root, "ub", f"SELECT (i * 7 % {N})::BIGINT AS k, i % 9 AS w {big}", 4)
+    return Catalog.load(root)
+
+
+@pytest.fixture(scope="module")
+def schema_db(catalog):
+    db = SchemaDB(catalog)
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def plan(catalog, schema_db):
+    def run(sql: str, size: int = 4, **config) -> StagePlan:
+        return plan_query(sql, catalog, schema_db, size, Config(**config))
+
+    return run
+
+
+def nodes(p: StagePlan, kind: type) -> list:
+    return [n for s in p.stages for n in walk(s.root) if isinstance(n, kind)]
+
+
+def the_join(p: StagePlan) -> Join:
+    joins = nodes(p, Join)
+    assert len(joins) == 1, joins
+    return joins[0]
+
+
+def exchange_kinds(p: StagePlan) -> list[str]:
+    return [s.output.kind for s in p.stages if s.output is not None]
+
+
+def feeding(p: StagePlan, child: Node) -> ExchangeSpec | None:
+    """The exchange that delivers a join input, or None when it is read in place."""
+    return p.exchange(child.xid) if isinstance(child, ExchangeRead) else None
+
+
+def scans(node: Node) -> list[Scan]:
+    return [n for n in walk(node) if isinstance(n, Scan)]
+
+
+# ---- co-located joins ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT a.v, b.v FROM hk a JOIN hi b ON a.k = b.k",  # BIGINT vs INTEGER keys
+        "SELECT a.v, b.v FROM hi a JOIN hk b ON b.k = a.k",
+        "SELECT a.s, b.v FROM hk a JOIN hk b ON a.k = b.k",
+        "SELECT a.v, b.v FROM hk a JOIN hi b ON a.k = b.k AND a.v = b.v",  # partitioned on a subset
+        "SELECT a.v, b.v FROM hk a LEFT JOIN hi b ON a.k = b.k",
+        "SELECT ra.a, rb.b FROM ra JOIN rb ON ra.k = rb.k",  # aligned ranges
+        "SELECT ra.a, rb.b FROM rb JOIN ra ON ra.k = rb.k",
+    ],
+)
+@pytest.mark.parametrize("threshold", [0, 1 << 30])
+def test_co_located_joins_move_no_rows(plan, sql, size, threshold):
+    p = plan(sql, size, broadcast_threshold_bytes=threshold)
+    j = the_join(p)
+    assert j.strategy == "co-located"
+    assert exchange_kinds(p) == ["gather"]  # only the result goes to the driver
+    assert not any(s.replicated for s in nodes(p, Scan))
+
+
+def _moved_and_kept(p: StagePlan, j: Join) -> tuple[ExchangeSpec, Node]:
+    """The exchange feeding the shuffled side of a one-sided shuffle, and the side that stays."""
+    left, right = feeding(p, j.left), feeding(p, j.right)
+    assert (left is None) != (right is None), (left, right)
+    return (left, j.right) if left is not None else (right, j.left)
+
+
+def test_hash_with_a_different_partition_count_is_not_co_located(plan, catalog):
+    p = plan("SELECT a.v, b.v FROM hk a JOIN h3 b ON a.k = b.k", broadcast_threshold_bytes=0)
+    j = the_join(p)
+    assert j.strategy in ("shuffle left", "shuffle right")
+    moved, kept = _moved_and_kept(p, j)
+    # The moved side is hashed into exactly the stored partitioning of the side that stays.
+    [table] = {s.table for s in scans(kept)}
+    stored = catalog.table(table).partitioning()
+    assert moved.kind == "hash"
+    assert isinstance(moved.target, Hashed)
+    assert (moved.target.count, moved.target.key_types) == (stored.count, stored.key_types)
+
+
+def test_misaligned_ranges_are_not_co_located(plan, catalog):
+    p = plan("SELECT ra.a, rc.c FROM ra JOIN rc ON ra.k = rc.k", broadcast_threshold_bytes=0)
+    j = the_join(p)
+    assert j.strategy in ("shuffle left", "shuffle right")
+    moved, kept = _moved_and_kept(p, j)
+    assert moved.kind == "range"
+    assert isinstance(moved.target, Ranged)
+    [table] = {s.table for s in scans(kept)}
+    assert moved.target.bounds == tuple((q.min, q.max) for q in catalog.table(table).partitions)
+
+
+def test_join_on_a_column_other_than_the_partition_key_is_not_co_located(plan):
+    p = plan("SELECT hv.v, hk.s FROM hv JOIN hk ON hv.k = hk.k", broadcast_threshold_bytes=0)
+    j = the_join(p)
+    assert j.strategy == "shuffle left"  # hv is hashed on v, not on the join key: it moves
+    spec = feeding(p, j.left)
+    assert spec is not None and spec.kind == "hash"
+    assert spec.target == Hashed(("hv.k",), ("BIGINT",), 4)
+    assert feeding(p, j.right) is None
+
+
+# ---- shuffles -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "strategy", "moved_table"),
+    [
+        ("SELECT ua.v, hk.s FROM ua JOIN hk ON ua.k = hk.k", "shuffle left", "ua"),
+        ("SELECT ua.v, hk.s FROM hk JOIN ua ON ua.k = hk.k", "shuffle right", "ua"),
+        ("SELECT ua.v, hi.v FROM ua JOIN hi ON ua.k = hi.k", "shuffle left", "ua"),  # INTEGER partition key
+    ],
+)
+@pytest.mark.parametrize("size", [3, 4])
+def test_only_the_side_not_partitioned_on_the_key_is_shuffled(plan, sql, strategy, moved_table, size):
+    p = plan(sql, size, broadcast_threshold_bytes=0)
+    j = the_join(p)
+    assert j.strategy == strategy
+    moved, kept = (j.left, j.right) if strategy == "shuffle left" else (j.right, j.left)
+    spec = feeding(p, moved)
+    assert spec is not None and spec.kind == "hash"
+    assert {s.table for s in scans(p.stage(spec.producer).root)} == {moved_table}
+    # Into the stored table's own function: same count, same hash types.
+    assert spec.target.count == 4
+    assert spec.target.key_types == (canonical_hash_type("BIGINT"),)
+    assert feeding(p, kept) is None
+
+
+@pytest.mark.parametrize("size", [2, 4])
+@pytest.mark.parametrize("kind", ["JOIN", "LEFT JOIN", "FULL JOIN"])
+def test_two_unpartitioned_big_sides_are_both_shuffled(plan, size, kind):
+    p = plan(f"SELECT ua.v, ub.w FROM ua {kind} ub ON ua.k = ub.k", size, broadcast_threshold_bytes=0)
+    j = the_join(p)
+    assert j.strategy == "shuffle both"
+    left, right = feeding(p, j.left), feeding(p, j.right)
+    assert left.kind == right.kind == "hash"
+    assert left.target.count == right.target.count == size
+    assert left.target.key_types == right.target.key_types
+
+
+# ---- broadcasts and replicated scans ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("small", ["one", "tiny"])
+def test_small_side_is_read_by_every_rank_from_shared_storage(plan, small):
+    p = plan(f"SELECT ua.v, {small}.name FROM ua JOIN {small} ON ua.k = {small}.k")
+    j = the_join(p)
+    assert j.strategy in ("broadcast right", "right replicated")
+    assert [s.replicated for s in scans(j.right)] == [True]
+    assert [s.replicated for s in scans(j.left)] == [False]
+    assert exchange_kinds(p) == ["gather"]
+
+
+@pytest.mark.parametrize("small", ["one", "tiny"])
+def test_small_side_is_broadcast_without_shared_storage(plan, small):
+    p = plan(f"SELECT ua.v, {small}.name FROM ua JOIN {small} ON ua.k = {small}.k", shared_storage=False)
+    j = the_join(p)
+    assert j.strategy == "broadcast right"
+    spec = feeding(p, j.right)
+    assert spec is not None and spec.kind == "broadcast"
+    assert not any(s.replicated for s in nodes(p, Scan))
+
+
+def test_the_preserved_side_of_an_outer_join_is_never_broadcast(plan):
+    """Broadcasting the preserved side would emit its unmatched rows once per rank."""
+    p = plan(
+        "SELECT tiny.name, ua.v FROM tiny LEFT JOIN ua ON ua.k = tiny.k", broadcast_threshold_bytes=1 << 30
+    )
+    j = the_join(p)
+    assert j.strategy not in ("broadcast left", "left replicated")
+    assert not any(s.replicated for s in scans(j.left))
+
+
+# ---- one rank -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT ua.v, ub.w FROM ua JOIN ub ON ua.k = ub.k",
+        "SELECT v, count(*) FROM ua GROUP BY v ORDER BY v LIMIT 3",
+        "SELECT count(DISTINCT k) FROM ua",
+    ],
+)
+def test_one_rank_gives_a_single_stage_without_exchanges(plan, sql):
+    p = plan(sql, 1, broadcast_threshold_bytes=0)
+    assert len(p.stages) == 1
+    assert p.stages[0].output is None and p.stages[0].on_driver
+    assert p.stages[0].inputs == ()
+    assert all(j.strategy == "local" for j in nodes(p, Join))
+    assert all(a.phase == "single" for a in nodes(p, Aggregate))
+
+
+# ---- aggregates ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_group_by_the_partition_key_needs_no_exchange(plan, size):
+    p = plan("SELECT k, count(*), sum(v) FROM hk GROUP BY k", size)
+    assert exchange_kinds(p) == ["gather"]
+    assert [a.phase for a in nodes(p, Aggregate)] == ["single"]
+
+
+def test_group_by_another_column_is_partial_then_final_around_a_hash_exchange(plan):
+    p = plan("SELECT v, count(*), sum(k), avg(k), min(s) FROM hk GROUP BY v")
+    assert exchange_kinds(p) == ["hash", "gather"]
+    [producer] = [s for s in p.stages if s.output is not None and s.output.kind == "hash"]
+    [consumer] = [s for s in p.stages if producer.output.xid in s.inputs]
+    assert [a.phase for a in walk(producer.root) if isinstance(a, Aggregate)] == ["partial"]
+    assert [a.phase for a in walk(consumer.root) if isinstance(a, Aggregate)] == ["final"]
+    assert isinstance(producer.output.target, Hashed) and producer.output.target.count == 4
+
+
+def test_global_aggregate_is_partial_then_final_on_the_driver(plan):
+    p = plan("SELECT count(*), sum(k) FROM ua")
+    assert exchange_kinds(p) == ["gather"]
+    phases = {s.on_driver: [a.phase for a in walk(s.root) if isinstance(a, Aggregate)] for s in p.stages}
+    assert phases == {False: ["partial"], True: ["final"]}
+
+
+@pytest.mark.parametrize(
+    ("sql", "kinds"),
+    [
+        ("SELECT v, count(DISTINCT k) FROM ua GROUP BY v", ["hash", "gather"]),
+        ("SELECT v, count(DISTINCT k), sum(k) FROM ua GROUP BY v", ["hash", "gather"]),
+        ("SELECT count(DISTINCT k) FROM ua", ["gather"]),
+    ],
+)
+def test_count_distinct_is_not_split(plan, sql, kinds):
+    p = plan(sql)
+    assert exchange_kinds(p) == kinds
+    aggs = nodes(p, Aggregate)
+    assert [a.phase for a in aggs] == ["single"]
+    # Raw rows cross the exchange: the stage feeding the aggregate does not aggregate.
+    first = p.stages[0]
+    assert not any(isinstance(n, Aggregate) for n in walk(first.root))
+
+
+# ---- window functions -------------------------------------------------------------------------------
+
+
+def test_window_partitioned_by_the_partition_key_needs_no_exchange(plan):
+    p = plan("SELECT k, sum(v) OVER (PARTITION BY k ORDER BY v) FROM hk")
+    assert exchange_kinds(p) == ["gather"]
+    [w] = nodes(p, Window)
+    assert not p.stage(0).on_driver and w in list(walk(p.stage(0).root))
+
+
+def test_window_partitioned_by_another_column_shuffles_by_that_column(plan):
+    p = plan("SELECT k, sum(v) OVER (PARTITION BY v), rank() OVER (PARTITION BY v ORDER BY k) FROM ua")
+    assert exchange_kinds(p) == ["hash", "gather"]
+    spec = p.stage(0).output
+    assert spec.keys == ('"ua.v"',)
+    [w] = nodes(p, Window)
+    [consumer] = [s for s in p.stages if spec.xid in s.inputs]
+    assert w in list(walk(consumer.root)) and not consumer.on_driver
+
+
+def test_window_without_partition_by_runs_on_the_driver(plan):
+    p = plan("SELECT k, row_number() OVER (ORDER BY v) FROM ua")
+    assert exchange_kinds(p) == ["gather"]
+    [w] = nodes(p, Window)
+    [driver] = [s for s in p.stages if s.on_driver]
+    assert w in list(walk(driver.root))
+
+
+# ---- set operations ----------------------------------------------------------------------------------
+
+
+def test_union_all_moves_no_rows_until_the_result(plan):
+    p = plan("SELECT k FROM ua UNION ALL SELECT k FROM ub")
+    assert exchange_kinds(p) == ["gather"]
+    [op] = nodes(p, SetOp)
+    assert op.all and not p.stage(0).on_driver
+
+
+@pytest.mark.parametrize("op", ["UNION", "INTERSECT", "EXCEPT", "INTERSECT ALL", "EXCEPT ALL"])
+def test_set_operations_hash_both_sides_alike(plan, op):
+    p = plan(f"SELECT k, v FROM ua {op} SELECT k, w FROM ub")
+    [node] = nodes(p, SetOp)
+    left, right = feeding(p, node.left), feeding(p, node.right)
+    assert left.kind == right.kind == "hash"
+    assert left.target == right.target
+    assert len(left.keys) == len(right.keys) == 2
+
+
+def _set_op_targets(p: StagePlan, size: int, left_values: list[str], right_values: list[str]):
+    """Target rank of each value on each side of a one-column set operation, computed by DuckDB
+    with the exchange's own target function."""
+    [node] = nodes(p, SetOp)
+    out = []
+    for child, values in ((node.left, left_values), (node.right, right_values)):
+        spec = feeding(p, child)
+        rel = " UNION ALL ".join(f"SELECT {v} AS {spec.keys[0]}" for v in values)
+        out.append([r[0] for r in duckdb.sql(f"SELECT {target_sql(spec, size)} FROM ({rel})").fetchall()])
+    return out
+
+
+def test_union_of_boolean_and_integer_sends_equal_rows_to_one_rank(plan):
+    p = plan("SELECT b FROM flags UNION SELECT n FROM words", 4)
+    # DuckDB's own answer: the union's type, and which values it considers the same row.
+    assert duckdb.sql("SELECT true UNION SELECT 1::INTEGER").fetchall() == [(1,)]
+    left, right = _set_op_targets(p, 4, ["true", "false"], ["1::INTEGER", "0::INTEGER"])
+    assert left == right
+
+
+def test_union_of_varchar_and_integer_computes_targets(plan):
+    p = plan("SELECT s FROM words UNION SELECT n FROM words", 4)
+    left, right = _set_op_targets(p, 4, ["'w1'", "'7'"], ["7::INTEGER"])
+    assert left[1] == right[0]  # '7' and 7 are the same VARCHAR row of the union
+
+
+# ---- top-k ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("limit", "offset"), [(5, 0), (5, 2), (1, 10)])
+def test_order_by_limit_is_a_top_k_on_every_rank_before_the_gather(plan, limit, offset):
+    off = f" OFFSET {offset}" if offset else ""
+    p = plan(f"SELECT k, v FROM ua ORDER BY v DESC, k LIMIT {limit}{off}")
+    assert exchange_kinds(p) == ["gather"]
+    [local] = [s for s in p.stages if not s.on_driver]
+    [final] = [s for s in p.stages if s.on_driver]
+    assert isinstance(local.root, Sort)
+    assert local.root.limit == limit + offset and local.root.offset == 0
+    assert isinstance(final.root, Sort)
+    assert (final.root.limit, final.root.offset) == (limit, offset)
+    assert final.root.keys == local.root.keys
+    assert isinstance(final.root.child, ExchangeRead)
+
+
+def test_order_by_without_limit_sorts_only_on_the_driver(plan):
+    p = plan("SELECT k, v FROM ua ORDER BY v")
+    [local] = [s for s in p.stages if not s.on_driver]
+    assert not any(isinstance(n, Sort) for n in walk(local.root))
+    assert [n.limit for n in nodes(p, Sort)] == [None]
+
+
+def test_big_order_by_without_limit_is_a_parallel_range_sort(plan):
+    p = plan("SELECT k, v FROM ua ORDER BY v DESC, k", range_sort_threshold_bytes=0)
+    assert exchange_kinds(p) == ["sort", "gather"]
+    sort_x = next(s.output for s in p.stages if s.output.kind == "sort")
+    gather_x = next(s.output for s in p.stages if s.output.kind == "gather")
+    assert gather_x.ordered and not sort_x.ordered
+    # Every rank sorts its own range; the driver only concatenates in rank order.
+    sorter = p.stage(gather_x.producer)
+    assert not sorter.on_driver and sorter.inputs == (sort_x.xid,)
+    assert isinstance(sorter.root, Sort) and sorter.root.limit is None
+    assert sorter.root.keys == sort_x.keys
+    [final] = [s for s in p.stages if s.output is None]
+    assert not any(isinstance(n, Sort) for n in walk(final.root))
+
+
+# ---- refusals -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "named"),
+    [
+        (
+            "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 3) SELECT * FROM r",
+            "RECURSIVE",
+        ),
+        ("SELECT DISTINCT ON (k) k, v FROM ua", "DISTINCT ON"),
+        ("SELECT * FROM ua, LATERAL (SELECT ua.k + 1)", "LATERAL"),
+        ("SELECT k FROM ua QUALIFY row_number() OVER (ORDER BY k) = 1", "QUALIFY"),
+        ("SELECT k FROM ua UNION SELECT k FROM ub ORDER BY k + 1", "ORDER BY of a set operation"),
+    ],
+)
+def test_unsupported_constructs_are_refused_by_name(plan, sql, named):
+    with pytest.raises(SqlError, match=named):
+        plan(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT k, count(*) FROM ua GROUP BY ROLLUP (k)",
+        "SELECT k, count(*) FROM ua GROUP BY CUBE (k)",
+        "SELECT k, count(*) FROM ua GROUP BY GROUPING SETS ((k), ())",
+    ],
+)
+def test_grouping_sets_are_refused_by_name(plan, sql):
+    with pytest.raises(SqlError, match="GROUPING SETS / ROLLUP / CUBE"):
+        plan(sql)
+
+
+@pytest.mark.parametrize(
+    ("sql", "named"),
+    [
+        ("SELECT * FROM nope", "nope"),
+        ("SELECT ua.k FROM ua JOIN missing_table m ON ua.k = m.k", "missing_table"),
+        ("SELECT nocol FROM ua", "nocol"),
+        ("SELECT ua.k FROM ua JOIN ub ON ua.k = ub.not_there", "not_there"),
+    ],
+)
+def test_missing_tables_and_columns_are_named(plan, sql, named):
+    with pytest.raises((CatalogError, SqlError), match=named):
+        plan(sql)
+
+
+@pytest.mark.parametrize(
+    ("sql", "kind"),
+    [
+        ("INSERT INTO ua VALUES (1, 2)", "INSERT"),
+        ("CREATE TABLE x (a INTEGER)", "CREATE"),
+        ("CREATE TABLE x AS SELECT * FROM ua", "CREATE"),
+        ("DELETE FROM ua", "DELETE"),
+        ("UPDATE ua SET v = 1", "UPDATE"),
+        ("DROP TABLE ua", "DROP"),
+    ],
+)
+def test_statements_other_than_select_are_refused(plan, sql, kind):
+    with pytest.raises(SqlError, match=f"only SELECT.*{kind}"):
+        plan(sql)
+
+
+@pytest.mark.parametrize("sql", ["", "   ;", "SELECT 1; SELECT 2", "SELEC 1"])
+def test_malformed_input_is_a_sql_error(plan, sql):
+    with pytest.raises(DuckflockError):
+        plan(sql)
+
+
+# ---- range shuffle into a narrower key type ---------------------------------------------------------
+
+
+def test_range_shuffle_from_a_wider_key_type_computes_targets(plan, catalog):
+    p = plan("SELECT count(*) FROM rint JOIN bigv ON rint.k = bigv.k", broadcast_threshold_bytes=0)
+    j = the_join(p)
+    spec, _ = _moved_and_kept(p, j)
+    assert spec.kind == "range"
+    values = [5, 2999, 3_000_000_000]
+    rel = f"SELECT k AS {spec.keys[0]} FROM (VALUES {', '.join(f'({v}::BIGINT)' for v in values)}) v(k)"
+    got = duckdb.sql(f"SELECT {target_sql(spec, 4)} FROM ({rel})").fetchall()
+    # Keys that exist in rint go where rint keeps them; others may go anywhere.
+    parts = catalog.table("rint").partitions
+    owner = [next(i for i, q in enumerate(parts) if q.min <= v <= q.max) for v in values[:2]]
+    assert [g[0] for g in got[:2]] == owner
