@@ -125,3 +125,16 @@ def test_session_survives_failures(bad_dir):
             db.sql("SELECT nosuch FROM good")
         for _ in range(2):
             assert db.sql("SELECT count(*) AS n, sum(v) AS s FROM good").fetchall() == [(2000, 2 * sum(range(2000)))]
+
+
+def test_out_of_memory_is_reported_not_fatal(bad_dir):
+    """A rank's DuckDB running out of its memory share fails the query with DuckDB's message."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "duckflock.cli.main", "sql", "--data", str(bad_dir), "--ranks", "2",
+         "SELECT len(list(r.i)) AS n FROM range(40000000) r(i)"],
+        capture_output=True, text=True, timeout=BOUND_S,
+        env={**os.environ, "DUCKFLOCK_MEMORY_LIMIT_BYTES": str(64 << 20)},
+    )
+    assert proc.returncode == 1
+    assert "Out of Memory" in proc.stderr and "rank " in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -31,6 +31,7 @@ from duckflock.plan.nodes import (
     Distinct,
     Exchange,
     Filter,
+    FunctionScan,
     Join,
     Limit,
     Node,
@@ -123,6 +124,8 @@ class _Planner:
             return self.scan(node)
         if isinstance(node, Values):
             return Placed(node, (Replicated(),), 1, 8)
+        if isinstance(node, FunctionScan):
+            return Placed(node, (Replicated(),), 1000, 8 * len(node.columns))
         if isinstance(node, Filter):
             c = self.place(node.child)
             return Placed(self.with_subqueries(node, c), c.parts, max(1.0, c.rows * 0.5), c.width)

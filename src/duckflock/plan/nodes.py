@@ -54,6 +54,18 @@ class Scan(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class FunctionScan(Node):
+    """A table function in FROM (range, generate_series, ...): deterministic, so every rank can
+    evaluate it whole — a replicated relation."""
+
+    function: str = ""  # SQL of the call
+    source_columns: tuple[str, ...] = ()  # the function's column names
+
+    def explain_line(self) -> str:
+        return f"FunctionScan {self.function}"
+
+
+@dataclass(frozen=True, eq=False)
 class Values(Node):
     """A constant one-row relation (SELECT without FROM)."""
 

@@ -16,6 +16,7 @@ from duckflock.plan.nodes import (
     Exchange,
     ExchangeRead,
     Filter,
+    FunctionScan,
     Join,
     Limit,
     Node,
@@ -55,6 +56,13 @@ def _(node: Scan, source: ScanSource) -> str:
     if node.filter:
         sql = f"SELECT * FROM ({sql}) WHERE {node.filter}"
     return sql
+
+
+@_render.register
+def _(node: FunctionScan, source: ScanSource) -> str:
+    aliases = ", ".join(q(c) for c in node.source_columns)
+    cols = ", ".join(f"{q(s)} AS {q(c)}" for s, c in zip(node.source_columns, node.columns, strict=True))
+    return f"SELECT {cols} FROM {node.function} AS __f({aliases})"
 
 
 @_render.register

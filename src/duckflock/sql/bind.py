@@ -23,6 +23,7 @@ from duckflock.plan.nodes import (
     Aggregate,
     Distinct,
     Filter,
+    FunctionScan,
     Join,
     Limit,
     Node,
@@ -357,6 +358,8 @@ class _Builder:
             return self.query(item.this, prefix=alias)
         if not isinstance(item, exp.Table):
             raise _unsupported(f"{item.key.upper()} in FROM")
+        if not isinstance(item.this, exp.Identifier):
+            return self.function_scan(item)
         if item.name in self.ctes and not item.args.get("db"):
             return self.query(self.ctes[item.name].copy(), prefix=alias)
         info = self.catalog.table(item.name)
@@ -367,6 +370,16 @@ class _Builder:
         if not used:  # e.g. COUNT(*) over the table: still need its rows
             used = [info.columns[0][0]]
         return Scan(tuple(f"{alias}.{c}" for c in used), table=info.name, source_columns=tuple(used))
+
+    def function_scan(self, item: exp.Table) -> Node:
+        call = item.this.sql(dialect="duckdb")
+        alias = item.args.get("alias")
+        names = [c.name for c in alias.columns] if alias is not None and alias.columns else []
+        described = [n for n, _ in self.schema_db.describe(f"SELECT * FROM {call}")]
+        names = names + described[len(names) :]
+        return FunctionScan(
+            tuple(f"{item.alias_or_name}.{n}" for n in names), function=call, source_columns=tuple(names)
+        )
 
     def join(self, left: Node, right: Node, jkind: str, on_conj: list[exp.Expression]) -> Node:
         cols = left.columns if jkind in ("semi", "anti") else left.columns + right.columns
