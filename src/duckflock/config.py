@@ -30,6 +30,8 @@ class Config:
     shared_storage: bool = True
     # Seconds without any sign of life from a peer before a query fails (Flight transport).
     peer_timeout_s: float = 30.0
+    # DuckDB may read only the data directory (workers serving remote callers).
+    restrict_to_data_dir: bool = False
 
     @classmethod
     def from_env(cls, **overrides: object) -> Config:

@@ -158,27 +158,114 @@ class _MpiJobBackend:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
+class _FlightBackend:
+    """A session on running workers over Arrow Flight. The first worker plans each query and returns
+    its result; the workers exchange data among themselves, never through this process."""
+
+    def __init__(self, workers: list[str], token: str, tls_root: bytes | None, config: dict[str, object]):
+        import json
+        import secrets
+
+        import pyarrow.flight as flight
+
+        from duckflock.errors import TransportError
+        from duckflock.transport.flight import CallAuth, client_for
+
+        scheme = "grpc+tls" if tls_root else "grpc+tcp"
+        self.locations = [w if "://" in w else f"{scheme}://{w}" for w in workers]
+        self.ranks = len(self.locations)
+        self.sid = secrets.token_hex(8)
+        self._json = json
+        self._flight = flight
+        self._auth = CallAuth(token).options
+        self._clients = [client_for(loc, tls_root) for loc in self.locations]
+        body = {"session": self.sid, "peers": self.locations, "config": config}
+        try:
+            for phase in ("prepare", "start"):
+                for rank, client in enumerate(self._clients):
+                    self._action(client, phase, {**body, "rank": rank}, rank)
+        except TransportError:
+            self.close()
+            raise
+
+    def _action(self, client, kind: str, body: dict, rank: int = 0):
+        import pickle
+
+        from duckflock.errors import TransportError
+
+        try:
+            results = list(
+                client.do_action(
+                    self._flight.Action(kind, self._json.dumps(body).encode()), options=self._auth
+                )
+            )
+        except self._flight.FlightUnauthenticatedError:
+            raise TransportError(f"worker {rank} at {self.locations[rank]} refused the token") from None
+        except self._flight.FlightError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise TransportError(f"worker {rank} at {self.locations[rank]}: {first}") from None
+        payload = results[0].body.to_pybytes() if results else b""
+        if kind in ("sql", "plan"):
+            reply = pickle.loads(payload)
+            if reply[0] == "error":
+                raise reply[1]
+            return reply[1:]
+        return payload
+
+    def run(self, query: str, profile: bool = False):
+        outcome, ticket = self._action(
+            self._clients[0], "sql", {"session": self.sid, "query": query, "profile": profile}
+        )
+        reader = self._clients[0].do_get(
+            self._flight.Ticket(self._json.dumps([self.sid, ticket]).encode()), options=self._auth
+        )
+        outcome.table = reader.read_all()
+        return outcome
+
+    def plan(self, query: str):
+        return self._action(self._clients[0], "plan", {"session": self.sid, "query": query})[0]
+
+    def close(self) -> None:
+        from duckflock.errors import TransportError
+
+        for rank, client in enumerate(self._clients):
+            with contextlib.suppress(TransportError):
+                self._action(client, "close", {"session": self.sid}, rank)
+            client.close()
+
+
 def connect(
-    data: str,
+    data: str | None = None,
     ranks: int = 2,
     config: dict[str, object] | None = None,
     start_timeout: float = 60.0,
     transport: str = "mpi",
+    workers: list[str] | None = None,
+    token: str | None = None,
+    tls_root_cert: bytes | None = None,
 ) -> Session:
-    """Start ``ranks`` warm ranks on this machine over the data directory ``data``.
+    """A session of warm ranks.
 
-    ``transport="mpi"`` runs them as an MPI job (``mpiexec``); ``"threads"`` runs them as threads of
-    this process (no MPI needed; DuckDB parallelism still applies). ``config`` overrides Config
-    fields (e.g. ``{"broadcast_threshold_bytes": 0}``). Use as a context manager, or call ``close()``.
+    With ``workers=["host:port", ...]`` and ``token``: a session on running ``duckflock worker``
+    processes over Arrow Flight (TLS when ``tls_root_cert`` is given). Otherwise ``ranks`` ranks over
+    the data directory ``data`` on this machine: ``transport="mpi"`` as an MPI job (``mpiexec``),
+    ``"threads"`` as threads of this process. ``config`` overrides Config fields (e.g.
+    ``{"broadcast_threshold_bytes": 0}``). Use as a context manager, or call ``close()``.
     """
+    from duckflock.errors import DuckflockError
+
+    if workers is not None:
+        if not token:
+            raise DuckflockError("workers need the shared token (token=... or --token-file)")
+        return Session(_FlightBackend(list(workers), token, tls_root_cert, dict(config or {})))
+    if data is None:
+        raise DuckflockError("connect() needs a data directory, or workers=[...]")
     if transport == "threads":
         from duckflock.config import Config
         from duckflock.exec.local_cluster import LocalCluster
 
         return Session(LocalCluster(str(data), ranks, Config.from_env(**(config or {}))))
     if transport != "mpi":
-        from duckflock.errors import DuckflockError
-
         raise DuckflockError(f"unknown transport {transport!r} (use 'mpi' or 'threads')")
     env = {f"DUCKFLOCK_{k.upper()}": str(v) for k, v in (config or {}).items()}
     return Session(_MpiJobBackend(str(data), ranks, env, start_timeout))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from pathlib import Path
 
 from rich.console import Console
 
@@ -16,36 +18,105 @@ out = stdout_console()
 err = Console(stderr=True, soft_wrap=True)
 
 
-def run_sql(args: argparse.Namespace) -> int:
-    """SPMD: rank 0 runs the query and prints; a failure anywhere ends every rank with exit 1."""
+def _query(db, args: argparse.Namespace) -> int:
+    """Run the command's query on a session and print or write its result."""
     from duckflock.cli.output import print_error, print_profile, print_table, write_result
 
+    try:
+        if args.command == "explain":
+            out.print(db.explain(args.query, analyze=args.analyze), highlight=False, markup=False)
+            return 0
+        result = db.sql(args.query, profile=args.profile)
+        if args.output:
+            write_result(result.arrow(), args.output)
+            out.print(f"wrote {result.arrow().num_rows} rows to {args.output}")
+        else:
+            print_table(result.arrow(), max_rows=args.max_rows, console=out)
+        out.print(f"{result.seconds:.3f} s on {db.ranks} ranks")
+        if args.profile:
+            print_profile(result.stats, console=out)
+    except DuckflockError as e:
+        print_error(err, str(e))
+        return 1
+    return 0
+
+
+def run_sql(args: argparse.Namespace) -> int:
+    """SPMD: rank 0 runs the query and prints; a failure anywhere ends every rank with exit 1."""
     code = 0
     with spmd(args.data) as db:
         if db is not None:
-            try:
-                result = db.sql(args.query, profile=args.profile)
-                if args.output:
-                    write_result(result.arrow(), args.output)
-                    out.print(f"wrote {result.arrow().num_rows} rows to {args.output}")
-                else:
-                    print_table(result.arrow(), max_rows=args.max_rows, console=out)
-                out.print(f"{result.seconds:.3f} s on {db.ranks} ranks")
-                if args.profile:
-                    print_profile(result.stats, console=out)
-            except DuckflockError as e:
-                print_error(err, str(e))
-                code = 1
+            code = _query(db, args)
     return code
+
+
+def read_token(path: str) -> str:
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as e:
+        raise DuckflockError(f"cannot read token file {path}: {e.strerror}") from None
+    if len(token) < 16:
+        raise DuckflockError(f"the token in {path} is too short (use at least 16 characters)")
+    return token
+
+
+def read_pem(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise DuckflockError(f"cannot read {path}: {e.strerror}") from None
+
+
+def run_on_workers(args: argparse.Namespace) -> int:
+    """sql / explain on running Flight workers; this process is the caller and gets the result."""
+    import duckflock
+
+    if not args.token_file:
+        raise DuckflockError("--workers needs --token-file")
+    workers = [w.strip() for w in args.workers.split(",") if w.strip()]
+    config = {"shared_storage": args.shared_data}
+    with duckflock.connect(
+        workers=workers,
+        token=read_token(args.token_file),
+        tls_root_cert=read_pem(args.tls_root),
+        config=config,
+    ) as db:
+        return _query(db, args)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    from duckflock.exec.worker import Worker
+
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise DuckflockError("--tls-cert and --tls-key go together")
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise DuckflockError(f"--listen wants HOST:PORT, got {args.listen!r}")
+    tls = (read_pem(args.tls_cert), read_pem(args.tls_key)) if args.tls_cert else None
+    scheme = "grpc+tls" if tls else "grpc+tcp"
+    worker = Worker(
+        f"{scheme}://{args.listen}",
+        args.data,
+        read_token(args.token_file),
+        tls=tls,
+        idle_timeout_s=args.idle_timeout,
+    )
+    out.print(f"duckflock worker serving {args.data} on {scheme}://{host}:{worker.port}", highlight=False)
+    with contextlib.suppress(KeyboardInterrupt):
+        worker.serve()
+    return 0
 
 
 def run_explain(args: argparse.Namespace) -> int:
     """Planning needs only the catalog: no ranks are started (unless --analyze runs the query)."""
     if args.analyze:
+        code = 0
         with spmd(args.data) as db:
             if db is not None:
-                out.print(db.explain(args.query, analyze=True), highlight=False, markup=False)
-        return 0
+                code = _query(db, args)
+        return code
     from duckflock.exec.driver import plan_query
     from duckflock.plan.explain import explain_plan
     from duckflock.sql.schema_db import SchemaDB

@@ -41,10 +41,32 @@ def _parser() -> argparse.ArgumentParser:
     ld.add_argument("--format", choices=["parquet", "csv"], default=None)
     ld.add_argument("--ranks", type=int, default=2, help="ranks that load in parallel (default 2)")
 
+    w = sub.add_parser("worker", help="serve queries over Arrow Flight (for sql --workers)")
+    w.add_argument("--listen", default="127.0.0.1:8815", help="HOST:PORT to bind (default 127.0.0.1:8815)")
+    w.add_argument("--data", required=True, help="this worker's data directory (shared or its own)")
+    w.add_argument("--token-file", required=True, help="file holding the shared secret token")
+    w.add_argument("--tls-cert", default=None, help="PEM certificate: serve TLS")
+    w.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+    w.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=600.0,
+        help="end a session after this many seconds without a call from its caller",
+    )
+
     for name, text in (("sql", "run a query"), ("explain", "show the distributed plan of a query")):
         s = sub.add_parser(name, help=text)
-        s.add_argument("--data", required=True, help="data directory")
-        s.add_argument("--ranks", type=int, default=2, help="number of ranks (default 2)")
+        s.add_argument("--data", default=None, help="data directory (MPI ranks)")
+        s.add_argument("--ranks", type=int, default=2, help="number of MPI ranks (default 2)")
+        s.add_argument("--workers", default=None, help="HOST:PORT,HOST:PORT,...: run on duckflock workers")
+        s.add_argument("--token-file", default=None, help="the workers' shared token (with --workers)")
+        s.add_argument("--tls-root", default=None, help="PEM certificate to trust for TLS workers")
+        s.add_argument(
+            "--shared-data",
+            action="store_true",
+            help="with --workers: every worker can read every file (small tables are then read, "
+            "not broadcast)",
+        )
         s.add_argument("query", help="the SELECT statement")
         if name == "explain":
             s.add_argument(
@@ -104,6 +126,16 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         generate_tpch(args.sf, args.out, parts=args.parts, jobs=args.jobs, progress=True)
         return 0
+    if args.command == "worker":
+        from duckflock.cli.commands import run_worker
+
+        return run_worker(args)
+    if args.command in ("sql", "explain") and args.workers:
+        from duckflock.cli.commands import run_on_workers
+
+        return run_on_workers(args)
+    if args.command in ("sql", "explain") and not args.data:
+        raise DuckflockError("give --data DIR (MPI ranks) or --workers HOST:PORT,... (Flight workers)")
     needs_ranks = args.command in ("sql", "load") or (args.command == "explain" and args.analyze)
     if needs_ranks and not under_mpi():
         if args.command != "load":

@@ -101,7 +101,8 @@ class Driver:
             self.rt.catalog = Catalog.load(self.rt.catalog.root)
             if self._schema_db is not None:
                 self._schema_db.close()
-            self._schema_db = SchemaDB(self.rt.catalog)
+            only = str(self.rt.catalog.root) if self.rt.config.restrict_to_data_dir else None
+            self._schema_db = SchemaDB(self.rt.catalog, only)
             self._catalog_stamp = stamp
         return self.rt.catalog
 

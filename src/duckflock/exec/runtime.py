@@ -36,7 +36,8 @@ def fair_share(config: Config, ranks_on_node: int) -> tuple[int, int]:
     return threads, memory
 
 
-def open_duckdb(threads: int, memory_bytes: int) -> duckdb.DuckDBPyConnection:
+def open_duckdb(threads: int, memory_bytes: int, only_dir: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB for one rank. With ``only_dir`` its SQL can read files there and nowhere else."""
     con = duckdb.connect(
         config={
             "threads": threads,
@@ -45,7 +46,16 @@ def open_duckdb(threads: int, memory_bytes: int) -> duckdb.DuckDBPyConnection:
             "preserve_insertion_order": False,
         }
     )
+    if only_dir is not None:
+        restrict(con, [only_dir])
     return con
+
+
+def restrict(con: duckdb.DuckDBPyConnection, dirs: list[str]) -> None:
+    """No file, URL or extension outside ``dirs``; cannot be undone on this connection."""
+    listing = ", ".join("'" + d.replace("'", "''") + "'" for d in dirs)
+    con.execute(f"SET allowed_directories = [{listing}]")
+    con.execute("SET enable_external_access = false")
 
 
 @dataclass
@@ -72,7 +82,10 @@ class Runtime:
     ) -> Runtime:
         threads, memory = fair_share(config, ranks_on_node)
         mux = Mux(transport, config.max_inflight_bytes)
-        rt = cls(transport, mux, open_duckdb(threads, memory), catalog, config, threads, ranks_on_node)
+        only_dir = str(catalog.root) if config.restrict_to_data_dir and catalog is not None else None
+        rt = cls(
+            transport, mux, open_duckdb(threads, memory, only_dir), catalog, config, threads, ranks_on_node
+        )
         mux.on_failure = lambda _qid: rt.con.interrupt()
         return rt
 

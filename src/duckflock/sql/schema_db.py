@@ -9,14 +9,17 @@ import pyarrow as pa
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.errors import CatalogError, SqlError
+from duckflock.exec.runtime import restrict
 from duckflock.plan.nodes import Node
 from duckflock.plan.render import render
 
 
 class SchemaDB:
-    def __init__(self, catalog: Catalog):
+    def __init__(self, catalog: Catalog, only_dir: str | None = None):
         self.catalog = catalog
         self.con = duckdb.connect(config={"threads": 1})
+        if only_dir is not None:  # binding reads files a query names: same limits as the ranks
+            restrict(self.con, [only_dir])
         for name, info in catalog.tables.items():
             cols = ", ".join(f"{q(c)} {t}" for c, t in info.columns)
             self.con.execute(f"CREATE TABLE {q(name)} ({cols})")

@@ -1,0 +1,70 @@
+"""``duckflock bench seed|exchange``: run a benchmark, write results.json / results.md / PNGs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from duckflock.bench.jobs import err
+from duckflock.bench.measure import parse_list
+from duckflock.errors import DuckflockError
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit code 0 when every point ran and gave the right answer; timings are never judged."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.bench == "seed":
+        return _seed(args, out)
+    if args.bench == "exchange":
+        return _exchange(args, out)
+    raise DuckflockError(f"unknown benchmark {args.bench}")
+
+
+def _ranks(text: str) -> list[int]:
+    ranks = parse_list(text, int)
+    if not ranks or min(ranks) < 1:
+        raise DuckflockError(f"--ranks needs positive rank counts, got {text!r}")
+    return ranks
+
+
+def _seed(args: argparse.Namespace, out: Path) -> int:
+    from duckflock.bench.plots import seed_figures
+    from duckflock.bench.report import print_markdown, seed_markdown
+    from duckflock.bench.seed import run_seed
+
+    sfs = parse_list(args.sf, float)
+    if not sfs or min(sfs) <= 0:
+        raise DuckflockError(f"--sf needs positive scale factors, got {args.sf!r}")
+    if args.runs < 1:
+        raise DuckflockError("--runs must be at least 1")
+    results = run_seed(sfs, _ranks(args.ranks), args.runs, args.data_root, out)
+    md = seed_markdown(results)
+    (out / "results.md").write_text(md)
+    figures = seed_figures(results, out)
+    print_markdown(md)
+    err.print(f"wrote {out / 'results.json'}, {out / 'results.md'}, " + ", ".join(str(f) for f in figures))
+    points = [p for e in results["scale_factors"] for p in e["points"]]
+    return 0 if points and not results["errors"] and all(p["correct"] for p in points) else 1
+
+
+def _exchange(args: argparse.Namespace, out: Path) -> int:
+    from duckflock.bench.exchange import run_exchange
+    from duckflock.bench.plots import exchange_figures
+    from duckflock.bench.report import exchange_markdown, print_markdown
+
+    if args.gb <= 0:
+        raise DuckflockError("--gb must be positive")
+    if args.runs < 1:
+        raise DuckflockError("--runs must be at least 1")
+    ranks = _ranks(args.ranks)
+    if min(ranks) < 2:
+        raise DuckflockError("the exchange benchmark needs at least 2 ranks")
+    results = run_exchange(ranks, args.gb, args.runs, out)
+    md = exchange_markdown(results)
+    (out / "results.md").write_text(md)
+    figures = exchange_figures(results, out)
+    print_markdown(md)
+    err.print(f"wrote {out / 'results.json'}, {out / 'results.md'}, " + ", ".join(str(f) for f in figures))
+    points = results["points"]
+    return 0 if points and not results["errors"] and all(p["correct"] for p in points) else 1

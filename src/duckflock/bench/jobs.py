@@ -1,0 +1,54 @@
+"""Launching a benchmark's MPI job and reading back the JSON files it wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from duckflock.exec.launch import mpiexec_argv
+
+err = Console(stderr=True)
+
+
+class JobFailed(RuntimeError):
+    pass
+
+
+def run_job(ranks: int, module: str, args: list[str], out: Path, timeout: float) -> float:
+    """Run ``python -m module args`` on ``ranks`` MPI ranks with a fresh ``out`` directory; returns
+    the job's wall time (including MPI start-up). Raises JobFailed with the end of its stderr."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    argv = mpiexec_argv(ranks, ["-m", module, *args])
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(argv, env=os.environ.copy(), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise JobFailed(f"{module} on {ranks} ranks did not finish within {timeout:.0f} s") from None
+    seconds = time.perf_counter() - t0
+    (out / "stderr.txt").write_text(done.stderr)
+    if done.returncode != 0:
+        raise JobFailed(f"{module} on {ranks} ranks failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return seconds
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def rank_peaks_kb(out: Path, ranks: int) -> list[int]:
+    """Every rank's peak RSS from the ``rank-<r>.json`` files a job wrote."""
+    return [int(read_json(out / f"rank-{r}.json")["peak_kb"]) for r in range(ranks)]
+
+
+def write_json(path: Path, obj: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str))
+    os.replace(tmp, path)
