@@ -1,0 +1,131 @@
+"""duckflock over Arrow Flight: real worker processes on loopback, compared with DuckDB; security;
+a worker killed mid-shuffle; a caller that disappears."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pyarrow.flight as flight
+import pytest
+
+import duckflock
+from duckflock.bench.tpch import query
+from flight_support import Workers
+from support import assert_same, oracle
+
+pytestmark = pytest.mark.dist
+SEED = (
+    "SELECT c.c_custkey, c.c_name, o.o_orderkey, o.o_orderdate, o.o_totalprice "
+    "FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
+    "WHERE o.o_orderdate < DATE '1995-03-15' ORDER BY o.o_orderdate DESC"
+)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("shared", [False, True])
+def test_flight_queries_match_duckdb(tpch_dir, tmp_path, n, shared):
+    ref = oracle(tpch_dir)
+    with Workers(tpch_dir, n, tmp_path) as w, duckflock.connect(
+        workers=w.addresses, token=w.token, config={"shared_storage": shared}
+    ) as db:
+        for q, order in [(SEED, ["o_orderdate"]), (query(3), ["revenue"]), (query(5), ["revenue"]),
+                         (query(9), ["nation", "o_year"]), (query(18), ["o_totalprice"]),
+                         (query(13), ["custdist", "c_count"])]:
+            assert_same(db.sql(q).arrow(), ref.sql(q).to_arrow_table(), order)
+
+
+def test_wrong_or_missing_token_is_refused(tpch_dir, tmp_path):
+    with Workers(tpch_dir, 2, tmp_path) as w:
+        with pytest.raises(duckflock.TransportError, match="refused the token"):
+            duckflock.connect(workers=w.addresses, token="not-the-token-0123456789")
+        client = flight.FlightClient(f"grpc+tcp://{w.addresses[0]}")
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            list(client.do_action(flight.Action("ping", b"")))  # no token at all
+
+
+def test_sql_cannot_read_outside_the_data_directory(tpch_dir, tmp_path):
+    outside = tmp_path / "secret.csv"
+    outside.write_text("a,b\n1,2\n")
+    with Workers(tpch_dir, 2, tmp_path) as w, duckflock.connect(workers=w.addresses, token=w.token) as db:
+        for q in (f"SELECT * FROM read_csv('{outside}')", "SELECT * FROM read_csv('https://example.com/x.csv')"):
+            with pytest.raises(duckflock.DuckflockError, match="Permission Error"):
+                db.sql(q)
+        inside = next(tpch_dir.glob("nation/*.parquet"))
+        assert db.sql(f"SELECT count(*) AS n FROM read_parquet('{inside}')").fetchall() == [(25,)]
+
+
+def test_cli_on_workers(tpch_dir, tmp_path):
+    with Workers(tpch_dir, 2, tmp_path) as w:
+        proc = subprocess.run(
+            [sys.executable, "-m", "duckflock.cli.main", "sql", "--workers", ",".join(w.addresses),
+             "--token-file", str(w.token_file), "SELECT count(*) AS n FROM lineitem"],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        n = oracle(tpch_dir).sql("SELECT count(*) FROM lineitem").fetchall()[0][0]
+        assert str(n) in proc.stdout
+
+
+def _status(address: str, token: str) -> dict:
+    client = flight.FlightClient(f"grpc+tcp://{address}")
+    options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
+    return json.loads(next(iter(client.do_action(flight.Action("status", b""), options=options))).body.to_pybytes())
+
+
+def test_worker_killed_mid_query_fails_fast_and_survivors_serve_on(tpch_dir, tmp_path):
+    # Shuffled on l_suppkey, then seconds of string work per rank: the kill lands mid-query.
+    heavy = (
+        "SELECT count(*) FROM lineitem a JOIN lineitem b ON a.l_suppkey = b.l_suppkey "
+        "WHERE a.l_comment || b.l_comment LIKE '%zzz%'"
+    )
+    with Workers(tpch_dir, 3, tmp_path) as w:
+        db = duckflock.connect(workers=w.addresses, token=w.token,
+                               config={"broadcast_threshold_bytes": 0, "peer_timeout_s": 10})
+        outcome: dict = {}
+
+        def run() -> None:
+            try:
+                outcome["result"] = db.sql(heavy)
+            except duckflock.DuckflockError as e:
+                outcome["error"] = e
+
+        t = threading.Thread(target=run)
+        start = time.monotonic()
+        t.start()
+        time.sleep(1.0)
+        w.kill(2)
+        t.join(timeout=60)
+        assert not t.is_alive(), "the query did not end after a worker died"
+        assert "error" in outcome, "a query that lost a worker must not succeed"
+        assert "worker 2" in str(outcome["error"]), outcome["error"]
+        assert time.monotonic() - start < 60
+        db.close()
+        # The survivors dropped the failed session and serve the next one.
+        with duckflock.connect(workers=w.addresses[:2], token=w.token) as db2:
+            n = db2.sql("SELECT count(*) AS n FROM orders").fetchall()
+        assert n == oracle(tpch_dir).sql("SELECT count(*) AS n FROM orders").fetchall()
+
+
+def test_caller_that_disappears_does_not_hold_workers(tpch_dir, tmp_path):
+    with Workers(tpch_dir, 2, tmp_path, idle_timeout=2) as w:
+        script = (
+            "import duckflock, sys, time; "
+            f"db = duckflock.connect(workers={w.addresses!r}, token={w.token!r}); "
+            "db.sql('SELECT count(*) FROM orders'); print('ready', flush=True); time.sleep(60)"
+        )
+        caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                                  env=os.environ.copy())
+        assert caller.stdout.readline().strip() == "ready"
+        assert all(_status(a, w.token)["session"] for a in w.addresses)
+        caller.send_signal(signal.SIGKILL)
+        caller.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_status(a, w.token)["session"] for a in w.addresses):
+            time.sleep(0.5)
+        assert not any(_status(a, w.token)["session"] for a in w.addresses)
