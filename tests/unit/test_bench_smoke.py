@@ -1,0 +1,77 @@
+"""Smoke tests of `duckflock bench`: tiny sizes, real MPI jobs. They check that the benchmarks run
+and write sane results — never how fast anything was."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.dist
+
+
+def bench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "duckflock.cli.main", "bench", *args],
+        cwd=cwd,
+        env=os.environ.copy(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def positive(x: object) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x) and x > 0
+
+
+def test_bench_exchange_smoke(tmp_path):
+    out = tmp_path / "exchange"
+    bench("exchange", "--ranks", "2", "--gb", "0.02", "--runs", "1", "--out", str(out), cwd=tmp_path)
+    results = json.loads((out / "results.json").read_text())
+    assert not results["errors"]
+    [point] = results["points"]
+    assert point["ranks"] == 2
+    assert point["correct"] is True
+    for key in ("gbps_median", "memcpy_gbps", "mpi_p2p_gbps", "input_gb", "wall_median_s", "peak_rss_kb_sum"):
+        assert positive(point[key]), (key, point[key])
+    assert (out / "results.md").is_file()
+    assert (out / "exchange_gbps.png").stat().st_size > 0
+
+
+def test_bench_seed_smoke(tmp_path):
+    out = tmp_path / "seed"
+    bench(
+        "seed",
+        *("--sf", "0.01", "--ranks", "2", "--runs", "1"),
+        *("--data-root", str(tmp_path), "--out", str(out)),
+        cwd=tmp_path,
+    )
+    results = json.loads((out / "results.json").read_text())
+    assert not results["errors"]
+    [entry] = results["scale_factors"]
+    [point] = entry["points"]
+    assert point["ranks"] == 2
+    assert point["correct"] is True
+    assert point["rows"] > 0
+    for key in (
+        "duckflock_median_s",
+        "duckdb_median_s",
+        "bytes_exchanged",
+        "peak_rss_kb_sum",
+        "duckdb_peak_rss_kb",
+    ):
+        assert positive(point[key]), (key, point[key])
+    assert len(point["peak_rss_kb_per_rank"]) == 2
+    assert positive(results["machine"]["memcpy_gbps"])
+    assert "mpi" in results["versions"]
+    assert (out / "results.md").is_file()
+    for png in ("seed_phases.png", "seed_vs_duckdb.png", "seed_exchange.png"):
+        assert (out / png).stat().st_size > 0
