@@ -48,6 +48,10 @@ QUERIES: list[tuple[str, list[str]]] = [
     ("SELECT name, v FROM sa ORDER BY name, v", ["name", "v"]),
     ("SELECT p.day, p.price, p.k FROM prices p ORDER BY p.day DESC, p.price, p.k", ["day", "price", "k"]),
     ("SELECT k, z FROM empty_t ORDER BY k", ["k"]),
+    ("SELECT a.k, a.x FROM na a ORDER BY a.k DESC NULLS FIRST", ["k"]),
+    ("SELECT a.k, a.x FROM na a ORDER BY a.k", ["k"]),
+    ("SELECT p.day, p.k FROM prices p ORDER BY p.day DESC", ["day"]),
+    ("SELECT p.price, p.k FROM prices p ORDER BY p.price", ["price"]),
     ("SELECT k, v FROM skew ORDER BY k, v", ["k", "v"]),
     ("SELECT CASE WHEN v > 100 THEN 'big' ELSE 'small' END AS c, count(*) AS n FROM t_int "
      "WHERE CAST(v AS VARCHAR) LIKE '1%' GROUP BY 1", []),

@@ -236,8 +236,12 @@ class Mux:
                 self._fatal = f"rank {self.rank}: communication failed: {e}"
                 self._cv.notify_all()
 
-    def close(self) -> None:
+    def close(self, drain_s: float = 10.0) -> None:
+        """Stop, after sending what is still queued (bounded: a dead peer must not block exit)."""
+        deadline = time.monotonic() + drain_s
         with self._cv:
+            while (self._outbox or self._inflight) and self._fatal is None and time.monotonic() < deadline:
+                self._cv.wait(0.01)
             self._stop = True
             self._cv.notify_all()
         self._thread.join(timeout=5)

@@ -7,12 +7,68 @@ FIRST/LAST, so it is written out here as SQL for DuckDB to evaluate.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import sqlglot
 
 from duckflock.exec.runtime import Runtime
 
 SAMPLE_ROWS_PER_RANK = 4096
+_FAST_TYPES = (
+    pa.types.is_integer,
+    pa.types.is_floating,
+    pa.types.is_date,
+    pa.types.is_timestamp,
+    pa.types.is_decimal,
+    pa.types.is_boolean,
+)
+
+
+def _as_numbers(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, null mask) of a key column in a numpy type that orders like DuckDB orders the key.
+    Decimals become doubles: not exact, but monotone, which is all bucketing needs."""
+    t = column.type
+    if pa.types.is_date(t) or pa.types.is_timestamp(t):
+        column = column.cast(pa.int64() if not pa.types.is_date32(t) else pa.int32())
+    elif pa.types.is_decimal(t) or pa.types.is_boolean(t):
+        column = column.cast(pa.float64())
+    nulls = column.is_null().to_numpy(zero_copy_only=False)
+    values = pc.fill_null(column, 0).to_numpy() if column.null_count else column.to_numpy()
+    return values, nulls
+
+
+def fast_targets(rt: Runtime, qid: int, table: pa.Table, keys: tuple[str, ...]) -> np.ndarray | None:
+    """Targets for one plain numeric/date key column, computed with numpy; None when the keys need
+    the general SQL path. A collective when it returns an array: every rank takes the same path,
+    since the decision depends only on the plan and the (common) schema."""
+    parsed = _keys(keys)
+    if len(parsed) != 1:
+        return None
+    expr, desc, nulls_first = parsed[0]
+    name = expr[1:-1] if expr.startswith('"') and expr.endswith('"') else None
+    if name is None or name not in table.column_names:
+        return None
+    if not any(check(table.schema.field(name).type) for check in _FAST_TYPES):
+        return None
+    values, nulls = _as_numbers(table.column(name))
+    valid = values[~nulls]
+    rng = np.random.default_rng(7 + rt.rank)
+    sample = (
+        valid[rng.choice(len(valid), min(len(valid), SAMPLE_ROWS_PER_RANK), replace=False)]
+        if len(valid)
+        else valid
+    )
+    merged = np.sort(np.concatenate([np.asarray(a) for a in rt.mux.allgather(qid, sample)]))
+    if len(merged) == 0 or rt.size == 1:
+        return np.zeros(table.num_rows, dtype=np.uint16)
+    splitters = merged[[(i * len(merged)) // rt.size for i in range(1, rt.size)]]
+    if desc:
+        buckets = (rt.size - 1) - np.searchsorted(splitters, values, side="right")
+    else:
+        buckets = np.searchsorted(splitters, values, side="left")
+    buckets[nulls] = 0 if nulls_first else rt.size - 1
+    return buckets.astype(np.uint16)
 
 
 def _keys(keys: tuple[str, ...]) -> list[tuple[str, bool, bool]]:

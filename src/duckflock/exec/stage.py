@@ -101,10 +101,16 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
         elif spec.kind == "sort":
             # Splitters come from samples of this stage's output: materialize it first.
             t0 = time.perf_counter()
-            rt.con.register("__sort_input", rt.con.sql(sql).to_arrow_table())
-            registered.append("__sort_input")
-            targets = range_sort.target_sql(rt, qid, "__sort_input", spec.keys)
-            sql = f"SELECT *, {targets} AS __target FROM __sort_input"
+            table = rt.con.sql(sql).to_arrow_table()
+            fast = range_sort.fast_targets(rt, qid, table, spec.keys)
+            if fast is not None:  # one numeric key: bucket with numpy, no second DuckDB pass
+                sql = None
+                table = table.append_column("__target", pa.array(fast))
+            else:
+                rt.con.register("__sort_input", table)
+                registered.append("__sort_input")
+                targets = range_sort.target_sql(rt, qid, "__sort_input", spec.keys)
+                sql = f"SELECT *, {targets} AS __target FROM __sort_input"
             stats.compute_s += time.perf_counter() - t0
         writer = ExchangeWriter(
             rt.mux,
@@ -118,7 +124,10 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
             stats.exchange,
         )
         t0 = time.perf_counter()
-        reader = rt.con.sql(sql).to_arrow_reader(rt.config.batch_rows)
+        if sql is None:
+            reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(rt.config.batch_rows))
+        else:
+            reader = rt.con.sql(sql).to_arrow_reader(rt.config.batch_rows)
         while True:
             try:
                 batch = reader.read_next_batch()

@@ -125,7 +125,9 @@ def parquet_stats(
             out.append((n, meta[p][0], meta[p][1]))
         else:
             k = quote_ident(key)
-            mn, mx = con.execute(f"SELECT min({k}), max({k}) FROM read_parquet({sql_literal(p)})").fetchone()
+            mn, mx = con.execute(f"SELECT min({k}), max({k}) FROM read_parquet({sql_literal(p)})").fetchall()[
+                0
+            ]
             out.append((n, mn, mx))
     return out
 
@@ -193,7 +195,7 @@ def sniff_csv(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict[str, obj
         row = con.execute(
             "SELECT Delimiter, Quote, Escape, HasHeader, Columns, DateFormat, TimestampFormat "
             f"FROM sniff_csv({sql_literal(str(path))})"
-        ).fetchone()
+        ).fetchall()[0]
     except duckdb.Error as e:
         raise CatalogError(f"cannot read CSV file {path}: {e}") from e
     delim, quote, escape, header, columns, date_format, ts_format = row
@@ -287,7 +289,7 @@ def _splitters(rt: Runtime, qid: int, source: str | None, key: str, key_type: st
         valid = f"{k} IS NOT NULL"
         if key_type.upper() in ("DOUBLE", "FLOAT", "REAL"):
             valid += f" AND NOT isnan({k})"  # NaN sorts above everything in DuckDB; keep it out of sorting
-        rows = rt.con.execute(f"SELECT count(*) FROM {source} WHERE {valid}").fetchone()[0]
+        rows = rt.con.execute(f"SELECT count(*) FROM {source} WHERE {valid}").fetchall()[0][0]
         size = max(1024, _SAMPLE_PER_PARTITION * count)
         sample = rt.con.execute(
             f"SELECT k, CAST(k AS VARCHAR) FROM (SELECT {k} AS k FROM {source} WHERE {valid}) "
@@ -459,7 +461,7 @@ def _register(
     else:
         for i in mine:
             try:
-                n = rt.con.execute(f"SELECT count(*) FROM {source.scan([paths[i]])}").fetchone()
+                n = rt.con.execute(f"SELECT count(*) FROM {source.scan([paths[i]])}").fetchall()[0]
             except duckdb.Error as e:
                 raise CatalogError(f"cannot read input file {paths[i]}: {e}") from e
             counts.append((i, int(n[0])))
