@@ -4,15 +4,14 @@ comparison, and running queries on real MPI ranks."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
-from decimal import Decimal
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
+from duckflock.bench.compare import difference
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type, hash_sql
 from duckflock.catalog.partitioning import quote_ident as q
@@ -76,44 +75,11 @@ def oracle(data: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _norm(v: object) -> object:
-    if isinstance(v, float):
-        return ("f", 0.0 if v == 0 else v)
-    if isinstance(v, Decimal):
-        return ("d", v)
-    return ("v", v)
-
-
-def _rows(t: pa.Table) -> list[tuple]:
-    cols = [c.to_pylist() for c in t.columns]
-    return [tuple(r) for r in zip(*cols, strict=True)] if cols else []
-
-
-def _close(a: object, b: object) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        if math.isnan(a) and math.isnan(b):
-            return True
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-    return a == b
-
-
-def _key(row: tuple) -> tuple:
-    return tuple((v is None, str(type(v)), round(v, 6) if isinstance(v, float) else v) for v in row)
-
-
 def assert_same(got: pa.Table, expected: pa.Table, order_by: list[str] | None = None) -> None:
     """Equal as multisets (floats within 1e-9 relative; everything else exact), same column names and
     types; with ``order_by`` the sequence of those columns must match too."""
-    assert got.column_names == expected.column_names, (got.column_names, expected.column_names)
-    assert got.schema.types == expected.schema.types, (got.schema, expected.schema)
-    assert got.num_rows == expected.num_rows, (got.num_rows, expected.num_rows)
-    g = sorted(_rows(got), key=_key)
-    e = sorted(_rows(expected), key=_key)
-    for rg, re in zip(g, e, strict=True):
-        assert all(_close(a, b) for a, b in zip(rg, re, strict=True)), (rg, re)
-    if order_by:
-        for c in order_by:
-            assert got.column(c).to_pylist() == expected.column(c).to_pylist(), f"order of {c} differs"
+    problem = difference(got, expected, order_by)
+    assert problem is None, problem
 
 
 def run_on_ranks(

@@ -18,6 +18,11 @@ def run(args: argparse.Namespace) -> int:
         return _seed(args, out)
     if args.bench == "exchange":
         return _exchange(args, out)
+    if args.bench == "tpch":
+        from duckflock.bench.tpch_bench import run as run_tpch
+
+        only = parse_list(args.queries, int) if args.queries else None
+        return run_tpch(args.sf, _ranks(args.ranks), args.runs, args.check, args.data_root, out, only)
     raise DuckflockError(f"unknown benchmark {args.bench}")
 
 

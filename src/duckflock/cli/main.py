@@ -91,6 +91,15 @@ def _parser() -> argparse.ArgumentParser:
     bx.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
     bx.add_argument("--out", default="bench-results/exchange", help="output directory")
 
+    bt = bsub.add_parser("tpch", help="the 22 TPC-H queries vs single-process DuckDB")
+    bt.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
+    bt.add_argument("--ranks", default="1,2,4", help="rank counts, comma separated")
+    bt.add_argument("--runs", type=int, default=3, help="timed runs per query (median reported)")
+    bt.add_argument("--check", action="store_true", help="compare every result with DuckDB's")
+    bt.add_argument("--queries", default=None, help="only these query numbers, comma separated")
+    bt.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
+    bt.add_argument("--out", default="bench-results/tpch", help="output directory")
+
     d = sub.add_parser("demo", help="generate TPC-H, run the seed join on several ranks, check it")
     d.add_argument("--sf", type=float, default=0.1)
     d.add_argument("--data", default=None, help="data directory (default data/tpch-sf<SF>)")

@@ -1,0 +1,169 @@
+"""``duckflock bench tpch``: the 22 TPC-H queries on warm ranks vs single-process DuckDB, in one run.
+
+For each rank count one session (a background MPI job) stays up; per query: a warm-up each, then
+``runs`` timed runs alternating duckflock and DuckDB (so machine noise hits both), the medians, one
+profiled run for the phase breakdown and bytes exchanged, and (``--check``) the comparison with
+DuckDB's result. DuckDB runs in this process with every core while the ranks wait idle.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import duckflock
+from duckflock.bench.baseline import baseline_connection
+from duckflock.bench.compare import difference
+from duckflock.bench.jobs import err, write_json
+from duckflock.bench.measure import machine_info, median, versions
+from duckflock.bench.phases import summarize
+from duckflock.bench.tpch import queries
+from duckflock.ingest.tpch import generate_tpch
+
+# Output columns whose sequence each query's ORDER BY fixes (ties aside).
+ORDER = {
+    1: ["l_returnflag", "l_linestatus"],
+    2: ["s_acctbal"],
+    3: ["revenue"],
+    4: ["o_orderpriority"],
+    5: ["revenue"],
+    7: ["supp_nation", "cust_nation", "l_year"],
+    8: ["o_year"],
+    9: ["nation", "o_year"],
+    10: ["revenue"],
+    11: ["value"],
+    12: ["l_shipmode"],
+    13: ["custdist", "c_count"],
+    15: ["s_suppkey"],
+    16: ["supplier_cnt"],
+    18: ["o_totalprice"],
+    20: ["s_name"],
+    21: ["numwait"],
+    22: ["cntrycode"],
+}
+
+
+def _timed(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - t0, value
+
+
+def run_tpch(
+    sf: float, ranks: list[int], runs: int, check: bool, data_root: str, only: list[int] | None
+) -> dict:
+    data = Path(data_root) / f"tpch-sf{sf:g}"
+    generate_tpch(sf, data, progress=True)
+    qs = {n: q for n, q in queries().items() if not only or n in only}
+    baseline = baseline_connection(data)
+    results: dict = {"sf": sf, "runs": runs, "machine": machine_info(), "versions": versions(), "points": []}
+    for n_ranks in ranks:
+        err.print(f"[bold]{n_ranks} ranks[/]")
+        with duckflock.connect(str(data), ranks=n_ranks) as db:
+            for n, q in qs.items():
+                db.sql(q)  # warm-up: plan cache, file cache
+                want = baseline.sql(q).to_arrow_table()
+                ours, theirs = [], []
+                got = None
+                for _ in range(runs):
+                    s, got = _timed(lambda q=q: db.sql(q))
+                    ours.append(s)
+                    theirs.append(_timed(lambda q=q: baseline.sql(q).to_arrow_table())[0])
+                profiled = db.sql(q, profile=True)
+                phases = summarize(profiled.stats, profiled.seconds)
+                problem = difference(got.arrow(), want, ORDER.get(n)) if check else None
+                point = {
+                    "ranks": n_ranks,
+                    "query": n,
+                    "duckflock_s": median(ours),
+                    "duckdb_s": median(theirs),
+                    "ratio": median(ours) / median(theirs),
+                    "bytes_exchanged": phases.get("bytes_exchanged", 0),
+                    "stages": len(profiled.outcome.plan.stages),
+                    "phases": phases,
+                    "correct": None if not check else problem is None,
+                    "problem": problem,
+                }
+                results["points"].append(point)
+                mark = "" if not check else (" ok" if problem is None else f" WRONG: {problem}")
+                err.print(
+                    f"  Q{n:02d}: {point['duckflock_s']:.3f} s vs DuckDB {point['duckdb_s']:.3f} s "
+                    f"({point['ratio']:.2f}x){mark}",
+                    highlight=False,
+                )
+    return results
+
+
+def tpch_markdown(results: dict) -> str:
+    lines = [
+        f"# TPC-H SF {results['sf']:g}: duckflock vs single-process DuckDB",
+        "",
+        f"Medians of {results['runs']} warm runs, interleaved with DuckDB (all cores, same Parquet files).",
+        f"Machine: {results['machine'].get('cores')} cores, memcpy {results['machine'].get('memcpy_gbps', 0):.1f} "
+        "GB/s. compute/exchange/wait: max over ranks, from one profiled run.",
+        "",
+    ]
+    for n_ranks in sorted({p["ranks"] for p in results["points"]}):
+        pts = [p for p in results["points"] if p["ranks"] == n_ranks]
+        ours, theirs = sum(p["duckflock_s"] for p in pts), sum(p["duckdb_s"] for p in pts)
+        lines += [
+            f"## {n_ranks} ranks: sum {ours:.3f} s vs DuckDB {theirs:.3f} s = {ours / theirs:.2f}x",
+            "",
+            "| query | duckflock s | DuckDB s | ratio | stages | compute | exchange | wait | bytes exchanged "
+            "| correct |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+        ]
+        for p in pts:
+            ph = p["phases"]
+            ok = "-" if p["correct"] is None else ("yes" if p["correct"] else "NO")
+            lines.append(
+                f"| Q{p['query']:02d} | {p['duckflock_s']:.3f} | {p['duckdb_s']:.3f} | {p['ratio']:.2f}x | {p['stages']} "
+                f"| {ph.get('compute', 0):.3f} | {ph.get('exchange', 0):.3f} | {ph.get('wait', 0):.3f} "
+                f"| {p['bytes_exchanged'] / 1e6:.1f} MB | {ok} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def tpch_figure(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ranks = sorted({p["ranks"] for p in results["points"]})
+    qs = sorted({p["query"] for p in results["points"]})
+    fig, ax = plt.subplots(figsize=(11, 4))
+    width = 0.8 / max(1, len(ranks))
+    for i, r in enumerate(ranks):
+        ratio = {p["query"]: p["ratio"] for p in results["points"] if p["ranks"] == r}
+        ax.bar([q + i * width for q in qs], [ratio.get(q, 0) for q in qs], width, label=f"{r} ranks")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([q + width * (len(ranks) - 1) / 2 for q in qs], [f"Q{q}" for q in qs])
+    ax.set_ylabel("time / single-process DuckDB")
+    ax.set_title(f"TPC-H SF {results['sf']:g}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(
+    sf: float,
+    ranks: list[int],
+    runs: int,
+    check: bool,
+    data_root: str,
+    out: Path,
+    only: list[int] | None = None,
+) -> int:
+    results = run_tpch(sf, ranks, runs, check, data_root, only)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "results.json", results)
+    md = tpch_markdown(results)
+    (out / "results.md").write_text(md)
+    tpch_figure(results, out / "tpch_ratio.png")
+    from duckflock.bench.report import print_markdown
+
+    print_markdown(md)
+    return 0 if all(p["correct"] is not False for p in results["points"]) else 1
