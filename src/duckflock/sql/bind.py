@@ -35,25 +35,28 @@ from duckflock.plan.nodes import (
     Window,
 )
 from duckflock.sql.schema_db import SchemaDB
+from duckflock.sql.semijoin import exists_to_semi_join
 
 # sqlglot's rewrites that keep DuckDB semantics; its type annotation, canonicalization and
 # simplification are left out because DuckDB, not sqlglot, decides types and constant folding.
+# EXISTS subqueries become semi/anti joins (ours) before sqlglot's decorrelation sees them.
+_KEPT = {
+    "qualify",
+    "pushdown_projections",
+    "normalize",
+    "unnest_subqueries",
+    "pushdown_predicates",
+    "optimize_joins",
+    "eliminate_subqueries",
+    "merge_subqueries",
+    "eliminate_ctes",
+    "quote_identifiers",
+}
 _RULES = tuple(
     r
-    for r in RULES
-    if r.__name__
-    in {
-        "qualify",
-        "pushdown_projections",
-        "normalize",
-        "unnest_subqueries",
-        "pushdown_predicates",
-        "optimize_joins",
-        "eliminate_subqueries",
-        "merge_subqueries",
-        "eliminate_ctes",
-        "quote_identifiers",
-    }
+    for rule in RULES
+    if rule.__name__ in _KEPT
+    for r in ((rule, exists_to_semi_join) if rule.__name__ == "qualify" else (rule,))
 )
 
 
