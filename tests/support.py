@@ -17,7 +17,7 @@ from duckflock.catalog.partitioning import canonical_hash_type, hash_sql
 from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.exec.launch import mpiexec_argv
 
-RUNNER = Path(__file__).parent / "dist" / "run_queries.py"
+RUNNER = Path(__file__).parent / "distributed" / "run_queries.py"
 
 
 def make_table(

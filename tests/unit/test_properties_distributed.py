@@ -2,7 +2,7 @@
 random join / aggregate / window / set queries give single-process DuckDB's answer on 1-4 ranks.
 
 Ranks run as threads over the in-process transport (same planner, stages and exchanges as MPI), so
-hypothesis can try many cases quickly; the MPI transport is covered by the tests in tests/dist.
+hypothesis can try many cases quickly; the MPI transport is covered by the tests in tests/distributed.
 """
 
 from __future__ import annotations

@@ -305,7 +305,11 @@ class _Planner:
             return Placed(node.with_children((child.node,)), child.parts, rows, width)
         split = split_aggregates(node.aggs, self.fresh)
         if split is None:  # not decomposable: move raw rows by the group keys (or to the driver)
-            moved = self.hash_columns(child, node.groups) if node.groups else self.to_single(child)
+            moved = (
+                self.hash_columns(child, node.groups, node.key_types)
+                if node.groups
+                else self.to_single(child)
+            )
             return Placed(node.with_children((moved.node,)), moved.parts, rows, width)
         group_names = node.columns[: len(node.groups)]
         partial = Aggregate(
@@ -317,7 +321,7 @@ class _Planner:
         )
         gkeys = tuple(q(g) for g in group_names)
         pp = Placed(partial, child.parts, rows, width)
-        moved = self.hash_columns(pp, gkeys) if node.groups else self.to_single(pp)
+        moved = self.hash_columns(pp, gkeys, node.key_types) if node.groups else self.to_single(pp)
         final = Aggregate(
             group_names + tuple(n for n, _ in split.final),
             child=moved.node,
@@ -328,11 +332,13 @@ class _Planner:
         result = Project(node.columns, child=final, exprs=gkeys + split.result)
         return Placed(result, moved.parts, rows, width)
 
-    def hash_columns(self, p: Placed, keys: tuple[str, ...]) -> Placed:
-        """Hash exchange on key expressions of one relation. Every sender produces the same types, so
-        the keys are hashed as they are (an empty hash type means: no cast)."""
+    def hash_columns(self, p: Placed, keys: tuple[str, ...], types: tuple[str, ...] = ()) -> Placed:
+        """Hash exchange on key expressions of one relation, cast to their canonical ``types`` so the
+        result is partitioned like a join on those keys would want it (reusable); without types the
+        keys are hashed as they are (an empty hash type means: no cast)."""
         names = tuple(k[1:-1] if _is_column(k) else "?" for k in keys)
-        return self.hash_to(p, keys, Hashed(names, tuple("" for _ in keys), self.size))
+        types = types or tuple("" for _ in keys)
+        return self.hash_to(p, keys, Hashed(names, types, self.size))
 
     def distinct(self, node: Distinct) -> Placed:
         child = self.place(node.child)
@@ -340,7 +346,7 @@ class _Planner:
         if child.single or self.size == 1 or any(_keys_within(p, cols) for p in child.parts):
             return Placed(node.with_children((child.node,)), child.parts, child.rows, child.width)
         local = Placed(Distinct(node.columns, child=child.node), child.parts, child.rows, child.width)
-        moved = self.hash_columns(local, tuple(q(c) for c in node.columns))
+        moved = self.hash_columns(local, tuple(q(c) for c in node.columns), node.key_types)
         return Placed(node.with_children((moved.node,)), moved.parts, child.rows, child.width)
 
     def window(self, node: Window) -> Placed:
@@ -350,7 +356,7 @@ class _Planner:
         if child.single or self.size == 1 or (keys and any(_keys_within(p, set(keys)) for p in child.parts)):
             moved = child
         elif keys:
-            moved = self.hash_columns(child, keys)
+            moved = self.hash_columns(child, keys, node.key_types)
         else:
             moved = self.to_single(child)
         return Placed(

@@ -141,6 +141,7 @@ class Aggregate(Unary):
     groups: tuple[str, ...] = ()  # SQL of the group keys; output columns are groups then aggs
     aggs: tuple[str, ...] = ()  # SQL of the aggregate calls
     phase: str = "single"  # single, partial or final
+    key_types: tuple[str, ...] = ()  # canonical hash types of the groups (to shuffle them reusably)
 
     def explain_line(self) -> str:
         g = ", ".join(self.groups) or "()"
@@ -154,6 +155,7 @@ class Window(Unary):
     exprs: tuple[str, ...] = ()
     # PARTITION BY keys shared by every window expression (SQL); empty: the whole input is one window.
     partition_keys: tuple[str, ...] = ()
+    key_types: tuple[str, ...] = ()  # canonical hash types of the partition keys
 
     def explain_line(self) -> str:
         return f"Window {', '.join(self.exprs)}"
@@ -182,6 +184,8 @@ class SetOp(Node):
 
 @dataclass(frozen=True, eq=False)
 class Distinct(Unary):
+    key_types: tuple[str, ...] = ()  # canonical hash types of all columns
+
     def explain_line(self) -> str:
         return "Distinct"
 

@@ -193,7 +193,9 @@ class _Builder:
         if s.args.get("distinct"):
             if s.args["distinct"].args.get("on"):
                 raise _unsupported("DISTINCT ON")
-            rel = Distinct(rel.columns, child=rel)
+            rel = Distinct(
+                rel.columns, child=rel, key_types=self.hash_types(rel, [q(c) for c in rel.columns])
+            )
         limit, offset = _int_arg(s, "limit"), _int_arg(s, "offset") or 0
         visible = tuple(names[: len(out_names)])
         if sort_keys:
@@ -230,9 +232,15 @@ class _Builder:
             child=rel,
             groups=tuple(group_sql),
             aggs=tuple(aggs),
+            key_types=self.hash_types(rel, group_sql),
         )
         # Columns not grouped and not aggregated would be a binder error; DuckDB already checked.
         return node, selects, order_keys, having
+
+    def hash_types(self, rel: Node, exprs: list[str]) -> tuple[str, ...]:
+        """Canonical hash types of expressions over ``rel``: a shuffle on them then partitions rows
+        the same way a catalog table or a join on those keys does, so later joins can reuse it."""
+        return tuple(canonical_hash_type(t) for t in self.schema_db.node_types(rel, exprs)) if exprs else ()
 
     def windows(self, rel: Node, selects, order_keys):
         """Window functions become a Window node after grouping; expressions refer to its columns."""
@@ -254,7 +262,11 @@ class _Builder:
             return rel, selects, order_keys
         common = [k for k in partitions[0] if all(k in p for p in partitions[1:])]
         node = Window(
-            rel.columns + tuple(found.values()), child=rel, exprs=tuple(found), partition_keys=tuple(common)
+            rel.columns + tuple(found.values()),
+            child=rel,
+            exprs=tuple(found),
+            partition_keys=tuple(common),
+            key_types=self.hash_types(rel, common),
         )
         return node, selects, order_keys
 
