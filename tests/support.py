@@ -52,10 +52,10 @@ def make_table(
         rel = f"(SELECT * EXCLUDE (__p) FROM parted WHERE __p = {p})"
         path = root / name / f"{name}.{p}.parquet"
         con.execute(f"COPY {rel} TO '{path}' (FORMAT parquet)")
-        rows = con.execute(f"SELECT count(*) FROM {rel}").fetchone()[0]
+        rows = con.execute(f"SELECT count(*) FROM {rel}").fetchall()[0][0]
         lo = hi = None
         if kind == "range" and rows:
-            lo, hi = con.execute(f"SELECT min({q(keys[0])}), max({q(keys[0])}) FROM {rel}").fetchone()
+            lo, hi = con.execute(f"SELECT min({q(keys[0])}), max({q(keys[0])}) FROM {rel}").fetchall()[0]
         infos.append(PartitionInfo((f"{name}/{name}.{p}.parquet",), rows, lo, hi))
     info = TableInfo(name, "parquet", cols, tuple(infos), kind=kind, keys=keys)
     catalog = Catalog.open_or_create(root)

@@ -26,8 +26,10 @@ def bad_dir(tmp_path_factory) -> Path:
     # Rows are dealt round-robin over 4 partitions: i % 4 == 3 lands in partition 3, which lives on
     # rank 3 % ranks. Only those rows hold a string that is not a number.
     make_table(
-        root, "bad",
-        "SELECT i AS k, CASE WHEN i = 1003 THEN 'oops' ELSE CAST(i AS VARCHAR) END AS s FROM range(2000) t(i)", 4,
+        root,
+        "bad",
+        "SELECT i AS k, CASE WHEN i = 1003 THEN 'oops' ELSE CAST(i AS VARCHAR) END AS s FROM range(2000) t(i)",
+        4,
     )
     make_table(root, "good", "SELECT i AS k, i * 2 AS v FROM range(2000) t(i)", 4, "hash", ("k",))
     make_table(root, "gone", "SELECT i AS k FROM range(100) t(i)", 2)
@@ -38,21 +40,29 @@ def bad_dir(tmp_path_factory) -> Path:
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "duckflock.cli.main", *args],
-        capture_output=True, text=True, timeout=BOUND_S, env=os.environ.copy(),
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+        env=os.environ.copy(),
     )
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_runtime_error_on_one_rank_names_it(bad_dir, ranks):
-    proc = cli("sql", "--data", str(bad_dir), "--ranks", str(ranks), "SELECT k, CAST(s AS INTEGER) AS n FROM bad")
+    proc = cli(
+        "sql", "--data", str(bad_dir), "--ranks", str(ranks), "SELECT k, CAST(s AS INTEGER) AS n FROM bad"
+    )
     assert proc.returncode != 0
     # The partition holding row 1003 decides the rank; find it from the catalog, not by hand.
     catalog = duckflock.catalog.Catalog.load(bad_dir)
     import duckdb
 
     part = next(
-        p for p, info in enumerate(catalog.table("bad").partitions)
-        if duckdb.execute(f"SELECT count(*) FROM '{catalog.path(info.files[0])}' WHERE s = 'oops'").fetchone()[0]
+        p
+        for p, info in enumerate(catalog.table("bad").partitions)
+        if duckdb.execute(
+            f"SELECT count(*) FROM '{catalog.path(info.files[0])}' WHERE s = 'oops'"
+        ).fetchall()[0][0]
     )
     assert f"rank {part % ranks}" in proc.stderr, proc.stderr
     assert "Conversion Error" in proc.stderr and "oops" in proc.stderr
@@ -63,7 +73,11 @@ def test_runtime_error_on_one_rank_names_it(bad_dir, ranks):
 def test_error_while_others_wait_in_a_shuffle(bad_dir):
     """One rank fails producing its side of a shuffle join while the others wait for its rows."""
     proc = cli(
-        "sql", "--data", str(bad_dir), "--ranks", "4",
+        "sql",
+        "--data",
+        str(bad_dir),
+        "--ranks",
+        "4",
         "SELECT count(*) FROM good g JOIN (SELECT CAST(s AS BIGINT) AS k FROM bad) b ON g.v = b.k",
     )
     assert proc.returncode != 0
@@ -77,8 +91,10 @@ def test_error_while_others_wait_in_a_shuffle(bad_dir):
         ("SELECT nosuch FROM good", "nosuch"),
         ("SELECT * FROM missing_table", "missing_table"),
         ("SELEC 1", "parse"),
-        ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
-         "WITH RECURSIVE"),
+        (
+            "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
+            "WITH RECURSIVE",
+        ),
         ("SELECT k, sum(v) FROM good GROUP BY ROLLUP (k)", "ROLLUP"),
         ("INSERT INTO good VALUES (1, 2)", "only SELECT"),
     ],
@@ -104,8 +120,16 @@ def test_missing_data_directory(tmp_path):
 
 def test_failed_query_leaves_no_output_file(bad_dir, tmp_path):
     target = tmp_path / "result.parquet"
-    proc = cli("sql", "--data", str(bad_dir), "--ranks", "2", "--output", str(target),
-               "SELECT CAST(s AS INTEGER) FROM bad")
+    proc = cli(
+        "sql",
+        "--data",
+        str(bad_dir),
+        "--ranks",
+        "2",
+        "--output",
+        str(target),
+        "SELECT CAST(s AS INTEGER) FROM bad",
+    )
     assert proc.returncode == 1
     assert not target.exists()
     assert list(tmp_path.iterdir()) == []
@@ -124,15 +148,28 @@ def test_session_survives_failures(bad_dir):
         with pytest.raises(duckflock.SqlError):
             db.sql("SELECT nosuch FROM good")
         for _ in range(2):
-            assert db.sql("SELECT count(*) AS n, sum(v) AS s FROM good").fetchall() == [(2000, 2 * sum(range(2000)))]
+            assert db.sql("SELECT count(*) AS n, sum(v) AS s FROM good").fetchall() == [
+                (2000, 2 * sum(range(2000)))
+            ]
 
 
 def test_out_of_memory_is_reported_not_fatal(bad_dir):
     """A rank's DuckDB running out of its memory share fails the query with DuckDB's message."""
     proc = subprocess.run(
-        [sys.executable, "-m", "duckflock.cli.main", "sql", "--data", str(bad_dir), "--ranks", "2",
-         "SELECT len(list(r.i)) AS n FROM range(40000000) r(i)"],
-        capture_output=True, text=True, timeout=BOUND_S,
+        [
+            sys.executable,
+            "-m",
+            "duckflock.cli.main",
+            "sql",
+            "--data",
+            str(bad_dir),
+            "--ranks",
+            "2",
+            "SELECT len(list(r.i)) AS n FROM range(40000000) r(i)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
         env={**os.environ, "DUCKFLOCK_MEMORY_LIMIT_BYTES": str(64 << 20)},
     )
     assert proc.returncode == 1

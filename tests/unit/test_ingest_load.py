@@ -79,7 +79,7 @@ def inputs(tmp_path_factory) -> tuple[Path, list[str]]:
 
 def _fingerprint(con: duckdb.DuckDBPyConnection, source: str) -> tuple:
     """Row count and an order-independent checksum of all rows: equal iff the rows are (very likely)."""
-    return con.execute(f"SELECT count(*), sum(hash(id, k, g, d, v)) FROM {source}").fetchone()
+    return con.execute(f"SELECT count(*), sum(hash(id, k, g, d, v)) FROM {source}").fetchall()[0]
 
 
 def _partition_sources(root: Path, info: TableInfo) -> list[str | None]:
@@ -102,12 +102,12 @@ def test_hash_partitions_hold_exactly_their_rows(tmp_path, inputs, n):
             continue
         rows, wrong = con.execute(
             f"SELECT count(*), count(*) FILTER (WHERE hash(CAST(k AS BIGINT)) % 5 <> {p}) FROM {source}"
-        ).fetchone()
+        ).fetchall()[0]
         assert (rows, wrong) == (info.partitions[p].rows, 0)
         # Files are named by partition and rank; a rank writes no empty file.
         for f in info.partitions[p].files:
             assert Path(f).name.startswith(f"part-{p}-r")
-            assert con.execute(f"SELECT count(*) FROM '{tmp_path / f}'").fetchone()[0] > 0
+            assert con.execute(f"SELECT count(*) FROM '{tmp_path / f}'").fetchall()[0][0] > 0
 
 
 @pytest.mark.parametrize("n", [1, 3])
@@ -116,7 +116,7 @@ def test_hash_on_two_columns_keeps_null_keys(tmp_path, inputs, n):
     info = load(n, tmp_path, "t2", files, partition_by=["g", "d"], partitions=4, scheme="hash")
     assert info.keys == ("g", "d")
     con = duckdb.connect()
-    expect_nulls = con.execute(f"SELECT count(*) FROM read_parquet({files}) WHERE g IS NULL").fetchone()[0]
+    expect_nulls = con.execute(f"SELECT count(*) FROM read_parquet({files}) WHERE g IS NULL").fetchall()[0][0]
     assert expect_nulls > 0
     got_nulls = 0
     for p, source in enumerate(_partition_sources(tmp_path, info)):
@@ -125,7 +125,7 @@ def test_hash_on_two_columns_keeps_null_keys(tmp_path, inputs, n):
         wrong, nulls = con.execute(
             f"SELECT count(*) FILTER (WHERE hash(CAST(g AS VARCHAR), CAST(d AS DATE)) % 4 <> {p}), "
             f"count(*) FILTER (WHERE g IS NULL) FROM {source}"
-        ).fetchone()
+        ).fetchall()[0]
         assert wrong == 0
         got_nulls += nulls
     assert got_nulls == expect_nulls
@@ -146,14 +146,14 @@ def test_range_partitions_are_sorted_and_disjoint(tmp_path, inputs, n, key):
         if source is None:
             assert p.rows == 0
             continue
-        rows, lo, hi = con.execute(f"SELECT count(*), min({key}), max({key}) FROM {source}").fetchone()
+        rows, lo, hi = con.execute(f"SELECT count(*), min({key}), max({key}) FROM {source}").fetchall()[0]
         assert (rows, lo, hi) == (p.rows, p.min, p.max)
         bounds.append((lo, hi))
     assert all(a[1] < b[0] for a, b in pairwise(bounds))
     ranged = info.partitioning()
     assert isinstance(ranged, Ranged) and ranged.key == key
     # The sample spreads rows roughly evenly over the partitions.
-    distinct = con.execute(f"SELECT count(DISTINCT {key}) FROM read_parquet({files})").fetchone()[0]
+    distinct = con.execute(f"SELECT count(DISTINCT {key}) FROM read_parquet({files})").fetchall()[0][0]
     if distinct > 100:
         assert max(p.rows for p in info.partitions) < 2 * ROWS / len(info.partitions)
 
@@ -193,7 +193,7 @@ def test_files_registered_as_they_are(tmp_path, inputs, n):
     con = duckdb.connect()
     for p, f in zip(info.partitions, files, strict=True):
         assert p.files == (f,)  # outside the data directory: absolute
-        assert p.rows == con.execute(f"SELECT count(*) FROM '{f}'").fetchone()[0]
+        assert p.rows == con.execute(f"SELECT count(*) FROM '{f}'").fetchall()[0][0]
     assert info.columns == tuple(
         (r[0], r[1]) for r in con.execute(f"DESCRIBE SELECT * FROM '{files[0]}'").fetchall()
     )

@@ -68,7 +68,7 @@ def test_schema_rows_and_bounds_match_the_files(tpch):
         files = _files(cat, name)
         described = con.execute(f"DESCRIBE SELECT * FROM read_parquet({files})").fetchall()
         assert info.columns == tuple((r[0], r[1]) for r in described)
-        assert info.rows == con.execute(f"SELECT count(*) FROM read_parquet({files})").fetchone()[0]
+        assert info.rows == con.execute(f"SELECT count(*) FROM read_parquet({files})").fetchall()[0][0]
         # Every generated file is in the catalog: nothing is left out of a table.
         on_disk = sorted(str(f) for f in (cat.root / name).glob("*.parquet"))
         assert sorted(files) == on_disk
@@ -80,7 +80,7 @@ def test_schema_rows_and_bounds_match_the_files(tpch):
             agg = f"min({key}), max({key})" if key else "NULL, NULL"
             got = con.execute(
                 f"SELECT count(*), {agg} FROM read_parquet({[cat.path(f) for f in p.files]})"
-            ).fetchone()
+            ).fetchall()[0]
             assert (p.rows, p.min, p.max) == got
 
 
@@ -104,14 +104,14 @@ def test_children_are_aligned_with_their_parents(tpch, child):
     split = con.execute(
         f"SELECT count(*) FROM (SELECT {ck} FROM ({_part_of_file_sql(cat, child)}) "
         f"GROUP BY {ck} HAVING count(DISTINCT part) > 1)"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     assert split == 0
     # Every child row is in the same part number as its parent row.
     rows, matched, same = con.execute(
         f"SELECT count(*), count(p.part), count(*) FILTER (WHERE c.part = p.part) "
         f"FROM ({_part_of_file_sql(cat, child)}) c LEFT JOIN ({_part_of_file_sql(cat, parent)}) p "
         f"ON c.{ck} = p.{pk}"
-    ).fetchone()
+    ).fetchall()[0]
     assert rows == cat.table(child).rows and matched == rows and same == rows
     # ... so the catalog lets the planner join them without moving rows.
     left, right = cat.table(parent).partitioning(), cat.table(child).partitioning()
@@ -145,7 +145,7 @@ def test_align_parts_fixes_parts_split_by_row_count(tmp_path, tpch):
         f"CREATE TABLE l AS SELECT *, (row_number() OVER (ORDER BY l_orderkey, l_linenumber) - 1) * "
         f"{parts - 1} // {total} + 1 AS n FROM read_parquet({lineitem})"
     )
-    assert con.execute("SELECT count(*) FROM l").fetchone()[0] == total
+    assert con.execute("SELECT count(*) FROM l").fetchall()[0][0] == total
     files = [part_file(tmp_path, "lineitem", i) for i in range(1, parts + 1)]
     files[0].parent.mkdir(parents=True)
     for i, f in enumerate(files[:-1], start=1):
@@ -153,29 +153,29 @@ def test_align_parts_fixes_parts_split_by_row_count(tmp_path, tpch):
     before = con.execute(
         f"SELECT count(*), sum(hash(COLUMNS(*))) FROM read_parquet({[str(f) for f in files[:-1]]})"
     )
-    before = before.fetchone()
+    before = before.fetchall()[0]
 
     intervals = parent_intervals([p.max for p in cat.table("orders").partitions])
     rewritten = align_parts(files, "l_orderkey", intervals, jobs=2)
     assert rewritten >= 2
     assert all(f.is_file() for f in files)
     paths = [str(f) for f in files]
-    after = con.execute(f"SELECT count(*), sum(hash(COLUMNS(*))) FROM read_parquet({paths})").fetchone()
+    after = con.execute(f"SELECT count(*), sum(hash(COLUMNS(*))) FROM read_parquet({paths})").fetchall()[0]
     assert after == before
     split = con.execute(
         f"SELECT count(*) FROM (SELECT l_orderkey FROM read_parquet({paths}, filename = true) "
         f"GROUP BY l_orderkey HAVING count(DISTINCT filename) > 1)"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     assert split == 0
     # Each rewritten part now holds exactly the lineitems of the same orders part as generated.
     for mine, generated in zip(files, lineitem, strict=True):
         diff = con.execute(
             f"SELECT count(*) FROM (SELECT * FROM '{mine}' EXCEPT ALL SELECT * FROM '{generated}')"
-        ).fetchone()[0]
+        ).fetchall()[0][0]
         assert diff == 0
         assert (
-            con.execute(f"SELECT count(*) FROM '{mine}'").fetchone()
-            == con.execute(f"SELECT count(*) FROM '{generated}'").fetchone()
+            con.execute(f"SELECT count(*) FROM '{mine}'").fetchall()[0]
+            == con.execute(f"SELECT count(*) FROM '{generated}'").fetchall()[0]
         )
     assert align_parts(files, "l_orderkey", intervals, jobs=2) == 0  # aligned parts are left alone
 
