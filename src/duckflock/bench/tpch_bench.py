@@ -95,12 +95,13 @@ def run_tpch(
 
 
 def tpch_markdown(results: dict) -> str:
+    machine = results["machine"]
     lines = [
         f"# TPC-H SF {results['sf']:g}: duckflock vs single-process DuckDB",
         "",
-        f"Medians of {results['runs']} warm runs, interleaved with DuckDB (all cores, same Parquet files).",
-        f"Machine: {results['machine'].get('cores')} cores, memcpy {results['machine'].get('memcpy_gbps', 0):.1f} "
-        "GB/s. compute/exchange/wait: max over ranks, from one profiled run.",
+        f"Medians of {results['runs']} warm runs, interleaved with DuckDB (all cores, same files).",
+        f"Machine: {machine.get('cores')} cores, memcpy {machine.get('memcpy_gbps', 0):.1f} GB/s. "
+        "compute/exchange/wait: max over ranks, from one profiled run.",
         "",
     ]
     for n_ranks in sorted({p["ranks"] for p in results["points"]}):
@@ -117,8 +118,8 @@ def tpch_markdown(results: dict) -> str:
             ph = p["phases"]
             ok = "-" if p["correct"] is None else ("yes" if p["correct"] else "NO")
             lines.append(
-                f"| Q{p['query']:02d} | {p['duckflock_s']:.3f} | {p['duckdb_s']:.3f} | {p['ratio']:.2f}x | {p['stages']} "
-                f"| {ph.get('compute', 0):.3f} | {ph.get('exchange', 0):.3f} | {ph.get('wait', 0):.3f} "
+                f"| Q{p['query']:02d} | {p['duckflock_s']:.3f} | {p['duckdb_s']:.3f} | {p['ratio']:.2f}x "
+                f"| {p['stages']} | {ph.get('compute', 0):.3f} | {ph.get('exchange', 0):.3f} | {ph.get('wait', 0):.3f} "
                 f"| {p['bytes_exchanged'] / 1e6:.1f} MB | {ok} |"
             )
         lines.append("")
