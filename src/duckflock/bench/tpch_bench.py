@@ -119,7 +119,8 @@ def tpch_markdown(results: dict) -> str:
             ok = "-" if p["correct"] is None else ("yes" if p["correct"] else "NO")
             lines.append(
                 f"| Q{p['query']:02d} | {p['duckflock_s']:.3f} | {p['duckdb_s']:.3f} | {p['ratio']:.2f}x "
-                f"| {p['stages']} | {ph.get('compute', 0):.3f} | {ph.get('exchange', 0):.3f} | {ph.get('wait', 0):.3f} "
+                f"| {p['stages']} | {ph.get('compute', 0):.3f} | {ph.get('exchange', 0):.3f} "
+                f"| {ph.get('wait', 0):.3f} "
                 f"| {p['bytes_exchanged'] / 1e6:.1f} MB | {ok} |"
             )
         lines.append("")
