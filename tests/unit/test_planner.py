@@ -268,22 +268,31 @@ def test_global_aggregate_is_partial_then_final_on_the_driver(plan):
     assert phases == {False: ["partial"], True: ["final"]}
 
 
+def test_count_distinct_mixed_with_other_aggregates_is_not_split(plan):
+    p = plan("SELECT v, count(DISTINCT k), sum(k) FROM ua GROUP BY v")
+    assert exchange_kinds(p) == ["hash", "gather"]
+    assert [a.phase for a in nodes(p, Aggregate)] == ["single"]
+    # Raw rows cross the exchange: the stage feeding the aggregate does not aggregate.
+    assert not any(isinstance(n, Aggregate) for n in walk(p.stages[0].root))
+
+
 @pytest.mark.parametrize(
     ("sql", "kinds"),
     [
         ("SELECT v, count(DISTINCT k) FROM ua GROUP BY v", ["hash", "gather"]),
-        ("SELECT v, count(DISTINCT k), sum(k) FROM ua GROUP BY v", ["hash", "gather"]),
-        ("SELECT count(DISTINCT k) FROM ua", ["gather"]),
+        ("SELECT count(DISTINCT k), sum(DISTINCT k) FROM ua", ["gather"]),
     ],
 )
-def test_count_distinct_is_not_split(plan, sql, kinds):
+def test_distinct_aggregates_deduplicate_before_the_shuffle(plan, sql, kinds):
     p = plan(sql)
     assert exchange_kinds(p) == kinds
-    aggs = nodes(p, Aggregate)
-    assert [a.phase for a in aggs] == ["single"]
-    # Raw rows cross the exchange: the stage feeding the aggregate does not aggregate.
-    first = p.stages[0]
-    assert not any(isinstance(n, Aggregate) for n in walk(first.root))
+    partial, final = (
+        nodes(p, Aggregate)[::-1] if nodes(p, Aggregate)[0].phase == "final" else nodes(p, Aggregate)
+    )
+    assert {partial.phase, final.phase} == {"partial", "final"}
+    first = [a for a in walk(p.stages[0].root) if isinstance(a, Aggregate)]
+    assert first and first[0].phase == "partial" and not first[0].aggs  # GROUP BY keys + value only
+    assert any("DISTINCT" in a for a in final.aggs)
 
 
 # ---- window functions -------------------------------------------------------------------------------

@@ -303,7 +303,9 @@ class _Planner:
             or (node.groups and any(_keys_within(p, set(node.groups)) for p in child.parts))
         ):
             return Placed(node.with_children((child.node,)), child.parts, rows, width)
-        split = split_aggregates(node.aggs, self.fresh)
+        group_names = node.columns[: len(node.groups)]
+        gkeys = tuple(q(g) for g in group_names)
+        split = split_aggregates(node.aggs, self.fresh, gkeys)
         if split is None:  # not decomposable: move raw rows by the group keys (or to the driver)
             moved = (
                 self.hash_columns(child, node.groups, node.key_types)
@@ -311,20 +313,27 @@ class _Planner:
                 else self.to_single(child)
             )
             return Placed(node.with_children((moved.node,)), moved.parts, rows, width)
-        group_names = node.columns[: len(node.groups)]
+        extra = split.partial_groups
         partial = Aggregate(
-            group_names + tuple(n for n, _ in split.partial),
+            group_names + tuple(n for n, _ in extra) + tuple(n for n, _ in split.partial),
             child=child.node,
-            groups=node.groups,
+            groups=node.groups + tuple(e for _, e in extra),
             aggs=tuple(e for _, e in split.partial),
             phase="partial",
         )
-        gkeys = tuple(q(g) for g in group_names)
         pp = Placed(partial, child.parts, rows, width)
         moved = self.hash_columns(pp, gkeys, node.key_types) if node.groups else self.to_single(pp)
+        before_final: Node = moved.node
+        if split.windows:
+            before_final = Window(
+                before_final.columns + tuple(n for n, _ in split.windows),
+                child=before_final,
+                exprs=tuple(e for _, e in split.windows),
+                partition_keys=gkeys,
+            )
         final = Aggregate(
             group_names + tuple(n for n, _ in split.final),
-            child=moved.node,
+            child=before_final,
             groups=gkeys,
             aggs=tuple(e for _, e in split.final),
             phase="final",
