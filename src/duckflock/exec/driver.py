@@ -15,11 +15,8 @@ from duckflock.errors import DuckflockError, ExecutionError
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.stage import StageStats, run_stage
-from duckflock.plan.distribute import distribute
 from duckflock.plan.nodes import Scan, walk
 from duckflock.plan.stages import StagePlan, cut
-from duckflock.sql.bind import bind
-from duckflock.sql.schema_db import SchemaDB
 
 
 @dataclass(frozen=True)
@@ -40,7 +37,11 @@ class QueryOutcome:
     seconds: float
 
 
-def plan_query(sql: str, catalog: Catalog, schema_db: SchemaDB, size: int, config) -> StagePlan:
+def plan_query(sql: str, catalog: Catalog, schema_db, size: int, config) -> StagePlan:
+    # The planner (sqlglot) is imported by the driver only: worker ranks never load it.
+    from duckflock.plan.distribute import distribute
+    from duckflock.sql.bind import bind
+
     bound = bind(sql, catalog, schema_db)
     physical = distribute(bound.plan, catalog, size, config)
     return cut(physical, bound.output_names, bound.arrow_schema)
@@ -88,7 +89,7 @@ class Driver:
 
     def __init__(self, rt: Runtime):
         self.rt = rt
-        self._schema_db: SchemaDB | None = None
+        self._schema_db = None  # a SchemaDB, made on first use
         self._catalog_stamp: float | None = None
         self._plans: dict[tuple[str, float | None], StagePlan] = {}
 
@@ -101,6 +102,8 @@ class Driver:
             self.rt.catalog = Catalog.load(self.rt.catalog.root)
             if self._schema_db is not None:
                 self._schema_db.close()
+            from duckflock.sql.schema_db import SchemaDB
+
             only = str(self.rt.catalog.root) if self.rt.config.restrict_to_data_dir else None
             self._schema_db = SchemaDB(self.rt.catalog, only)
             self._catalog_stamp = stamp

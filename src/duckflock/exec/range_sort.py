@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import sqlglot
 
 from duckflock.exec.runtime import Runtime
 
@@ -73,6 +72,8 @@ def fast_targets(rt: Runtime, qid: int, table: pa.Table, keys: tuple[str, ...]) 
 
 def _keys(keys: tuple[str, ...]) -> list[tuple[str, bool, bool]]:
     """(expression SQL, descending, nulls first) for each ORDER BY key."""
+    import sqlglot  # only when sorting: keeps sqlglot out of ranks that never need it
+
     out = []
     for key in keys:
         ordered = sqlglot.parse_one(f"SELECT 1 ORDER BY {key}", read="duckdb").args["order"].expressions[0]

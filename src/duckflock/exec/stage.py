@@ -14,9 +14,8 @@ from duckflock.exchange.codec import write_options
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter, read_exchange
 from duckflock.exec import range_sort
 from duckflock.exec.runtime import Runtime
-from duckflock.plan.distribute import sql_literal
 from duckflock.plan.nodes import ExchangeRead, Scan
-from duckflock.plan.render import exchange_table, render
+from duckflock.plan.render import exchange_table, render, sql_literal
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
 
 

@@ -32,6 +32,7 @@ from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type, hash_sql, quote_ident
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
+from duckflock.plan.render import sql_literal
 
 DEFAULT_PARTITIONS = 12
 _PART_COLUMN = "__duckflock_part"
@@ -49,19 +50,6 @@ Columns = tuple[tuple[str, str], ...]
 
 
 # ---- SQL helpers --------------------------------------------------------------------------------
-
-
-def sql_literal(value: object) -> str:
-    """A DuckDB literal for a Python string, number, bool, list or dict (a struct)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{sql_literal(str(k))}: {sql_literal(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(sql_literal(v) for v in value) + "]"
-    return "'" + str(value).replace("'", "''") + "'"
 
 
 def scan_sql(

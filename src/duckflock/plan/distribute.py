@@ -8,7 +8,6 @@ shuffle of only the side not yet partitioned on the key — or of both.
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 from dataclasses import dataclass, replace
 
@@ -463,13 +462,3 @@ def _replicate_scans(node: Node) -> Node:
     if isinstance(node, Scan):
         return replace(node, replicated=True)
     return node.with_children(tuple(_replicate_scans(c) for c in node.children))
-
-
-def sql_literal(v: object) -> str:
-    if isinstance(v, dt.datetime):
-        return f"TIMESTAMP '{v.isoformat(sep=' ')}'"
-    if isinstance(v, dt.date):
-        return f"DATE '{v.isoformat()}'"
-    if isinstance(v, str):
-        return "'" + v.replace("'", "''") + "'"
-    return repr(v)
