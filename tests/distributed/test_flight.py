@@ -31,12 +31,18 @@ SEED = (
 @pytest.mark.parametrize("shared", [False, True])
 def test_flight_queries_match_duckdb(tpch_dir, tmp_path, n, shared):
     ref = oracle(tpch_dir)
-    with Workers(tpch_dir, n, tmp_path) as w, duckflock.connect(
-        workers=w.addresses, token=w.token, config={"shared_storage": shared}
-    ) as db:
-        for q, order in [(SEED, ["o_orderdate"]), (query(3), ["revenue"]), (query(5), ["revenue"]),
-                         (query(9), ["nation", "o_year"]), (query(18), ["o_totalprice"]),
-                         (query(13), ["custdist", "c_count"])]:
+    with (
+        Workers(tpch_dir, n, tmp_path) as w,
+        duckflock.connect(workers=w.addresses, token=w.token, config={"shared_storage": shared}) as db,
+    ):
+        for q, order in [
+            (SEED, ["o_orderdate"]),
+            (query(3), ["revenue"]),
+            (query(5), ["revenue"]),
+            (query(9), ["nation", "o_year"]),
+            (query(18), ["o_totalprice"]),
+            (query(13), ["custdist", "c_count"]),
+        ]:
             assert_same(db.sql(q).arrow(), ref.sql(q).to_arrow_table(), order)
 
 
@@ -53,7 +59,10 @@ def test_sql_cannot_read_outside_the_data_directory(tpch_dir, tmp_path):
     outside = tmp_path / "secret.csv"
     outside.write_text("a,b\n1,2\n")
     with Workers(tpch_dir, 2, tmp_path) as w, duckflock.connect(workers=w.addresses, token=w.token) as db:
-        for q in (f"SELECT * FROM read_csv('{outside}')", "SELECT * FROM read_csv('https://example.com/x.csv')"):
+        for q in (
+            f"SELECT * FROM read_csv('{outside}')",
+            "SELECT * FROM read_csv('https://example.com/x.csv')",
+        ):
             with pytest.raises(duckflock.DuckflockError, match="Permission Error"):
                 db.sql(q)
         inside = next(tpch_dir.glob("nation/*.parquet"))
@@ -63,9 +72,20 @@ def test_sql_cannot_read_outside_the_data_directory(tpch_dir, tmp_path):
 def test_cli_on_workers(tpch_dir, tmp_path):
     with Workers(tpch_dir, 2, tmp_path) as w:
         proc = subprocess.run(
-            [sys.executable, "-m", "duckflock.cli.main", "sql", "--workers", ",".join(w.addresses),
-             "--token-file", str(w.token_file), "SELECT count(*) AS n FROM lineitem"],
-            capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "duckflock.cli.main",
+                "sql",
+                "--workers",
+                ",".join(w.addresses),
+                "--token-file",
+                str(w.token_file),
+                "SELECT count(*) AS n FROM lineitem",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert proc.returncode == 0, proc.stderr
         n = oracle(tpch_dir).sql("SELECT count(*) FROM lineitem").fetchall()[0][0]
@@ -75,7 +95,9 @@ def test_cli_on_workers(tpch_dir, tmp_path):
 def _status(address: str, token: str) -> dict:
     client = flight.FlightClient(f"grpc+tcp://{address}")
     options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
-    return json.loads(next(iter(client.do_action(flight.Action("status", b""), options=options))).body.to_pybytes())
+    return json.loads(
+        next(iter(client.do_action(flight.Action("status", b""), options=options))).body.to_pybytes()
+    )
 
 
 def test_worker_killed_mid_query_fails_fast_and_survivors_serve_on(tpch_dir, tmp_path):
@@ -85,8 +107,9 @@ def test_worker_killed_mid_query_fails_fast_and_survivors_serve_on(tpch_dir, tmp
         "WHERE a.l_comment || b.l_comment LIKE '%zzz%'"
     )
     with Workers(tpch_dir, 3, tmp_path) as w:
-        db = duckflock.connect(workers=w.addresses, token=w.token,
-                               config={"broadcast_threshold_bytes": 0, "peer_timeout_s": 10})
+        db = duckflock.connect(
+            workers=w.addresses, token=w.token, config={"broadcast_threshold_bytes": 0, "peer_timeout_s": 10}
+        )
         outcome: dict = {}
 
         def run() -> None:
@@ -119,8 +142,9 @@ def test_caller_that_disappears_does_not_hold_workers(tpch_dir, tmp_path):
             f"db = duckflock.connect(workers={w.addresses!r}, token={w.token!r}); "
             "db.sql('SELECT count(*) FROM orders'); print('ready', flush=True); time.sleep(60)"
         )
-        caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                                  env=os.environ.copy())
+        caller = subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=os.environ.copy()
+        )
         assert caller.stdout.readline().strip() == "ready"
         assert all(_status(a, w.token)["session"] for a in w.addresses)
         caller.send_signal(signal.SIGKILL)

@@ -18,6 +18,10 @@ def run(args: argparse.Namespace) -> int:
         return _seed(args, out)
     if args.bench == "exchange":
         return _exchange(args, out)
+    if args.bench in ("flight", "netem"):
+        from duckflock.bench.flight_bench import run as run_flight
+
+        return run_flight(args)
     if args.bench == "tpch":
         from duckflock.bench.tpch_bench import run as run_tpch
 

@@ -103,7 +103,11 @@ def run_worker(args: argparse.Namespace) -> int:
         tls=tls,
         idle_timeout_s=args.idle_timeout,
     )
-    out.print(f"duckflock worker serving {args.data} on {scheme}://{host}:{worker.port}", highlight=False)
+    out.print(
+        f"duckflock worker serving {args.data} on {scheme}://{host}:{worker.port}",
+        highlight=False,
+        soft_wrap=True,
+    )
     with contextlib.suppress(KeyboardInterrupt):
         worker.serve()
     return 0

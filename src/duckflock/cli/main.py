@@ -100,6 +100,10 @@ def _parser() -> argparse.ArgumentParser:
     bt.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
     bt.add_argument("--out", default="bench-results/tpch", help="output directory")
 
+    from duckflock.bench.flight_bench import add_parser as add_flight_benches
+
+    add_flight_benches(bsub)
+
     d = sub.add_parser("demo", help="generate TPC-H, run the seed join on several ranks, check it")
     d.add_argument("--sf", type=float, default=0.1)
     d.add_argument("--data", default=None, help="data directory (default data/tpch-sf<SF>)")

@@ -26,6 +26,7 @@ import pyarrow.flight as flight
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.errors import DuckflockError, TransportError
+from duckflock.exchange.codec import write_options
 from duckflock.exec.driver import Driver, serve
 from duckflock.exec.runtime import Runtime
 from duckflock.transport.flight import FlightTransport, unwrap
@@ -179,10 +180,12 @@ class Worker(flight.FlightServerBase):
 
     def do_get(self, context, ticket):
         sid, key = json.loads(ticket.ticket)
-        table = self._current(sid).results.pop(key, None)
+        s = self._current(sid)
+        table = s.results.pop(key, None)
         if table is None:
             raise flight.FlightServerError("duckflock worker: unknown or already fetched result")
-        return flight.RecordBatchStream(table)
+        # The result crosses the caller's link: compress it as the session's exchanges are.
+        return flight.RecordBatchStream(table, options=write_options(s.config.compression))
 
     def do_put(self, context, descriptor, reader, writer):
         cmd = json.loads(descriptor.command)

@@ -5,8 +5,9 @@ long-lived ``do_put`` stream from this worker to that peer: a single large_binar
 payload (already Arrow IPC from the exchange layer), with the tag in the batch's app metadata.
 One sender thread per peer keeps the multiplexer thread free while a slow link drains.
 
-Liveness: every worker sends a heartbeat to each peer every second; a peer that cannot be reached,
-or has been silent for ``peer_timeout_s``, fails the session with a message naming it.
+Liveness: every worker sends a heartbeat to each peer every second on a stream of its own (so a big
+message on a slow link does not hold heartbeats back); a peer that cannot be reached, or has been
+silent for ``peer_timeout_s``, fails the session with a message naming it.
 """
 
 from __future__ import annotations
@@ -130,13 +131,14 @@ class FlightTransport(Transport):
         now = time.monotonic()
         self.last_heard = dict.fromkeys(range(self.size), now)
         self._peers = {d: _Peer(self, d) for d in range(self.size) if d != rank}
+        self._beats = {d: _Peer(self, d) for d in range(self.size) if d != rank}
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, name="duckflock-heartbeat", daemon=True)
         self._beat.start()
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
-            for peer in self._peers.values():
+            for peer in self._beats.values():
                 peer.queue.put((HEARTBEAT_TAG, b"", None))
 
     def isend(self, dest: int, tag: int, data) -> SendHandle:
@@ -167,7 +169,8 @@ class FlightTransport(Transport):
 
     def close(self) -> None:
         self._stop.set()
-        for peer in self._peers.values():
+        streams = [*self._peers.values(), *self._beats.values()]
+        for peer in streams:
             peer.queue.put(None)
-        for peer in self._peers.values():
+        for peer in streams:
             peer.thread.join(timeout=5)
