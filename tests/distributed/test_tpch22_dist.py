@@ -4,32 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from duckflock.bench.tpch import queries
+from duckflock.bench.tpch import ORDER, queries
 from support import assert_same, oracle, run_on_ranks
 
 pytestmark = pytest.mark.dist
-
-# Output columns whose sequence each query's ORDER BY fixes (ties aside, checked as multisets).
-ORDER = {
-    1: ["l_returnflag", "l_linestatus"],
-    2: ["s_acctbal"],
-    3: ["revenue"],
-    4: ["o_orderpriority"],
-    5: ["revenue"],
-    7: ["supp_nation", "cust_nation", "l_year"],
-    8: ["o_year"],
-    9: ["nation", "o_year"],
-    10: ["revenue"],
-    11: ["value"],
-    12: ["l_shipmode"],
-    13: ["custdist", "c_count"],
-    15: ["s_suppkey"],
-    16: ["supplier_cnt"],
-    18: ["o_totalprice"],
-    20: ["s_name"],
-    21: ["numwait"],
-    22: ["cntrycode"],
-}
 
 
 @pytest.mark.parametrize("ranks", [2, 3])

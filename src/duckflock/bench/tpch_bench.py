@@ -17,30 +17,8 @@ from duckflock.bench.compare import difference
 from duckflock.bench.jobs import err, write_json
 from duckflock.bench.measure import machine_info, median, versions
 from duckflock.bench.phases import summarize
-from duckflock.bench.tpch import queries
+from duckflock.bench.tpch import ORDER, queries
 from duckflock.ingest.tpch import generate_tpch
-
-# Output columns whose sequence each query's ORDER BY fixes (ties aside).
-ORDER = {
-    1: ["l_returnflag", "l_linestatus"],
-    2: ["s_acctbal"],
-    3: ["revenue"],
-    4: ["o_orderpriority"],
-    5: ["revenue"],
-    7: ["supp_nation", "cust_nation", "l_year"],
-    8: ["o_year"],
-    9: ["nation", "o_year"],
-    10: ["revenue"],
-    11: ["value"],
-    12: ["l_shipmode"],
-    13: ["custdist", "c_count"],
-    15: ["s_suppkey"],
-    16: ["supplier_cnt"],
-    18: ["o_totalprice"],
-    20: ["s_name"],
-    21: ["numwait"],
-    22: ["cntrycode"],
-}
 
 
 def _timed(fn) -> tuple[float, object]:

@@ -4,6 +4,28 @@ from __future__ import annotations
 
 from importlib import resources
 
+# Output columns whose sequence each query's ORDER BY fixes (ties aside).
+ORDER = {
+    1: ["l_returnflag", "l_linestatus"],
+    2: ["s_acctbal"],
+    3: ["revenue"],
+    4: ["o_orderpriority"],
+    5: ["revenue"],
+    7: ["supp_nation", "cust_nation", "l_year"],
+    8: ["o_year"],
+    9: ["nation", "o_year"],
+    10: ["revenue"],
+    11: ["value"],
+    12: ["l_shipmode"],
+    13: ["custdist", "c_count"],
+    15: ["s_suppkey"],
+    16: ["supplier_cnt"],
+    18: ["o_totalprice"],
+    20: ["s_name"],
+    21: ["numwait"],
+    22: ["cntrycode"],
+}
+
 
 def query(n: int) -> str:
     return resources.files(__package__).joinpath(f"q{n:02d}.sql").read_text()
