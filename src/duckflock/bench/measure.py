@@ -7,11 +7,14 @@ import platform
 import re
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 GB = 1e9
+T = TypeVar("T")
 
 
 def cores() -> int:
@@ -112,6 +115,13 @@ def versions(with_mpi: bool = True) -> dict[str, str]:
 
         out["mpi"] = " ".join(MPI.Get_library_version().split("\n")[0].split())
     return out
+
+
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
+    """``fn()``'s wall time in seconds and its value."""
+    t0 = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - t0, value
 
 
 def median(values: list[float]) -> float:

@@ -34,7 +34,7 @@ def _axes(n: int, width: float = 4.6, height: float = 3.8):
     return fig, list(axes[0])
 
 
-def _stacked(ax, labels: list[str], layers: list[tuple[str, str, list[float]]]) -> None:
+def stacked_bars(ax, labels: list[str], layers: list[tuple[str, str, list[float]]]) -> None:
     bottom = [0.0] * len(labels)
     for name, color, values in layers:
         ax.bar(labels, values, bottom=bottom, color=color, label=name, width=0.6)
@@ -58,7 +58,7 @@ def seed_phases(results: dict, path: Path) -> None:
             (name, color, [p["phases_median_s"][name] for p in e["points"]])
             for name, color in PHASE_COLORS.items()
         ]
-        _stacked(ax, labels, layers)
+        stacked_bars(ax, labels, layers)
         ax.scatter(
             labels,
             [p["duckflock_median_s"] for p in e["points"]],
@@ -133,7 +133,7 @@ def seed_exchange(results: dict, path: Path) -> None:
             (name, color, [p["phases_median_s"][key] for p in e["points"]])
             for key, (name, color) in EXCHANGE_PARTS.items()
         ]
-        _stacked(ax, labels, layers)
+        stacked_bars(ax, labels, layers)
         for i, p in enumerate(e["points"]):
             total = sum(p["phases_median_s"][k] for k in EXCHANGE_PARTS)
             ax.annotate(
@@ -183,7 +183,7 @@ def exchange_throughput(results: dict, path: Path) -> None:
         (name, color, [p["phases_median_s"][key] for p in points])
         for key, (name, color) in EXCHANGE_PARTS.items()
     ]
-    _stacked(bx, labels, layers)
+    stacked_bars(bx, labels, layers)
     bx.scatter(
         labels,
         [p["wall_median_s"] for p in points],

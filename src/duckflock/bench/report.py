@@ -19,6 +19,11 @@ def _bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def bytes_or_dash(n: float | None) -> str:
+    """``_bytes``, or ``-`` where the count is missing (None or NaN)."""
+    return "-" if n is None or n != n else _bytes(n)
+
+
 def _mb(kb: float) -> str:
     return f"{kb / 1024:.0f} MiB"
 

@@ -8,23 +8,16 @@ DuckDB's result. DuckDB runs in this process with every core while the ranks wai
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import duckflock
 from duckflock.bench.baseline import baseline_connection
 from duckflock.bench.compare import difference
 from duckflock.bench.jobs import err, write_json
-from duckflock.bench.measure import machine_info, median, versions
+from duckflock.bench.measure import machine_info, median, timed, versions
 from duckflock.bench.phases import summarize
 from duckflock.bench.tpch import ORDER, queries
 from duckflock.ingest.tpch import generate_tpch
-
-
-def _timed(fn) -> tuple[float, object]:
-    t0 = time.perf_counter()
-    value = fn()
-    return time.perf_counter() - t0, value
 
 
 def run_tpch(
@@ -44,9 +37,9 @@ def run_tpch(
                 ours, theirs = [], []
                 got = None
                 for _ in range(runs):
-                    s, got = _timed(lambda q=q: db.sql(q))
+                    s, got = timed(lambda q=q: db.sql(q))
                     ours.append(s)
-                    theirs.append(_timed(lambda q=q: baseline.sql(q).to_arrow_table())[0])
+                    theirs.append(timed(lambda q=q: baseline.sql(q).to_arrow_table())[0])
                 profiled = db.sql(q, profile=True)
                 phases = summarize(profiled.stats, profiled.seconds)
                 problem = difference(got.arrow(), want, ORDER.get(n)) if check else None
