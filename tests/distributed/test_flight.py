@@ -153,3 +153,39 @@ def test_caller_that_disappears_does_not_hold_workers(tpch_dir, tmp_path):
         while time.monotonic() < deadline and any(_status(a, w.token)["session"] for a in w.addresses):
             time.sleep(0.5)
         assert not any(_status(a, w.token)["session"] for a in w.addresses)
+
+
+def test_tls_workers(tpch_dir, tmp_path):
+    """Workers serving grpc+tls: the caller trusts their certificate; a caller without it cannot talk."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    made = subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"openssl could not make a test certificate: {made.stderr.strip()[:200]}")
+    with Workers(tpch_dir, 2, tmp_path, extra=["--tls-cert", str(cert), "--tls-key", str(key)]) as w:
+        tls = [f"grpc+tls://{a}" for a in w.addresses]
+        with duckflock.connect(workers=tls, token=w.token, tls_root_cert=cert.read_bytes()) as db:
+            got = db.sql("SELECT count(*) AS n FROM orders").fetchall()
+        assert got == oracle(tpch_dir).sql("SELECT count(*) AS n FROM orders").fetchall()
+        with pytest.raises(duckflock.DuckflockError):  # plaintext gRPC to a TLS port fails
+            duckflock.connect(workers=w.addresses, token=w.token)
