@@ -90,14 +90,18 @@ class _MpiJobBackend:
     def __init__(self, data: str, ranks: int, config_env: dict[str, str], start_timeout: float):
         import os
         import secrets
+        import shutil
         import subprocess
         import tempfile
+        import time
         from multiprocessing.connection import Listener
 
+        from duckflock.catalog import Catalog
         from duckflock.errors import DuckflockError
         from duckflock.exec.launch import mpiexec_argv
         from duckflock.exec.serve import AUTHKEY_ENV
 
+        Catalog.load(data)  # a bad data directory fails here, at once, not in every rank
         key = secrets.token_bytes(32)
         self._dir = tempfile.mkdtemp(prefix="duckflock-session-")
         address = os.path.join(self._dir, "control.sock")
@@ -105,15 +109,27 @@ class _MpiJobBackend:
         env = {**os.environ, **config_env, AUTHKEY_ENV: key.hex()}
         argv = mpiexec_argv(ranks, ["-m", "duckflock.exec.serve", "--data", str(data), "--address", address])
         self._proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
-        self._listener._listener._socket.settimeout(start_timeout)  # bounded wait for rank 0
-        try:
-            self._conn = self._listener.accept()
-        except OSError:
-            code = self._proc.poll()
-            self._proc.kill()
-            raise DuckflockError(
-                f"the {ranks} ranks did not start within {start_timeout:.0f} s (mpiexec exit code {code})"
-            ) from None
+        # Wait for rank 0, but give up as soon as mpiexec ends, and after start_timeout at most.
+        self._listener._listener._socket.settimeout(0.2)
+        deadline = time.monotonic() + start_timeout
+        while True:
+            try:
+                self._conn = self._listener.accept()
+                break
+            except OSError:
+                code = self._proc.poll()
+                if code is None and time.monotonic() < deadline:
+                    continue
+                if code is None:
+                    self._proc.kill()
+                self._listener.close()
+                shutil.rmtree(self._dir, ignore_errors=True)
+                why = (
+                    f"mpiexec exited with code {code}"
+                    if code is not None
+                    else f"not within {start_timeout:.0f} s"
+                )
+                raise DuckflockError(f"the {ranks} ranks did not start: {why}") from None
         _, self.ranks = self._conn.recv()
 
     def _call(self, *request):

@@ -24,6 +24,8 @@ QUERIES: list[tuple[str, list[str]]] = [
     ),
     ("SELECT i.k % 4 AS g, count(DISTINCT b.w) AS n FROM t_int i JOIN t_big b ON i.k = b.k GROUP BY 1", []),
     ("SELECT count(DISTINCT a.k) AS n FROM na a", []),
+    ("SELECT k % 4 AS m, v % 3 AS r, sum(v) AS s FROM t_int GROUP BY ALL ORDER BY ALL", ["m", "r"]),
+    ("SELECT DISTINCT w FROM t_big ORDER BY ALL DESC", ["w"]),
     (
         "SELECT k, v, row_number() OVER (PARTITION BY k ORDER BY v) AS rn, sum(v) OVER (PARTITION BY k) AS s "
         "FROM t_int",

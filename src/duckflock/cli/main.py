@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
             s.add_argument("--profile", action="store_true", help="per-rank, per-stage timings")
             s.add_argument("--max-rows", type=int, default=20, help="rows to print (default 20)")
 
-    b = sub.add_parser("bench", help="benchmarks: seed join, exchange throughput")
+    b = sub.add_parser("bench", help="benchmarks: seed join, exchange, TPC-H, Flight, netem")
     bsub = b.add_subparsers(dest="bench", required=True)
     bs = bsub.add_parser("seed", help="the seed report's join vs single-process DuckDB")
     bs.add_argument("--sf", default="0.1,0.5,1", help="scale factors, comma separated")
@@ -109,7 +109,6 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--data", default=None, help="data directory (default data/tpch-sf<SF>)")
     d.add_argument("--ranks", type=int, default=4)
 
-    sub.add_parser("spmd-sql", help=argparse.SUPPRESS)  # internal: never called directly
     return p
 
 

@@ -37,7 +37,7 @@ def print_table(table: pa.Table, max_rows: int = 20, console: Console | None = N
         view.add_row(*(Text("NULL" if v is None else str(v)) for v in row.values()))
     console.print(view)
     more = f" (showing {max_rows})" if table.num_rows > max_rows else ""
-    console.print(f"{table.num_rows} rows{more}")
+    console.print(f"{table.num_rows} row{'' if table.num_rows == 1 else 's'}{more}")
 
 
 def write_result(table: pa.Table, path: str) -> None:
@@ -57,6 +57,9 @@ def write_result(table: pa.Table, path: str) -> None:
         else:
             with pa.ipc.new_file(tmp, table.schema) as w:
                 w.write_table(table)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as any new file would be, not mkstemp's owner-only mode
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

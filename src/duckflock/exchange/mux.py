@@ -233,7 +233,7 @@ class Mux:
                         time.sleep(min(0.001, 0.00002 * (idle - 50)))
         except Exception as e:  # the mux thread must never die silently
             with self._cv:
-                self._fatal = f"rank {self.rank}: communication failed: {e}"
+                self._fatal = f"communication failed: {e}"
                 self._cv.notify_all()
 
     def close(self, drain_s: float = 10.0) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from duckflock.exchange.arrays import numpy_view
+
 
 def split_by_target(batch: pa.RecordBatch, size: int) -> list[tuple[int, pa.RecordBatch]]:
     """(target, rows) for each target that gets rows. The last column holds the target rank."""
@@ -16,7 +18,7 @@ def split_by_target(batch: pa.RecordBatch, size: int) -> list[tuple[int, pa.Reco
     data = batch.drop_columns([batch.schema.names[-1]])
     if batch.num_rows == 0:
         return []
-    targets = np.asarray(dest.to_numpy(zero_copy_only=False), dtype=np.uint16)
+    targets = numpy_view(dest).astype(np.uint16, copy=False)
     counts = np.bincount(targets, minlength=size)
     nonzero = np.flatnonzero(counts)
     if len(nonzero) == 1:

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from duckflock.exchange.arrays import null_mask, numpy_view
 from duckflock.exec.runtime import Runtime
 
 SAMPLE_ROWS_PER_RANK = 4096
@@ -32,8 +33,8 @@ def _as_numbers(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
         column = column.cast(pa.int64() if not pa.types.is_date32(t) else pa.int32())
     elif pa.types.is_decimal(t) or pa.types.is_boolean(t):
         column = column.cast(pa.float64())
-    nulls = column.is_null().to_numpy(zero_copy_only=False)
-    values = pc.fill_null(column, 0).to_numpy() if column.null_count else column.to_numpy()
+    nulls = null_mask(column)
+    values = numpy_view(pc.fill_null(column, 0) if column.null_count else column)
     return values, nulls
 
 

@@ -145,6 +145,18 @@ class _Builder:
         out_names = [e.alias_or_name for e in s.expressions]
         order = s.args.get("order")
         order_keys = [self.names(o.copy()) for o in order.expressions] if order else []
+        if (
+            len(order_keys) == 1
+            and isinstance(order_keys[0].this, exp.Var)
+            and order_keys[0].name.upper() == "ALL"
+        ):
+            # ORDER BY ALL: every output column, left to right, in the given direction.
+            all_key = order_keys[0]
+            order_keys = []
+            for i in range(len(selects)):
+                o = all_key.copy()
+                o.set("this", exp.Literal.number(i + 1))
+                order_keys.append(o)
         having = self.names(s.args["having"].this.copy()) if s.args.get("having") else None
         group = s.args.get("group")
         has_agg = any(_group_aggs(e) for e in [*selects, *order_keys, *([having] if having else [])])
@@ -154,9 +166,13 @@ class _Builder:
                 or any(isinstance(g, exp.Rollup | exp.Cube | exp.GroupingSets) for g in group.expressions)
             ):
                 raise _unsupported("GROUPING SETS / ROLLUP / CUBE")
+            if group is not None and group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs
+                groups = [e.unalias().copy() for e in selects if not _group_aggs(e)]
+            else:
+                groups = [self.names(g.copy()) for g in (group.expressions if group else [])]
             rel, selects, order_keys, having = self.aggregate(
                 rel,
-                [self.names(g.copy()) for g in (group.expressions if group else [])],
+                groups,
                 selects,
                 order_keys,
                 having,

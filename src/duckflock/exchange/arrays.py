@@ -1,0 +1,33 @@
+"""Arrow arrays as numpy views without ``Array.to_numpy``: pyarrow's conversion imports pandas on
+first use (a quarter of a second), which would land in the first exchange of every process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_DTYPES = {
+    pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+    pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
+    pa.float32(): np.float32, pa.float64(): np.float64,
+}  # fmt: skip
+
+
+def numpy_view(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The values of a primitive numeric array without nulls (zero-copy for a single chunk)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    dtype = _DTYPES[values.type]
+    if len(values) == 0:
+        return np.empty(0, dtype=dtype)
+    return np.frombuffer(
+        values.buffers()[1], dtype=dtype, count=len(values), offset=values.offset * np.dtype(dtype).itemsize
+    )
+
+
+def null_mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A boolean numpy array: True where ``values`` is NULL."""
+    if values.null_count == 0:
+        return np.zeros(len(values), dtype=bool)
+    return numpy_view(pc.cast(pc.is_null(values), pa.uint8())).astype(bool)
