@@ -22,7 +22,7 @@ class SendHandle(ABC):
 class Transport(ABC):
     rank: int
     size: int
-    # Whether peers can read the same files (a shared data directory).
+    # For messages and profiles: "mpi", "flight", "inproc".
     name: str = "transport"
 
     @abstractmethod
