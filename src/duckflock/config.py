@@ -18,7 +18,9 @@ class Config:
     max_inflight_bytes: int = 64 * 1024 * 1024
     # A full ORDER BY (no LIMIT) over more than this many estimated bytes is sorted in parallel:
     # range-partitioned by sampled splitters, sorted per rank, concatenated in order on the driver.
-    range_sort_threshold_bytes: int = 32 * 1024 * 1024
+    # Below it the rows are gathered and the driver sorts them with all its cores: one data movement
+    # instead of two (measured: the seed join at SF 1 on 2 ranks, 1.27x DuckDB vs 1.74x range-sorted).
+    range_sort_threshold_bytes: int = 256 * 1024 * 1024
     # Arrow IPC body compression on the wire: "none", "lz4" or "zstd".
     compression: str = "none"
     # DuckDB threads per rank; 0 means this rank's fair share of the node's cores.
