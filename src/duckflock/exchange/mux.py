@@ -67,8 +67,6 @@ class Mux:
         self._fatal: str | None = None
         self.on_failure: Callable[[int], None] | None = None  # e.g. interrupt the running DuckDB query
         self.busy_poll_s = float(os.environ.get("DUCKFLOCK_BUSY_POLL_S", "0.00005"))
-        self.bytes_sent = 0
-        self.bytes_received = 0
         # Shorter GIL switch interval: the mux thread must get the GIL promptly to keep data moving.
         sys.setswitchinterval(0.0005)
         self._thread = threading.Thread(target=self._run, name="duckflock-mux", daemon=True)
@@ -184,7 +182,6 @@ class Mux:
     def _deliver(self, src: int, tag: int, payload: object) -> None:
         q, channel = split_tag(tag)
         with self._cv:
-            self.bytes_received += memoryview(payload).nbytes if src != self.rank else 0
             if channel == ERROR:
                 if q not in self._failures:
                     self._failures[q] = pickle.loads(memoryview(payload))
@@ -204,7 +201,6 @@ class Mux:
                     while self._outbox:
                         dest, tag, payload, n = self._outbox.popleft()
                         self._inflight.append((transport.isend(dest, tag, payload), n))
-                        self.bytes_sent += n
                         active = True
                 if self._inflight:
                     still = [(h, n) for h, n in self._inflight if not h.done()]

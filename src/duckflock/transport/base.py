@@ -43,7 +43,3 @@ class Transport(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
-
-    def abort(self, message: str, code: int = 1) -> None:
-        """Tear down the whole job (used when a rank cannot continue)."""
-        raise SystemExit(code)

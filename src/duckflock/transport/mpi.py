@@ -62,8 +62,5 @@ class MpiTransport(Transport):
     def busy(self) -> bool:
         return bool(self._pending)
 
-    def abort(self, message: str, code: int = 1) -> None:
-        self.comm.Abort(code)
-
     def close(self) -> None:
         self.comm.Free()
