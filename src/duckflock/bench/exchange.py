@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from duckflock.bench.jobs import JobFailed, err, read_json, run_job, write_json
+from duckflock.bench.jobs import JobFailed, err, run_json_job, write_json
 from duckflock.bench.measure import GB, machine_info, median
 
 PHASE_KEYS = ("max_partition_s", "max_serialize_s", "max_send_wait_s", "max_recv_wait_s")
@@ -56,14 +56,13 @@ def run_exchange(
         point_dir = out / f"ranks{n}"
         err.print(f"exchange: ranks={n} gb={gb:g} runs={runs}")
         try:
-            job_s = run_job(
+            job_s, job = run_json_job(
                 n,
                 "duckflock.bench.exchange_job",
                 ["--gb", str(gb), "--runs", str(runs), "--out", str(point_dir)],
                 point_dir,
                 timeout,
             )
-            job = read_json(point_dir / "job.json")
         except (JobFailed, OSError, ValueError) as e:
             results["errors"].append({"ranks": n, "error": str(e)})  # type: ignore[union-attr]
             err.print(f"[red]exchange ranks={n} failed:[/] {e}", highlight=False)

@@ -38,6 +38,12 @@ def run_job(ranks: int, module: str, args: list[str], out: Path, timeout: float)
     return seconds
 
 
+def run_json_job(ranks: int, module: str, args: list[str], out: Path, timeout: float) -> tuple[float, dict]:
+    """``run_job``, then the ``job.json`` the job wrote: (wall seconds, its contents)."""
+    seconds = run_job(ranks, module, args, out, timeout)
+    return seconds, read_json(out / "job.json")
+
+
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 

@@ -41,6 +41,20 @@ def stacked_bars(ax, labels: list[str], layers: list[tuple[str, str, list[float]
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
 
 
+def _label(ax, entry: dict, ylabel: str) -> None:
+    ax.set_title(f"SF {entry['sf']:g}")
+    ax.set_xlabel("ranks")
+    ax.set_ylabel(ylabel)
+
+
+def _finish(fig, axes, title: str, path: Path) -> None:
+    """The end of every per-scale-factor seed figure: title, one legend, the file."""
+    fig.suptitle(title, fontsize=10)
+    _side_legend(fig, axes[0])
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _side_legend(fig, ax) -> None:
     """One legend for all panels, right of them (it would hide bars inside a panel)."""
     handles, labels = ax.get_legend_handles_labels()
@@ -75,13 +89,8 @@ def seed_phases(results: dict, path: Path) -> None:
             linewidth=1,
             label="DuckDB, 1 process",
         )
-        ax.set_title(f"SF {e['sf']:g}")
-        ax.set_xlabel("ranks")
-        ax.set_ylabel("seconds (median)")
-    fig.suptitle("Seed query: where the time goes (phases are max over ranks)", fontsize=10)
-    _side_legend(fig, axes[0])
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        _label(ax, e, "seconds (median)")
+    _finish(fig, axes, "Seed query: where the time goes (phases are max over ranks)", path)
 
 
 def seed_vs_duckdb(results: dict, path: Path) -> None:
@@ -145,13 +154,8 @@ def seed_exchange(results: dict, path: Path) -> None:
                 xytext=(0, 3),
                 textcoords="offset points",
             )
-        ax.set_title(f"SF {e['sf']:g}")
-        ax.set_xlabel("ranks")
-        ax.set_ylabel("seconds (median, max over ranks)")
-    fig.suptitle("Seed query: the exchange phase (labels: bytes on the wire)", fontsize=10)
-    _side_legend(fig, axes[0])
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        _label(ax, e, "seconds (median, max over ranks)")
+    _finish(fig, axes, "Seed query: the exchange phase (labels: bytes on the wire)", path)
 
 
 def exchange_throughput(results: dict, path: Path) -> None:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from duckflock.bench.baseline import duckdb_peak
-from duckflock.bench.jobs import JobFailed, err, rank_peaks_kb, read_json, run_job, write_json
+from duckflock.bench.jobs import JobFailed, err, rank_peaks_kb, run_json_job, write_json
 from duckflock.bench.measure import machine_info, median
 from duckflock.bench.phases import EXCHANGE_PARTS, PHASES
 from duckflock.bench.seed_job import SEED
@@ -81,14 +81,13 @@ def run_seed(
             point_dir = out / f"sf{sf:g}" / f"ranks{n}"
             err.print(f"seed: sf={sf:g} ranks={n} runs={runs}")
             try:
-                job_s = run_job(
+                job_s, job = run_json_job(
                     n,
                     "duckflock.bench.seed_job",
                     ["--data", str(data), "--runs", str(runs), "--out", str(point_dir)],
                     point_dir,
                     timeout,
                 )
-                job = read_json(point_dir / "job.json")
             except (JobFailed, OSError, ValueError) as e:
                 results["errors"].append({"sf": sf, "ranks": n, "error": str(e)})  # type: ignore[union-attr]
                 err.print(f"[red]seed sf={sf:g} ranks={n} failed:[/] {e}", highlight=False)
