@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from duckflock.exchange.codec import decode, encode, write_options
+from duckflock.exchange.codec import decode, encode, frames_supported, from_frames, to_frames, write_options
 from duckflock.exchange.partition import split_by_target
 
 COMPRESSIONS = ["none", "lz4", "zstd"]
@@ -63,8 +63,13 @@ def batches(draw, max_rows: int = 25) -> list[pa.RecordBatch]:
 
 
 def _roundtrip(schema: pa.Schema, bs: list[pa.RecordBatch], compression: str) -> pa.Table:
-    buf = encode(schema, bs, write_options(compression))
-    got_schema, got = decode(buf)
+    """Through the IPC encoding ("none", "lz4", "zstd") or as frames ("frames")."""
+    if compression == "frames":
+        assert frames_supported(schema)
+        wire = [bytes(memoryview(f).cast("B")) for f in to_frames(schema.serialize().to_pybytes(), bs)]
+        got_schema, got = from_frames(wire)
+    else:
+        got_schema, got = decode(encode(schema, bs, write_options(compression)))
     assert got_schema.equals(schema)
     assert len(got) == len(bs)
     return pa.Table.from_batches(got, schema=got_schema)
@@ -77,6 +82,25 @@ def test_encode_decode_round_trip(bs, compression):
     assert got.equals(pa.Table.from_batches(bs, schema=SCHEMA))
 
 
+FLAT = SCHEMA.remove(SCHEMA.get_field_index("l"))
+
+
+@FAST
+@given(batches())
+def test_frames_round_trip(bs):
+    """Frames carry each buffer as it is, with the array offsets of sliced batches."""
+    flat = [b.drop_columns(["l"]) for b in bs]
+    got = _roundtrip(FLAT, flat, "frames")
+    assert got.equals(pa.Table.from_batches(flat, schema=FLAT))
+
+
+def test_frames_are_not_used_for_nested_or_dictionary_columns():
+    assert frames_supported(FLAT)
+    assert not frames_supported(SCHEMA)  # a list column
+    assert not frames_supported(pa.schema([("e", pa.dictionary(pa.int8(), pa.string()))]))
+    assert not frames_supported(pa.schema([("v", pa.string_view())]))
+
+
 @pytest.mark.parametrize("compression", COMPRESSIONS)
 def test_empty_batch_list_keeps_the_schema(compression):
     got = _roundtrip(SCHEMA, [], compression)
@@ -84,7 +108,7 @@ def test_empty_batch_list_keeps_the_schema(compression):
     assert got.schema.equals(SCHEMA)
 
 
-@pytest.mark.parametrize("compression", COMPRESSIONS)
+@pytest.mark.parametrize("compression", [*COMPRESSIONS, "frames"])
 def test_round_trip_of_duckdb_output(compression):
     """Batches exactly as DuckDB produces them: strings, decimals, dates, timestamps and NULLs."""
     table = duckdb.sql(
@@ -99,7 +123,7 @@ def test_round_trip_of_duckdb_output(compression):
     assert got.equals(table)
 
 
-@pytest.mark.parametrize("compression", COMPRESSIONS)
+@pytest.mark.parametrize("compression", [*COMPRESSIONS, "frames"])
 def test_round_trip_of_many_long_strings(compression):
     rng = np.random.default_rng(3)
     words = ["x" * int(n) for n in rng.integers(0, 2000, size=300)]
@@ -169,6 +193,24 @@ def test_split_by_target_places_every_row_once_in_order(case):
         # The rows of target t, in their original order (a stable split).
         assert piece.to_pylist() == expected_data.take(want).to_pylist()
     assert sum(p.num_rows for _, p in pieces) == len(rows)
+
+
+@pytest.mark.parametrize("size", [2, 3, 4, 5, 9])
+def test_split_of_a_sliced_batch_gathers_from_its_offset(size):
+    """A batch that is a slice of a larger one: null-free fixed-width columns take the numpy path,
+    which must honour the slice offset."""
+    t = duckdb.sql(
+        "SELECT i AS id, i::DOUBLE / 2 AS f, (i * 1.5)::DECIMAL(20,2) AS d, DATE '2000-01-01' + i::INTEGER AS day, "
+        f"'s' || i AS s, CAST(i % {size} AS USMALLINT) AS __target FROM range(1000) t(i)"
+    ).to_arrow_table()
+    batch = t.combine_chunks().to_batches()[0].slice(101, 700)
+    expected = t.slice(101, 700).drop_columns(["__target"]).to_pylist()
+    got = {r["id"]: (target, r) for target, piece in split_by_target(batch, size) for r in piece.to_pylist()}
+    assert len(got) == 700
+    for r in expected:
+        target, row = got[r["id"]]
+        assert row == r
+        assert target == r["id"] % size
 
 
 @pytest.mark.parametrize("size", [1, 2, 5])

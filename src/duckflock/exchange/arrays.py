@@ -31,3 +31,33 @@ def null_mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if values.null_count == 0:
         return np.zeros(len(values), dtype=bool)
     return numpy_view(pc.cast(pc.is_null(values), pa.uint8())).astype(bool)
+
+
+_WIDTHS = {
+    8: np.uint8,
+    16: np.uint16,
+    32: np.uint32,
+    64: np.uint64,
+    128: np.dtype("V16"),
+    256: np.dtype("V32"),
+}
+
+
+def fixed_width_view(values: pa.Array) -> np.ndarray | None:
+    """The values of a null-free fixed-width array (integers, floats, dates, times, timestamps,
+    decimals) as raw numpy items of the same width, zero-copy; None for any other array."""
+    t = values.type
+    fixed = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+    fixed = (
+        fixed
+        or pa.types.is_date(t)
+        or pa.types.is_time(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_duration(t)
+    )
+    if not fixed or values.null_count or len(values) == 0:
+        return None
+    dtype = np.dtype(_WIDTHS[t.bit_width])
+    return np.frombuffer(
+        values.buffers()[1], dtype=dtype, count=len(values), offset=values.offset * dtype.itemsize
+    )

@@ -1,7 +1,15 @@
-"""Arrow IPC framing of record batches for the wire: one IPC stream per message, optionally with
-LZ4/ZSTD body compression (worth it on slow links, not in memory)."""
+"""Record batches on the wire, in one of two encodings.
+
+- Arrow IPC: one stream per message, optionally with LZ4/ZSTD body compression (worth it on slow
+  links, not in memory). Used by Flight, with compression, and for nested or dictionary columns.
+- Frames: a header plus the batches' own buffers, for transports that send a list of buffers
+  without joining them (MPI) — no copy on either side.
+"""
 
 from __future__ import annotations
+
+import functools
+import pickle
 
 import pyarrow as pa
 
@@ -40,3 +48,71 @@ def decode(payload: object) -> tuple[pa.Schema, list[pa.RecordBatch]]:
     """Zero-copy: the batches reference the received buffer."""
     reader = pa.ipc.open_stream(pa.py_buffer(payload))
     return reader.schema, list(reader)
+
+
+# ---- frames: a message as a list of buffers, for transports that send them without joining them ----
+# Arrow IPC copies every buffer into one stream; MPI can instead send each buffer where it lies and
+# receive each into its own allocation, so a batch crosses with the one copy MPI makes. The first
+# frame is a small header (schema and buffer layout); the rest are the batches' buffers as they are.
+
+
+def frames_supported(schema: pa.Schema) -> bool:
+    """Flat columns only; nested, dictionary, view and extension types keep the IPC encoding."""
+    return all(_flat(f.type) for f in schema)
+
+
+def _flat(t: pa.DataType) -> bool:
+    if isinstance(t, pa.ExtensionType) or pa.types.is_dictionary(t) or pa.types.is_nested(t):
+        return False
+    return (
+        pa.types.is_primitive(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_null(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+    )
+
+
+def to_frames(schema_bytes: bytes, batches: list[pa.RecordBatch]) -> list[object]:
+    """[header, buffer, buffer, …]: the batches' buffers, not copied."""
+    frames: list[object] = [b""]
+    layouts = []
+    for batch in batches:
+        columns = []
+        for column in batch.columns:
+            refs = []
+            for buf in column.buffers():
+                if buf is None:
+                    refs.append(-1)
+                else:
+                    refs.append(len(frames))
+                    frames.append(buf)
+            columns.append((len(column), column.null_count, column.offset, refs))
+        layouts.append(columns)
+    frames[0] = pickle.dumps((schema_bytes, layouts), protocol=5)
+    return frames
+
+
+def from_frames(frames: list) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    """Zero-copy: the arrays reference the received frames."""
+    schema_bytes, layouts = pickle.loads(memoryview(frames[0]))
+    schema = _schema(bytes(schema_bytes))
+    buffers = [None, *(pa.py_buffer(f) for f in frames[1:])]
+    batches = []
+    for columns in layouts:
+        arrays = [
+            pa.Array.from_buffers(
+                field.type, length, [None if r < 0 else buffers[r] for r in refs], null_count, offset
+            )
+            for field, (length, null_count, offset, refs) in zip(schema, columns, strict=True)
+        ]
+        batches.append(pa.RecordBatch.from_arrays(arrays, schema=schema))
+    return schema, batches
+
+
+@functools.lru_cache(maxsize=64)
+def _schema(schema_bytes: bytes) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(schema_bytes))

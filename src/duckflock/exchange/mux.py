@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from duckflock.errors import ExecutionError, TransportError
-from duckflock.transport.base import SendHandle, Transport
+from duckflock.transport.base import TAG_BITS, SendHandle, Transport
 
 CONTROL = 0  # driver -> workers: plans and commands (not tied to a query)
 ERROR = 1  # any rank -> all: the query failed
@@ -28,7 +28,7 @@ COLLECTIVE = 2  # small pickled objects for allgather / bcast / gather
 FIRST_EXCHANGE = 8  # exchange k uses channel FIRST_EXCHANGE + k
 
 _QID_BITS = 13
-_CHANNEL_BITS = 16
+_CHANNEL_BITS = TAG_BITS - _QID_BITS
 
 
 def make_tag(qid: int, channel: int) -> int:
@@ -89,7 +89,7 @@ class Mux:
         if dest == self.rank:
             self._deliver(self.rank, tag, payload)
             return
-        n = nbytes if nbytes is not None else memoryview(payload).nbytes
+        n = nbytes if nbytes is not None else memoryview(payload).nbytes  # type: ignore[arg-type]
         with self._cv:
             while check and self._queued_bytes > self.max_inflight and not self._stop:
                 self._check(qid)

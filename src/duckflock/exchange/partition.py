@@ -1,7 +1,10 @@
 """Split a record batch into per-target batches by a target-rank column computed inside DuckDB.
 
-numpy's stable argsort on small unsigned integers is a radix sort (O(n)); one ``take`` then lays the
-rows out target by target, and each target's rows are a zero-copy slice of the result.
+Each target gets a compact batch of its own (offset 0, no slack), so its buffers can go on the wire
+as they are. Row indices per target come from one comparison pass per target when there are few
+targets (cheaper than a sort), else from numpy's stable argsort, a radix sort on small unsigned
+integers. Null-free fixed-width columns are gathered with numpy's ``take``, measured about twice as
+fast as Arrow's on this kind of data; everything else uses Arrow's ``take``.
 """
 
 from __future__ import annotations
@@ -9,27 +12,53 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from duckflock.exchange.arrays import numpy_view
+from duckflock.exchange.arrays import fixed_width_view, numpy_view
+
+# Up to this many targets, one ``targets == t`` pass per target beats an argsort.
+_SCAN_TARGETS = 4
 
 
 def split_by_target(batch: pa.RecordBatch, size: int) -> list[tuple[int, pa.RecordBatch]]:
-    """(target, rows) for each target that gets rows. The last column holds the target rank."""
-    dest = batch.column(batch.num_columns - 1)
-    data = batch.drop_columns([batch.schema.names[-1]])
+    """(target, rows) for each target that gets rows, in target order, each row in input order.
+    The last column holds the target rank."""
     if batch.num_rows == 0:
         return []
-    targets = numpy_view(dest).astype(np.uint16, copy=False)
+    targets = numpy_view(batch.column(batch.num_columns - 1)).astype(np.uint16, copy=False)
+    data = batch.drop_columns([batch.schema.names[-1]])
+    groups = rows_by_target(targets, size)
+    if len(groups) == 1:
+        return [(groups[0][0], data)]  # all rows go to one target: nothing to copy
+    return [(t, take(data, rows)) for t, rows in groups]
+
+
+def rows_by_target(targets: np.ndarray, size: int) -> list[tuple[int, np.ndarray]]:
+    """(target, ascending row indices) for every target that gets rows."""
+    if size <= _SCAN_TARGETS:
+        groups = []
+        for t in range(size):
+            rows = np.flatnonzero(targets == t)
+            if len(rows) == len(targets):
+                return [(t, rows)]
+            if len(rows):
+                groups.append((t, rows))
+        return groups
     counts = np.bincount(targets, minlength=size)
-    nonzero = np.flatnonzero(counts)
-    if len(nonzero) == 1:
-        return [(int(nonzero[0]), data)]
     order = np.argsort(targets, kind="stable")
-    laid_out = data.take(pa.array(order))
-    out = []
-    start = 0
-    for t in range(size):
-        n = int(counts[t])
-        if n:
-            out.append((t, laid_out.slice(start, n)))
-            start += n
-    return out
+    bounds = np.concatenate(([0], np.cumsum(counts)))
+    return [(t, order[bounds[t] : bounds[t + 1]]) for t in np.flatnonzero(counts).tolist()]
+
+
+def take(batch: pa.RecordBatch, rows: np.ndarray) -> pa.RecordBatch:
+    """The given rows of ``batch`` as a new compact batch."""
+    arrow_rows = None
+    columns = []
+    for column in batch.columns:
+        values = fixed_width_view(column)
+        if values is not None:
+            gathered = pa.py_buffer(np.take(values, rows))
+            columns.append(pa.Array.from_buffers(column.type, len(rows), [None, gathered], null_count=0))
+            continue
+        if arrow_rows is None:
+            arrow_rows = pa.array(rows)
+        columns.append(column.take(arrow_rows))
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)

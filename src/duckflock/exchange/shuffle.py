@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from duckflock.exchange.codec import decode, encode
+from duckflock.exchange.codec import decode, encode, frames_supported, from_frames, to_frames
 from duckflock.exchange.mux import FIRST_EXCHANGE, Mux
 from duckflock.exchange.partition import split_by_target
 
@@ -75,6 +75,7 @@ class ExchangeWriter:
         self.sent = dict.fromkeys(self.receivers, 0)
         self.local: list[pa.RecordBatch] = []
         self.schema: pa.Schema | None = None
+        self._frames: bytes | None = None  # the serialized schema, once frames are chosen
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self.kind in ("hash", "range", "sort"):
@@ -106,18 +107,30 @@ class ExchangeWriter:
                 if self.pending_bytes[t] >= self.chunk_bytes:
                     self._flush(t)
 
-    def _encode(self, batches: list[pa.RecordBatch]) -> pa.Buffer:
+    def _encode(self, batches: list[pa.RecordBatch]) -> tuple[object, int]:
+        """The message for ``batches`` and its size: frames where the transport takes them and
+        no compression is asked for, else one Arrow IPC buffer."""
         t0 = time.perf_counter()
         assert self.schema is not None
-        buf = encode(self.schema, batches, self.options)
+        multipart = self.mux.transport.multipart and self.options.compression is None
+        if self._frames is None and multipart and frames_supported(self.schema):
+            self._frames = self.schema.serialize().to_pybytes()
+        if self._frames is not None:
+            frames = to_frames(self._frames, batches)
+            message: object = frames
+            size = sum(memoryview(f).nbytes for f in frames)
+        else:
+            buf = encode(self.schema, batches, self.options)
+            message, size = buf, buf.size
         self.stats.serialize_s += time.perf_counter() - t0
-        return buf
+        return message, size
 
-    def _send(self, target: int, buf: pa.Buffer) -> None:
+    def _send(self, target: int, message: tuple[object, int]) -> None:
         t0 = time.perf_counter()
-        self.mux.send(target, self.qid, data_channel(self.xid), buf, buf.size)
+        payload, size = message
+        self.mux.send(target, self.qid, data_channel(self.xid), payload, size)
         self.stats.send_wait_s += time.perf_counter() - t0
-        self.stats.bytes_out += buf.size
+        self.stats.bytes_out += size
         self.sent[target] += 1
 
     def _flush(self, target: int) -> None:
@@ -130,9 +143,9 @@ class ExchangeWriter:
     def _flush_broadcast(self) -> None:
         batches = self.pending[self.order[0]]
         if batches:
-            buf = self._encode(batches)
+            message = self._encode(batches)
             for t in self.order:
-                self._send(t, buf)
+                self._send(t, message)
                 self.pending[t] = []
                 self.pending_bytes[t] = 0
 
@@ -171,6 +184,9 @@ def read_exchange(
         src, payload = mux.recv(qid, data_channel(xid))
         if isinstance(payload, Local):
             received = payload.batches
+        elif isinstance(payload, list):
+            stats.bytes_in += sum(memoryview(f).nbytes for f in payload)
+            _, received = from_frames(payload)
         else:
             stats.bytes_in += memoryview(payload).nbytes
             _, received = decode(payload)

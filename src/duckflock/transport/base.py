@@ -12,6 +12,9 @@ from typing import Any
 
 Buffer = Any  # anything exposing the buffer protocol (bytes, numpy arrays, Arrow buffers)
 
+# Tags handed to a transport fit in this many bits; a transport may use the bits above for itself.
+TAG_BITS = 28
+
 
 class SendHandle(ABC):
     @abstractmethod
@@ -24,10 +27,14 @@ class Transport(ABC):
     size: int
     # For messages and profiles: "mpi", "flight", "inproc".
     name: str = "transport"
+    # Whether isend takes a list of buffers (a multi-part message, delivered as a list) and sends
+    # them without joining them into one.
+    multipart: bool = False
 
     @abstractmethod
     def isend(self, dest: int, tag: int, data: Buffer) -> SendHandle:
-        """Start sending ``data`` to ``dest``; the caller keeps ``data`` alive until done()."""
+        """Start sending ``data`` (a buffer, or a list of them if ``multipart``) to ``dest``;
+        the caller keeps ``data`` alive until done()."""
 
     @abstractmethod
     def poll(self) -> list[tuple[int, int, Buffer]]:

@@ -14,6 +14,7 @@ class _Done(SendHandle):
 
 class InProcTransport(Transport):
     name = "inproc"
+    multipart = True
 
     def __init__(self, rank: int, mailboxes: list[queue.SimpleQueue]):
         self.rank = rank
@@ -26,7 +27,11 @@ class InProcTransport(Transport):
         return [cls(r, boxes) for r in range(size)]
 
     def isend(self, dest: int, tag: int, data) -> SendHandle:
-        self._boxes[dest].put((self.rank, tag, bytes(memoryview(data).cast("B"))))
+        if isinstance(data, list):
+            copy: object = [bytes(memoryview(d).cast("B")) for d in data]
+        else:
+            copy = bytes(memoryview(data).cast("B"))
+        self._boxes[dest].put((self.rank, tag, copy))
         return _Done()
 
     def poll(self) -> list[tuple[int, int, object]]:
