@@ -26,6 +26,8 @@ def summarize_point(job: dict) -> dict[str, object]:
         "wire_gb": median([r["wire_bytes"] for r in runs]) / GB,
         "minor_faults_median": median([r["minor_faults"] for r in runs]),
         "phases_median_s": {k: median([r[k] for r in runs]) for k in PHASE_KEYS},
+        "cpu_busy_median": median([r["cpu_busy"] for r in runs]),
+        "split_only_gbps": job["split_only_gbps"],
         "memcpy_gbps": memcpy,
         "ratio_to_memcpy": gbps / memcpy if memcpy else float("nan"),
         "meets_half_memcpy": bool(memcpy) and gbps >= 0.5 * memcpy,

@@ -7,7 +7,10 @@
 3. One untimed warm-up shuffle, then ``--runs`` timed all-to-all shuffles through the engine's own
    exchange: ExchangeWriter (split by target, Arrow IPC encode, mux sends with back-pressure,
    round-robin order) and read_exchange, on the runtime a query would use. Each run has its own
-   query id and a barrier before and after.
+   query id and a barrier before and after. Each rank records its CPU time (main thread and whole
+   process, which includes the mux thread and the kernel's MPI copies).
+4. The split alone (``split_by_target`` over every rank's batches at once, no communication): the
+   ceiling the shuffle cannot beat, measured under the same contention.
 Rank 0 writes ``job.json``.
 """
 
@@ -17,16 +20,26 @@ import argparse
 import dataclasses
 import json
 import resource
+import statistics
 import time
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
-from duckflock.bench.measure import GB, machine_info, memcpy_gbps, peak_rss_kb, reset_peak_rss, versions
+from duckflock.bench.measure import (
+    GB,
+    cores,
+    machine_info,
+    memcpy_gbps,
+    peak_rss_kb,
+    reset_peak_rss,
+    versions,
+)
 from duckflock.bench.mpi_measure import p2p_gbps, polite_barrier
 from duckflock.config import Config
 from duckflock.exchange.codec import write_options
+from duckflock.exchange.partition import split_by_target
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter, read_exchange
 from duckflock.exec.runtime import Runtime, mpi_runtime
 
@@ -63,7 +76,8 @@ def shuffle(rt: Runtime, qid: int, batches: list[pa.RecordBatch], schema: pa.Sch
     rt.mux.allgather(qid, None)  # barrier: everyone starts together
     rt.mux.finish(qid)
     stats = ExchangeStats()
-    faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    usage0 = resource.getrusage(resource.RUSAGE_SELF)
+    main0 = time.thread_time()
     t0 = time.perf_counter()
     writer = ExchangeWriter(
         rt.mux,
@@ -82,12 +96,34 @@ def shuffle(rt: Runtime, qid: int, batches: list[pa.RecordBatch], schema: pa.Sch
     table = read_exchange(rt.mux, qid + 1, 0, everyone, stats)
     rt.mux.flush(qid + 1)
     wall = time.perf_counter() - t0
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+    main_cpu = time.thread_time() - main0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime
     rt.mux.finish(qid + 1)
     rt.mux.allgather(qid + 2, None)  # barrier: everyone has finished
     rt.mux.finish(qid + 2)
     # Minor page faults: each is a first touch of fresh memory, costly on some VMs.
-    return table, {"wall_s": wall, "send_side_s": t_sent, "minor_faults": faults, **dataclasses.asdict(stats)}
+    return table, {
+        "wall_s": wall,
+        "send_side_s": t_sent,
+        "minor_faults": usage.ru_minflt - usage0.ru_minflt,
+        "main_cpu_s": main_cpu,
+        "process_cpu_s": cpu,
+        "sys_cpu_s": usage.ru_stime - usage0.ru_stime,
+        **dataclasses.asdict(stats),
+    }
+
+
+def split_only_s(rt: Runtime, batches: list[pa.RecordBatch], repeats: int = 3) -> float:
+    """Median seconds for this rank to split its batches by target, all ranks at once."""
+    times = []
+    for i in range(repeats):
+        rt.mux.allgather(1000 + i, None)
+        t0 = time.perf_counter()
+        pieces = [split_by_target(b, rt.size) for b in batches]
+        times.append(time.perf_counter() - t0)
+        del pieces
+    return statistics.median(times)
 
 
 def check_received(rt: Runtime, table: pa.Table) -> tuple[int, int, int]:
@@ -138,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                 check = check_received(rt, table)
             del table
             runs.append(stats)
+        split_s = split_only_s(rt, batches)
         mine = {
             "rank": rank,
             "rows": rows,
@@ -147,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             "runs": runs,
             "warmup": warmup,
             "check": check,
+            "split_only_s": split_s,
             "peak_kb": peak_rss_kb(),
             "peak_reset": peak_reset,
         }
@@ -174,6 +212,8 @@ def write_job(out: Path, ranks: list, size: int, args, memcpy: float | None, p2p
             {
                 "wall_s": wall,
                 "gbps": total_bytes / wall / GB,
+                # Share of the machine's cores the ranks kept busy (1.0 = every core all the time).
+                "cpu_busy": sum(s["process_cpu_s"] for s in per_rank) / (wall * cores()),
                 "wire_bytes": sum(s["bytes_out"] for s in per_rank),
                 "minor_faults": sum(s["minor_faults"] for s in per_rank),
                 **{
@@ -200,6 +240,7 @@ def write_job(out: Path, ranks: list, size: int, args, memcpy: float | None, p2p
         "peak_kb_per_rank": [r["peak_kb"] for r in ranks],
         "peak_reset": all(r["peak_reset"] for r in ranks),
         "build_s": max(r["build_s"] for r in ranks),
+        "split_only_gbps": total_bytes / max(r["split_only_s"] for r in ranks) / GB,
         "warmup_wall_s": max(r["warmup"]["wall_s"] for r in ranks),
         "runs": runs,
     }

@@ -99,12 +99,15 @@ def exchange_markdown(results: dict) -> str:
         "512 MB on rank 0, median of 5; MPI p2p: mpi4py Send/Recv of 64 MB from rank 0 to 1, median "
         "of 5; both in the same job. "
         "Phase columns: max over ranks (s, median of runs). Page faults: minor faults during a run, "
-        "all ranks (each a first touch of a fresh 4 KiB page; expensive on some VMs).",
+        "all ranks (each a first touch of a fresh 4 KiB page; expensive on some VMs). CPU busy: CPU "
+        "time of all rank processes (compute, mux thread, kernel copies) / (wall * cores). Split "
+        "only: every rank splitting its batches by target at once, no communication — the "
+        "ceiling for the shuffle.",
         "",
         "| ranks | GB | GB/s | memcpy GB/s | ratio to memcpy | >= 1/2 memcpy | MPI p2p GB/s | partition "
-        "| serialize | send wait | recv wait | wall s | on the wire | page faults | peak RSS (sum) "
-        "| warm-up GB/s | correct |",
-        "|" + "---:|" * 16 + ":---:|",
+        "| serialize | send wait | recv wait | wall s | on the wire | page faults | CPU busy "
+        "| split only GB/s | peak RSS (sum) | warm-up GB/s | correct |",
+        "|" + "---:|" * 18 + ":---:|",
     ]
     for p in results["points"]:
         ph = p["phases_median_s"]
@@ -124,6 +127,8 @@ def exchange_markdown(results: dict) -> str:
             _s(p["wall_median_s"]),
             f"{p['wire_gb']:.2f} GB",
             _faults(p),
+            f"{p['cpu_busy_median']:.0%}",
+            f"{p['split_only_gbps']:.2f}",
             _mb(p["peak_rss_kb_sum"]),
             f"{p['warmup_gbps']:.2f}",
             "yes" if p["correct"] else "**NO**",

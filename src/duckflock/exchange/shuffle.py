@@ -171,7 +171,8 @@ def read_exchange(
     mux: Mux, qid: int, xid: int, senders: list[int], stats: ExchangeStats, ordered: bool = False
 ) -> pa.Table:
     """Every row sent to this rank through exchange ``xid``, once all senders have finished.
-    ``ordered``: the senders' rows are concatenated in rank order (each sent one message)."""
+    ``ordered``: the senders' rows are concatenated in rank order (transports deliver each
+    sender's messages in the order sent)."""
     t0 = time.perf_counter()
     expected = 0
     schema = None

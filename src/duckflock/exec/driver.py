@@ -13,6 +13,7 @@ import pyarrow as pa
 from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError, ExecutionError
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
+from duckflock.exec.memory import release_free_memory
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.stage import StageStats, run_stage
 from duckflock.plan.nodes import Scan, walk
@@ -63,6 +64,7 @@ def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[S
             stats.append(st)
             if stage.output is None:
                 result = out
+            release_free_memory()
         rt.mux.flush(cmd.qid)
     except ExecutionError:
         raise

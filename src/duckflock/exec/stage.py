@@ -4,6 +4,7 @@ into its exchange (or return it, for the final stage)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -117,14 +118,15 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
             spec.xid,
             spec.kind,
             plan.receivers(spec.xid, rt.size),
-            # An ordered gather sends each rank's rows as one message, so their order survives.
-            1 << 62 if spec.ordered else rt.config.chunk_bytes,
+            rt.config.chunk_bytes,
             write_options(rt.config.compression),
             stats.exchange,
         )
         t0 = time.perf_counter()
         if sql is None:
-            reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(rt.config.batch_rows))
+            schema, batches = table.schema, table.to_batches(rt.config.batch_rows)
+            del table  # each batch is dropped once split: the stage does not hold its output twice
+            reader = pa.RecordBatchReader.from_batches(schema, _drain(batches))
         else:
             reader = rt.con.sql(sql).to_arrow_reader(rt.config.batch_rows)
         while True:
@@ -143,3 +145,10 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
         for name in registered:
             rt.con.unregister(name)
         stats.total_s = time.perf_counter() - t_start
+
+
+def _drain(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Yield the batches, letting go of each one as it is handed out."""
+    batches.reverse()
+    while batches:
+        yield batches.pop()

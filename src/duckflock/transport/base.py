@@ -1,8 +1,9 @@
 """The transport protocol: non-blocking point-to-point byte messages between ranks.
 
-A transport moves opaque buffers tagged with an integer; ordering is only guaranteed per (source, tag)
-pair. Collectives, routing, back-pressure and error propagation live above it (``exchange.mux``), so
-MPI, Arrow Flight and the in-process transport differ only here.
+A transport moves opaque buffers tagged with an integer and delivers the messages of one source in
+the order they were sent (ordered gathers rely on it). Collectives, routing, back-pressure and
+error propagation live above it (``exchange.mux``), so MPI, Arrow Flight and the in-process
+transport differ only here.
 """
 
 from __future__ import annotations

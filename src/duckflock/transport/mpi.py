@@ -99,11 +99,13 @@ class MpiTransport(Transport):
         done = []
         if self._pending:
             still = []
+            blocked = set()  # sources with an earlier message still in progress: keep their order
             for incoming in self._pending:
-                if not incoming.waiting and MPI.Request.Testall(incoming.reqs):
-                    done.append((incoming.src, incoming.tag, incoming.payload()))
-                else:
+                if incoming.src in blocked or incoming.waiting or not MPI.Request.Testall(incoming.reqs):
+                    blocked.add(incoming.src)
                     still.append(incoming)
+                else:
+                    done.append((incoming.src, incoming.tag, incoming.payload()))
             self._pending = still
         return done
 
