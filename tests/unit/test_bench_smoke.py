@@ -40,7 +40,16 @@ def test_bench_exchange_smoke(tmp_path):
     [point] = results["points"]
     assert point["ranks"] == 2
     assert point["correct"] is True
-    for key in ("gbps_median", "memcpy_gbps", "mpi_p2p_gbps", "input_gb", "wall_median_s", "peak_rss_kb_sum"):
+    for key in (
+        "gbps_median",
+        "memcpy_gbps",
+        "mpi_p2p_gbps",
+        "input_gb",
+        "wall_median_s",
+        "peak_rss_kb_sum",
+        "cpu_busy_median",
+        "split_only_gbps",
+    ):
         assert positive(point[key]), (key, point[key])
     assert (out / "results.md").is_file()
     assert (out / "exchange_gbps.png").stat().st_size > 0
@@ -67,9 +76,12 @@ def test_bench_seed_smoke(tmp_path):
         "bytes_exchanged",
         "peak_rss_kb_sum",
         "duckdb_peak_rss_kb",
+        "node_memory_kb",
     ):
         assert positive(point[key]), (key, point[key])
     assert len(point["peak_rss_kb_per_rank"]) == 2
+    # Shared-library pages counted once can only lower the figure.
+    assert point["node_memory_kb"] <= point["peak_rss_kb_sum"]
     assert positive(results["machine"]["memcpy_gbps"])
     assert "mpi" in results["versions"]
     assert (out / "results.md").is_file()

@@ -48,9 +48,10 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def rank_peaks_kb(out: Path, ranks: int) -> list[int]:
-    """Every rank's peak RSS from the ``rank-<r>.json`` files a job wrote."""
-    return [int(read_json(out / f"rank-{r}.json")["peak_kb"]) for r in range(ranks)]
+def rank_memory_kb(out: Path, ranks: int) -> tuple[list[int], list[int]]:
+    """Every rank's peak RSS and file-backed RSS from the ``rank-<r>.json`` files a job wrote."""
+    records = [read_json(out / f"rank-{r}.json") for r in range(ranks)]
+    return [int(m["peak_kb"]) for m in records], [int(m.get("file_kb", 0)) for m in records]
 
 
 def write_json(path: Path, obj: object) -> None:

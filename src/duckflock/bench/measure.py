@@ -55,6 +55,11 @@ def peak_rss_kb() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
+def file_rss_kb() -> int:
+    """Resident pages of this process backed by files (shared libraries, mostly), in KiB."""
+    return _status_kb("RssFile") or 0
+
+
 def reset_peak_rss() -> bool:
     """Reset VmHWM to the current RSS (Linux: write 5 to /proc/self/clear_refs). False if refused."""
     try:

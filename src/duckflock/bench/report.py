@@ -58,7 +58,9 @@ def seed_markdown(results: dict) -> str:
         "exchange = max over ranks of partition + serialize + send wait; wait = max over ranks of "
         "waiting for / receiving inputs (on the driver: collecting the results); final = driver's "
         "final stage (the sort). Memory = sum over ranks of peak RSS vs. peak RSS of a fresh DuckDB "
-        "process running the query once.",
+        "process running the query once. Node mem = the same ranks on this one node, where the "
+        "shared-library pages they all map are resident once: sum over ranks of (peak RSS - "
+        "file-backed RSS) + the largest file-backed RSS.",
         "",
     ]
     for entry in results["scale_factors"]:
@@ -68,9 +70,9 @@ def seed_markdown(results: dict) -> str:
             continue
         lines.append(
             "| ranks | duckflock s | DuckDB s | ratio | overhead | compute | exchange | wait | final "
-            "| bytes exchanged | peak mem (sum) | DuckDB peak | mem ratio | correct |"
+            "| bytes exchanged | peak mem (sum) | DuckDB peak | mem ratio | node mem ratio | correct |"
         )
-        lines.append("|" + "---:|" * 13 + ":---:|")
+        lines.append("|" + "---:|" * 14 + ":---:|")
         for p in entry["points"]:
             ph = p["phases_median_s"]
             lines.append(
@@ -78,7 +80,7 @@ def seed_markdown(results: dict) -> str:
                 f"| {p['ratio']:.2f}x | {_s(ph['overhead'])} | {_s(ph['compute'])} | {_s(ph['exchange'])} "
                 f"| {_s(ph['wait'])} | {_s(ph['final'])} | {_bytes(p['bytes_exchanged'])} "
                 f"| {_mb(p['peak_rss_kb_sum'])} | {_mb(p['duckdb_peak_rss_kb'])} | {p['memory_ratio']:.2f}x "
-                f"| {'yes' if p['correct'] else '**NO**'} |"
+                f"| {p['node_memory_ratio']:.2f}x | {'yes' if p['correct'] else '**NO**'} |"
             )
         lines.append("")
         lines.append(f"Result rows: {entry['points'][0]['rows']}.")

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from duckflock.bench.baseline import duckdb_peak
-from duckflock.bench.jobs import JobFailed, err, rank_peaks_kb, run_json_job, write_json
+from duckflock.bench.jobs import JobFailed, err, rank_memory_kb, run_json_job, write_json
 from duckflock.bench.measure import machine_info, median
 from duckflock.bench.phases import EXCHANGE_PARTS, PHASES
 from duckflock.bench.seed_job import SEED
@@ -23,13 +23,20 @@ def data_dir(data_root: str | Path, sf: float) -> Path:
     return Path(data_root) / f"tpch-sf{sf:g}"
 
 
-def summarize_point(job: dict, peaks_kb: list[int], duckdb_peak_kb: int) -> dict[str, object]:
-    """Medians over the timed runs of one (scale factor, rank count) point."""
+def summarize_point(
+    job: dict, peaks_kb: list[int], files_kb: list[int], duckdb_peak_kb: int
+) -> dict[str, object]:
+    """Medians over the timed runs of one (scale factor, rank count) point.
+
+    Memory two ways: the sum of the ranks' peak RSS (each rank on a node of its own), and what the
+    ranks take together on this one node, where the shared-library pages they all map are resident
+    once: the sum of (peak - file-backed RSS) plus the largest file-backed RSS."""
     runs = [r["phases"] for r in job["duckflock_runs"]]
     med = {k: median([r[k] for r in runs]) for k in SUMMARY_KEYS}
     flock_s = med["total"]
     duckdb_s = median(job["duckdb_s"])
     peak_sum = sum(peaks_kb)
+    node = sum(p - f for p, f in zip(peaks_kb, files_kb, strict=True)) + max(files_kb, default=0)
     return {
         "ranks": job["ranks"],
         "rows": job["rows"],
@@ -43,6 +50,9 @@ def summarize_point(job: dict, peaks_kb: list[int], duckdb_peak_kb: int) -> dict
         "peak_rss_kb_sum": peak_sum,
         "duckdb_peak_rss_kb": duckdb_peak_kb,
         "memory_ratio": peak_sum / duckdb_peak_kb if duckdb_peak_kb else float("nan"),
+        "file_rss_kb_per_rank": files_kb,
+        "node_memory_kb": node,
+        "node_memory_ratio": node / duckdb_peak_kb if duckdb_peak_kb else float("nan"),
         "correct": job["correct"],
         "duckflock_s": [r["total"] for r in runs],
         "duckdb_s": job["duckdb_s"],
@@ -93,7 +103,7 @@ def run_seed(
                 err.print(f"[red]seed sf={sf:g} ranks={n} failed:[/] {e}", highlight=False)
                 continue
             results.setdefault("versions", job["versions"])
-            point = summarize_point(job, rank_peaks_kb(point_dir, n), int(base_peak["peak_kb"]))
+            point = summarize_point(job, *rank_memory_kb(point_dir, n), int(base_peak["peak_kb"]))
             point["job_wall_s"] = job_s
             entry["points"].append(point)  # type: ignore[union-attr]
             entry["jobs"].append({"ranks": n, **job})  # type: ignore[union-attr]

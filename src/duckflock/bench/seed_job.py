@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckflock
 from duckflock.bench.baseline import baseline_connection, same_result
-from duckflock.bench.measure import cores, peak_rss_kb, versions
+from duckflock.bench.measure import cores, file_rss_kb, peak_rss_kb, versions
 from duckflock.bench.phases import stats_records, summarize
 
 SEED = (
@@ -34,6 +34,7 @@ def drive(db: duckflock.Session, data: str, runs: int, query: str = SEED) -> dic
     warm_s = time.perf_counter() - t0
     # Measured before the in-process DuckDB baseline exists, so it is duckflock's alone.
     rank0_peak_kb = peak_rss_kb()
+    rank0_file_kb = file_rss_kb()
 
     base = baseline_connection(data, cores())
     t0 = time.perf_counter()
@@ -67,6 +68,7 @@ def drive(db: duckflock.Session, data: str, runs: int, query: str = SEED) -> dic
         "correct": all(correct),
         "correct_runs": correct,
         "rank0_peak_kb_after_warmup": rank0_peak_kb,
+        "rank0_file_kb_after_warmup": rank0_file_kb,
         "versions": versions(),
     }
 
@@ -89,8 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     from mpi4py import MPI
 
     rank = MPI.COMM_WORLD.Get_rank()
-    peak = peak_rss_kb() if job is None else int(job["rank0_peak_kb_after_warmup"])  # type: ignore[arg-type]
-    (out / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "peak_kb": peak}))
+    if job is None:
+        peak, files = peak_rss_kb(), file_rss_kb()
+    else:
+        peak, files = int(job["rank0_peak_kb_after_warmup"]), int(job["rank0_file_kb_after_warmup"])  # type: ignore[arg-type]
+    (out / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "peak_kb": peak, "file_kb": files}))
     return 0
 
 
