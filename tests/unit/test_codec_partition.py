@@ -94,6 +94,32 @@ def test_frames_round_trip(bs):
     assert got.equals(pa.Table.from_batches(flat, schema=FLAT))
 
 
+def test_frames_of_a_small_slice_do_not_carry_its_parent_buffers():
+    big = pa.record_batch({"a": np.arange(200_000), "s": [str(i) for i in range(200_000)]})
+    piece = big.slice(150_000, 1000)
+    frames = to_frames(big.schema.serialize().to_pybytes(), [piece])
+    assert sum(memoryview(f).nbytes for f in frames) < 4 * piece.nbytes + 16_384
+    _, [got] = from_frames([bytes(memoryview(f).cast("B")) for f in frames])
+    assert got.equals(piece)
+
+
+def test_batches_without_columns_keep_their_row_count():
+    """count(*) over an exchange needs only how many rows there are."""
+    empty_schema = pa.schema([])
+    batch = pa.record_batch({"x": [1, 2, 3]}).drop_columns(["x"])
+    _, [got] = from_frames(to_frames(empty_schema.serialize().to_pybytes(), [batch]))
+    assert got.num_rows == 3
+    targeted = pa.record_batch({"__target": pa.array([0, 1, 1, 0, 1], pa.uint16())})
+    assert [(t, b.num_rows) for t, b in split_by_target(targeted, 2)] == [(0, 2), (1, 3)]
+
+
+@pytest.mark.parametrize("size", [2, 6])
+def test_a_target_outside_the_ranks_is_an_error_not_a_lost_row(size):
+    batch = pa.record_batch({"x": [1, 2, 3, 4], "__target": pa.array([0, 1, size + 3, 1], pa.uint16())})
+    with pytest.raises(ValueError, match="outside"):
+        split_by_target(batch, size)
+
+
 def test_frames_are_not_used_for_nested_or_dictionary_columns():
     assert frames_supported(FLAT)
     assert not frames_supported(SCHEMA)  # a list column

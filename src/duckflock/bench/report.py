@@ -80,7 +80,7 @@ def seed_markdown(results: dict) -> str:
                 f"| {p['ratio']:.2f}x | {_s(ph['overhead'])} | {_s(ph['compute'])} | {_s(ph['exchange'])} "
                 f"| {_s(ph['wait'])} | {_s(ph['final'])} | {_bytes(p['bytes_exchanged'])} "
                 f"| {_mb(p['peak_rss_kb_sum'])} | {_mb(p['duckdb_peak_rss_kb'])} | {p['memory_ratio']:.2f}x "
-                f"| {p['node_memory_ratio']:.2f}x | {'yes' if p['correct'] else '**NO**'} |"
+                f"| {p.get('node_memory_ratio', float('nan')):.2f}x | {'yes' if p['correct'] else '**NO**'} |"
             )
         lines.append("")
         lines.append(f"Result rows: {entry['points'][0]['rows']}.")

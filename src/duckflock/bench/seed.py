@@ -30,7 +30,9 @@ def summarize_point(
 
     Memory two ways: the sum of the ranks' peak RSS (each rank on a node of its own), and what the
     ranks take together on this one node, where the shared-library pages they all map are resident
-    once: the sum of (peak - file-backed RSS) plus the largest file-backed RSS."""
+    once: the sum of (peak - file-backed RSS) plus the largest file-backed RSS. File-backed RSS is
+    read when the peak is (rank 0, after its warm-up) or at exit; it only grows, so this errs low
+    by the few MB of library pages a rank touches after its peak."""
     runs = [r["phases"] for r in job["duckflock_runs"]]
     med = {k: median([r[k] for r in runs]) for k in SUMMARY_KEYS}
     flock_s = med["total"]

@@ -77,12 +77,14 @@ def _flat(t: pa.DataType) -> bool:
 
 
 def to_frames(schema_bytes: bytes, batches: list[pa.RecordBatch]) -> list[object]:
-    """[header, buffer, buffer, …]: the batches' buffers, not copied."""
+    """[header, buffer, buffer, …]: the batches' buffers, not copied — except a column that is a
+    small slice of much larger buffers, which is compacted first rather than sent whole."""
     frames: list[object] = [b""]
     layouts = []
     for batch in batches:
         columns = []
         for column in batch.columns:
+            column = _compact(column)
             refs = []
             for buf in column.buffers():
                 if buf is None:
@@ -91,7 +93,7 @@ def to_frames(schema_bytes: bytes, batches: list[pa.RecordBatch]) -> list[object
                     refs.append(len(frames))
                     frames.append(buf)
             columns.append((len(column), column.null_count, column.offset, refs))
-        layouts.append(columns)
+        layouts.append((batch.num_rows, columns))
     frames[0] = pickle.dumps((schema_bytes, layouts), protocol=5)
     return frames
 
@@ -102,7 +104,10 @@ def from_frames(frames: list) -> tuple[pa.Schema, list[pa.RecordBatch]]:
     schema = _schema(bytes(schema_bytes))
     buffers = [None, *(pa.py_buffer(f) for f in frames[1:])]
     batches = []
-    for columns in layouts:
+    for rows, columns in layouts:
+        if not columns:  # no columns, only a row count (e.g. what count(*) needs)
+            batches.append(_no_columns(rows, schema))
+            continue
         arrays = [
             pa.Array.from_buffers(
                 field.type, length, [None if r < 0 else buffers[r] for r in refs], null_count, offset
@@ -111,6 +116,17 @@ def from_frames(frames: list) -> tuple[pa.Schema, list[pa.RecordBatch]]:
         ]
         batches.append(pa.RecordBatch.from_arrays(arrays, schema=schema))
     return schema, batches
+
+
+def _compact(column: pa.Array) -> pa.Array:
+    """``column`` itself, or a copy of just its rows when its buffers hold far more than them."""
+    held = sum(b.size for b in column.buffers() if b is not None)
+    return pa.concat_arrays([column]) if held > 2 * column.nbytes + 4096 else column
+
+
+def _no_columns(rows: int, schema: pa.Schema) -> pa.RecordBatch:
+    batch = pa.RecordBatch.from_arrays([pa.nulls(rows)], names=["_"]).drop_columns(["_"])
+    return batch.replace_schema_metadata(schema.metadata)
 
 
 @functools.lru_cache(maxsize=64)

@@ -35,14 +35,20 @@ def rows_by_target(targets: np.ndarray, size: int) -> list[tuple[int, np.ndarray
     """(target, ascending row indices) for every target that gets rows."""
     if size <= _SCAN_TARGETS:
         groups = []
+        placed = 0
         for t in range(size):
             rows = np.flatnonzero(targets == t)
             if len(rows) == len(targets):
                 return [(t, rows)]
             if len(rows):
                 groups.append((t, rows))
+                placed += len(rows)
+        if placed != len(targets):
+            raise ValueError(f"a target rank outside 0..{size - 1}")
         return groups
     counts = np.bincount(targets, minlength=size)
+    if len(counts) > size:
+        raise ValueError(f"a target rank outside 0..{size - 1}")
     order = np.argsort(targets, kind="stable")
     bounds = np.concatenate(([0], np.cumsum(counts)))
     return [(t, order[bounds[t] : bounds[t + 1]]) for t in np.flatnonzero(counts).tolist()]
@@ -50,6 +56,8 @@ def rows_by_target(targets: np.ndarray, size: int) -> list[tuple[int, np.ndarray
 
 def take(batch: pa.RecordBatch, rows: np.ndarray) -> pa.RecordBatch:
     """The given rows of ``batch`` as a new compact batch."""
+    if batch.num_columns == 0:
+        return batch.slice(0, len(rows))  # only a row count to keep
     arrow_rows = None
     columns = []
     for column in batch.columns:

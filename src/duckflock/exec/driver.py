@@ -3,6 +3,7 @@ runs its own share, finishes the result and (when profiling) collects every rank
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[S
     stats: list[StageStats] = []
     stage_id = None
     catalog = Catalog(rt.catalog.root if rt.catalog else ".", cmd.tables)
-    rt_q = Runtime(rt.transport, rt.mux, rt.con, catalog, rt.config, rt.threads, rt.ranks_on_node)
+    rt_q = dataclasses.replace(rt, catalog=catalog)
     try:
         for stage in cmd.plan.stages:
             if stage.on_driver and rt.rank != 0:

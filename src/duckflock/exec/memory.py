@@ -10,7 +10,6 @@ trim only when a stage left a lot of free heap behind. Measured on the seed quer
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 import pyarrow as pa
 
@@ -38,7 +37,7 @@ class _MallInfo2(ctypes.Structure):
 
 def _glibc():
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)  # this process's symbols, libc's included (no ldconfig lookup)
         trim, info = libc.malloc_trim, libc.mallinfo2
     except (OSError, AttributeError):  # not glibc (2.33+): nothing to trim
         return None, None

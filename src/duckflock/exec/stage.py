@@ -77,13 +77,15 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
     stats = StageStats(stage.sid, rt.rank)
     t_start = time.perf_counter()
     registered = []
+    # The final stage, on the driver, may run on a DuckDB with every core of the node.
+    con = rt.final_connection() if stage.on_driver and stage.output is None else rt.con
     try:
         inputs = {}
         for xid in stage.inputs:
             ordered = plan.exchange(xid).ordered
             inputs[xid] = read_exchange(rt.mux, qid, xid, plan.senders(xid, rt.size), stats.exchange, ordered)
             name = exchange_table(xid)
-            rt.con.register(name, inputs[xid])
+            con.register(name, inputs[xid])
             registered.append(name)
         spec = stage.output
         if spec is None and isinstance(stage.root, ExchangeRead):
@@ -92,8 +94,7 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
         sql = render(stage.root, scan_source(rt.catalog, rt.rank, rt.size))
         if spec is None:
             t0 = time.perf_counter()
-            with rt.all_cores(stage.on_driver):
-                result = rt.con.sql(sql).to_arrow_table()
+            result = con.sql(sql).to_arrow_table()
             stats.compute_s += time.perf_counter() - t0
             return result, stats
         if spec.kind in ("hash", "range"):
@@ -101,13 +102,13 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
         elif spec.kind == "sort":
             # Splitters come from samples of this stage's output: materialize it first.
             t0 = time.perf_counter()
-            table = rt.con.sql(sql).to_arrow_table()
+            table = con.sql(sql).to_arrow_table()
             fast = range_sort.fast_targets(rt, qid, table, spec.keys)
             if fast is not None:  # one numeric key: bucket with numpy, no second DuckDB pass
                 sql = None
                 table = table.append_column("__target", pa.array(fast))
             else:
-                rt.con.register("__sort_input", table)
+                con.register("__sort_input", table)
                 registered.append("__sort_input")
                 targets = range_sort.target_sql(rt, qid, "__sort_input", spec.keys)
                 sql = f"SELECT *, {targets} AS __target FROM __sort_input"
@@ -125,10 +126,10 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
         t0 = time.perf_counter()
         if sql is None:
             schema, batches = table.schema, table.to_batches(rt.config.batch_rows)
-            del table  # each batch is dropped once split: the stage does not hold its output twice
+            del table  # each batch is dropped once split, so the output is not held twice
             reader = pa.RecordBatchReader.from_batches(schema, _drain(batches))
         else:
-            reader = rt.con.sql(sql).to_arrow_reader(rt.config.batch_rows)
+            reader = con.sql(sql).to_arrow_reader(rt.config.batch_rows)
         while True:
             try:
                 batch = reader.read_next_batch()
@@ -143,7 +144,7 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
         return None, stats
     finally:
         for name in registered:
-            rt.con.unregister(name)
+            con.unregister(name)
         stats.total_s = time.perf_counter() - t_start
 
 

@@ -16,6 +16,7 @@ import struct
 import numpy as np
 from mpi4py import MPI
 
+from duckflock.errors import TransportError
 from duckflock.transport.base import TAG_BITS, SendHandle, Transport
 
 _MULTIPART = 1 << TAG_BITS
@@ -56,6 +57,11 @@ class MpiTransport(Transport):
 
     def __init__(self, comm: MPI.Comm | None = None):
         self.comm = (comm or MPI.COMM_WORLD).Dup()
+        tag_ub = self.comm.Get_attr(MPI.TAG_UB)
+        if tag_ub is not None and tag_ub < (_MULTIPART << 1) - 1:
+            raise TransportError(
+                f"this MPI allows tags up to {tag_ub}; duckflock needs {(_MULTIPART << 1) - 1}"
+            )
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self._status = MPI.Status()
