@@ -10,10 +10,13 @@ import datetime as dt
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 
+import duckdb
+
+from duckflock.catalog.hash_canary import canary, trusted
 from duckflock.catalog.partitioning import (
     Arbitrary,
     Hashed,
@@ -45,6 +48,9 @@ class TableInfo:
     kind: str = "none"  # "hash", "range" or "none"
     keys: tuple[str, ...] = ()
     csv_options: dict[str, object] = field(default_factory=dict, compare=False)
+    # Hash tables: the canary of the DuckDB hash that placed the rows, and that DuckDB's version.
+    hash_canary: int | None = field(default=None, compare=False)
+    duckdb_version: str = field(default="", compare=False)
 
     @property
     def rows(self) -> int:
@@ -64,12 +70,21 @@ class TableInfo:
     def partitioning(self) -> Partitioning:
         if self.kind == "hash":
             types = tuple(canonical_hash_type(self.column_type(k)) for k in self.keys)
+            if not trusted(self.name, types, self.hash_canary, self.duckdb_version):
+                return Arbitrary()
             return Hashed(self.keys, types, len(self.partitions))
         if self.kind == "range":
             key = self.keys[0]
             bounds = tuple(None if p.rows == 0 else (p.min, p.max) for p in self.partitions)
             return Ranged(key, self.column_type(key), bounds)
         return Arbitrary()
+
+    def stamped(self) -> TableInfo:
+        """A hash table partitioned just now, by this DuckDB: with this DuckDB's hash canary."""
+        if self.kind != "hash" or self.hash_canary is not None:
+            return self
+        types = tuple(canonical_hash_type(self.column_type(k)) for k in self.keys)
+        return replace(self, hash_canary=canary(types), duckdb_version=duckdb.__version__)
 
     def partitions_of_rank(self, rank: int, size: int) -> list[int]:
         return [p for p in range(len(self.partitions)) if p % size == rank]
@@ -78,7 +93,15 @@ class TableInfo:
         return {
             "format": self.format,
             "columns": [list(c) for c in self.columns],
-            "partitioning": {"kind": self.kind, "keys": list(self.keys)},
+            "partitioning": {
+                "kind": self.kind,
+                "keys": list(self.keys),
+                **(
+                    {"hash_canary": self.hash_canary, "duckdb": self.duckdb_version}
+                    if self.kind == "hash"
+                    else {}
+                ),
+            },
             "csv_options": self.csv_options,
             "partitions": [
                 {"files": list(p.files), "rows": p.rows, "min": _enc(p.min), "max": _enc(p.max)}
@@ -100,6 +123,8 @@ class TableInfo:
             kind=part.get("kind", "none"),
             keys=tuple(part.get("keys", ())),
             csv_options=data.get("csv_options", {}),
+            hash_canary=part.get("hash_canary"),
+            duckdb_version=part.get("duckdb", ""),
         )
 
 
@@ -165,7 +190,9 @@ class Catalog:
         return info
 
     def put(self, info: TableInfo) -> None:
-        self.tables[info.name] = info
+        """Add or replace a table. A hash table put without a canary was just partitioned by this
+        DuckDB: it records this DuckDB's."""
+        self.tables[info.name] = info.stamped()
 
     def path(self, relative: str) -> str:
         return str(self.root / relative)

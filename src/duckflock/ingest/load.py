@@ -515,7 +515,7 @@ def _repartition(
     kind = scheme
     if scheme == "range" and any(p.rows and p.min is None for p in infos):
         kind = "none"  # a partition of only NULL keys has no interval; do not claim range bounds
-    info = TableInfo(table, "parquet", out_columns, tuple(infos), kind, keys)
+    info = TableInfo(table, "parquet", out_columns, tuple(infos), kind, keys).stamped()
     moves = [(staging / fname, root / table / fname) for part in parts for fname, *_ in part]
     _publish(rt, root, info, moves, set(paths))
     return info
