@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
+# DuckDB's "Did you mean ...?" hints that name its own catalog tables, never the user's.
+_INTERNAL_HINT = re.compile(
+    r'\s*Did you mean "(pg_|duckdb_|sqlite_|information_schema)[^"]*"\?', re.IGNORECASE
+)
+
+
+def duckdb_message(e: Exception) -> str:
+    """A DuckDB error's text for the user: without hints that name DuckDB's internal tables."""
+    return _INTERNAL_HINT.sub("", str(e)).strip() or type(e).__name__
+
 
 class DuckflockError(Exception):
     """Base of all duckflock errors; the CLI prints these without a traceback."""

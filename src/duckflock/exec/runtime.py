@@ -45,6 +45,7 @@ def open_duckdb(threads: int, memory_bytes: int, only_dir: str | None = None) ->
             "preserve_insertion_order": False,
         }
     )
+    con.execute("SET enable_progress_bar = false")  # else every rank draws one into the terminal
     if only_dir is not None:
         restrict(con, [only_dir])
     return con
