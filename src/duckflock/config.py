@@ -34,6 +34,13 @@ class Config:
     peer_timeout_s: float = 30.0
     # DuckDB may read only the data directory (workers serving remote callers).
     restrict_to_data_dir: bool = False
+    # A query duckflock cannot distribute (recursive CTEs, GROUPING SETS, LATERAL, ...) is answered
+    # by DuckDB on the driver when the tables it reads hold at most this many bytes (estimated from
+    # the catalog); above it the query is refused, naming the construct.
+    driver_fallback_bytes: int = 256 * 1024 * 1024
+    # Test hook: before each stage every rank creates <dir>/rank<R>.stage<S>, then waits while
+    # <dir>/hold exists, so a test injects a fault at an observed point instead of racing a sleep.
+    stage_gate_dir: str = ""
 
     @classmethod
     def from_env(cls, **overrides: object) -> Config:

@@ -12,7 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from duckflock.catalog import Catalog
-from duckflock.errors import DuckflockError, ExecutionError
+from duckflock.errors import DuckflockError, ExecutionError, duckdb_message
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
 from duckflock.exec.memory import release_free_memory
 from duckflock.exec.runtime import Runtime
@@ -44,7 +44,7 @@ def plan_query(sql: str, catalog: Catalog, schema_db, size: int, config) -> Stag
     from duckflock.plan.distribute import distribute
     from duckflock.sql.bind import bind
 
-    bound = bind(sql, catalog, schema_db)
+    bound = bind(sql, catalog, schema_db, config.driver_fallback_bytes)
     physical = distribute(bound.plan, catalog, size, config)
     return cut(physical, bound.output_names, bound.arrow_schema)
 
@@ -80,7 +80,9 @@ def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[S
 
 
 def describe_error(e: Exception) -> str:
-    if isinstance(e, duckdb.Error | DuckflockError):
+    if isinstance(e, duckdb.Error):
+        return duckdb_message(e)
+    if isinstance(e, DuckflockError):
         return str(e).strip()
     return f"{type(e).__name__}: {e}"
 

@@ -88,13 +88,6 @@ def _keys(keys: tuple[str, ...]) -> list[tuple[str, bool, bool]]:
     return out
 
 
-def _literal(value: object, duckdb_type: str) -> str | None:
-    if value is None:
-        return None
-    text = repr(value) if isinstance(value, float) else str(value)
-    return f"CAST('{text.replace(chr(39), chr(39) * 2)}' AS {duckdb_type})"
-
-
 def _after(row: list[tuple[str, bool, bool]], splitter: list[str | None]) -> str:
     """SQL that is true when the row sorts strictly after the splitter."""
     clause = "FALSE"
@@ -115,30 +108,45 @@ def _after(row: list[tuple[str, bool, bool]], splitter: list[str | None]) -> str
 
 
 def target_sql(rt: Runtime, qid: int, table: str, keys: tuple[str, ...]) -> str:
-    """SQL computing each row's target rank; a collective: every rank must call it."""
+    """SQL computing each row's target rank; a collective: every rank must call it. The splitters
+    are registered as the table ``__splitters`` (one row per splitter, in their exact types), which
+    the SQL reads: no value is written out as text."""
     parsed = _keys(keys)
     exprs = ", ".join(f"{e} AS k{i}" for i, (e, _, _) in enumerate(parsed))
-    sample = rt.con.sql(
+    sampled = rt.con.sql(
         f"SELECT {exprs} FROM {table} USING SAMPLE reservoir({SAMPLE_ROWS_PER_RANK} ROWS) REPEATABLE (7)"
-    ).to_arrow_table()
+    )
+    if any(_nested(str(t)) for t in sampled.types):
+        # NULLs inside structs and lists order by rules no comparison operator reproduces:
+        # sort on one rank rather than risk a wrong order.
+        return "CAST(0 AS USMALLINT)"
+    sample = sampled.to_arrow_table()
     gathered = [t for t in rt.mux.allgather(qid, sample) if t.num_rows]
     if not gathered or rt.size == 1:
         return "CAST(0 AS USMALLINT)"
-    samples = pa.concat_tables(gathered)
-    rt.con.register("__samples", samples)
+    rt.con.register("__samples", pa.concat_tables(gathered))
     try:
         order = ", ".join(
             f"k{i}{' DESC' if d else ''}{' NULLS FIRST' if nf else ' NULLS LAST'}"
             for i, (_, d, nf) in enumerate(parsed)
         )
-        ordered = rt.con.sql(f"SELECT * FROM __samples ORDER BY {order}")
-        types = [str(t) for t in ordered.types]
-        rows = ordered.fetchall()
+        ordered = rt.con.sql(f"SELECT * FROM __samples ORDER BY {order}").to_arrow_table()
     finally:
         rt.con.unregister("__samples")
-    picks = [rows[(i * len(rows)) // rt.size] for i in range(1, rt.size)]
+    picks = [(i * ordered.num_rows) // rt.size for i in range(1, rt.size)]
+    splitters = ordered.take(pa.array(picks, pa.int64()))
+    splitters = splitters.append_column("__t", pa.array(range(1, rt.size), pa.int32()))
+    rt.con.register("__splitters", splitters)
     whens = []
     for target in range(rt.size - 1, 0, -1):
-        splitter = [_literal(v, t) for v, t in zip(picks[target - 1], types, strict=True)]
+        row = splitters.slice(target - 1, 1).to_pylist()[0]
+        splitter = [
+            None if row[f"k{i}"] is None else f"(SELECT k{i} FROM __splitters WHERE __t = {target})"
+            for i in range(len(parsed))
+        ]
         whens.append(f"WHEN {_after(parsed, splitter)} THEN {target}")
     return f"CAST(CASE {' '.join(whens)} ELSE 0 END AS USMALLINT)"
+
+
+def _nested(duckdb_type: str) -> bool:
+    return duckdb_type.endswith("]") or duckdb_type.startswith(("STRUCT", "MAP", "UNION"))

@@ -6,11 +6,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import Hashed, Ranged, canonical_hash_type, hash_sql
+from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter, read_exchange
 from duckflock.exec import range_sort
@@ -39,6 +41,9 @@ def scan_source(catalog: Catalog, rank: int, size: int):
         empty = not files
         if empty:  # an empty relation with the table's exact schema
             files = [catalog.path(f) for p in info.partitions for f in p.files][:1]
+        if not files:  # a table without any file (zero rows loaded): its schema from the catalog
+            cols = ", ".join(f"CAST(NULL AS {t}) AS {q(c)}" for c, t in info.columns)
+            return f"(SELECT {cols} LIMIT 0)"
         listing = "[" + ", ".join(sql_literal(f) for f in files) + "]"
         if info.format == "csv":
             opts = "".join(f", {k} = {sql_literal(v)}" for k, v in info.csv_options.items())
@@ -74,6 +79,8 @@ def target_sql(spec: ExchangeSpec, size: int) -> str:
 
 
 def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.Table | None, StageStats]:
+    if rt.config.stage_gate_dir:
+        _wait_at_gate(rt, qid, stage.sid)
     stats = StageStats(stage.sid, rt.rank)
     t_start = time.perf_counter()
     registered = []
@@ -99,6 +106,8 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
             return result, stats
         if spec.kind in ("hash", "range"):
             sql = f"SELECT *, {target_sql(spec, rt.size)} AS __target FROM ({sql})"
+            if spec.local:  # every rank holds all rows: keep this rank's share, send no copies
+                sql = f"SELECT * FROM ({sql}) WHERE __target = {rt.rank}"
         elif spec.kind == "sort":
             # Splitters come from samples of this stage's output: materialize it first.
             t0 = time.perf_counter()
@@ -111,6 +120,7 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
                 con.register("__sort_input", table)
                 registered.append("__sort_input")
                 targets = range_sort.target_sql(rt, qid, "__sort_input", spec.keys)
+                registered.append("__splitters")
                 sql = f"SELECT *, {targets} AS __target FROM __sort_input"
             stats.compute_s += time.perf_counter() - t0
         writer = ExchangeWriter(
@@ -146,6 +156,17 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
         for name in registered:
             con.unregister(name)
         stats.total_s = time.perf_counter() - t_start
+
+
+def _wait_at_gate(rt: Runtime, qid: int, sid: int) -> None:
+    """The ``stage_gate_dir`` test hook: announce this stage, then hold while the test says so."""
+    gate = Path(rt.config.stage_gate_dir)
+    (gate / f"rank{rt.rank}.stage{sid}").touch()
+    while (gate / "hold").exists():
+        failure = rt.mux.failure(qid)
+        if failure is not None:
+            raise failure.error()
+        time.sleep(0.02)
 
 
 def _drain(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

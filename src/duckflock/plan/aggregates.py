@@ -1,10 +1,12 @@
 """Splitting aggregates into a partial phase (before the shuffle) and a final phase (after it).
 
 HyPer's pre-aggregation: each rank reduces its rows to one per group before anything crosses the
-network. SUM/COUNT/MIN/MAX/AVG combine directly; VAR/STDDEV combine (count, mean, M2) per rank with
-Chan et al.'s parallel formula (the global mean comes from a window over the partials, so nothing
-cancels catastrophically); DISTINCT aggregates over one argument deduplicate (group, value) pairs
-before the shuffle. Anything else shuffles raw rows.
+network. Only the aggregates listed here are split, each for the argument types where combining
+partials is exact; every other aggregate (DuckDB has many) moves its raw rows. COUNT, SUM, MIN,
+MAX, AVG, PRODUCT, BOOL_AND/OR, BIT_AND/OR/XOR and COUNT_IF combine directly, FILTER included;
+VAR/STDDEV combine (count, mean, M2) per rank with Chan et al.'s parallel formula (the global mean
+comes from a window over the partials, so nothing cancels catastrophically); DISTINCT aggregates
+over one argument deduplicate (group, value) pairs before the shuffle.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sqlglot
 from sqlglot import exp
 
 from duckflock.catalog.partitioning import quote_ident as q
+from duckflock.sql.functions import WRAPPERS, function_name
 
 
 @dataclass(frozen=True)
@@ -29,21 +32,52 @@ class Split:
 
 
 _VARIANCE = {
-    exp.VariancePop: ("var", "pop"),
-    exp.Variance: ("var", "samp"),
-    exp.StddevPop: ("sd", "pop"),
-    exp.StddevSamp: ("sd", "samp"),
-    exp.Stddev: ("sd", "samp"),
+    "var_pop": ("var", "pop"),
+    "var_samp": ("var", "samp"),
+    "variance": ("var", "samp"),
+    "stddev_pop": ("sd", "pop"),
+    "stddev_samp": ("sd", "samp"),
+    "stddev": ("sd", "samp"),
 }
+# Aggregates whose partials combine with one aggregate of the same kind (exact: these are
+# associative and commutative over their input multiset), by the argument types they take.
+_SELF_COMBINING = {
+    "min": "any",
+    "max": "any",
+    "sum": "numeric",
+    "product": "numeric",
+    "bool_and": "boolean",
+    "bool_or": "boolean",
+    "bit_and": "integer",
+    "bit_or": "integer",
+    "bit_xor": "integer",
+}
+_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER")
+_INTEGERS += ("UBIGINT", "UHUGEINT")
+
+
+def _takes(arg_type: str, kind: str) -> bool:
+    t = arg_type.upper()
+    if kind == "any":
+        return True
+    if kind == "boolean":
+        return t == "BOOLEAN"
+    if kind == "integer":
+        return t in _INTEGERS
+    return t in _INTEGERS or t in ("FLOAT", "DOUBLE") or t.startswith("DECIMAL")
+
+
+def _arguments(call: exp.Expression) -> list[exp.Expression]:
+    return [a for a in call.iter_expressions() if not isinstance(a, exp.Identifier)]
 
 
 def _distinct_split(nodes: list[exp.Expression], fresh) -> Split | None:
     """All aggregates DISTINCT over one and the same argument: dedupe before the shuffle."""
     args = set()
     for node in nodes:
-        if not isinstance(node.this, exp.Distinct) or len(node.this.expressions) != 1:
-            return None
         if not isinstance(node, exp.Count | exp.Sum | exp.Avg | exp.Min | exp.Max):
+            return None
+        if not isinstance(node.this, exp.Distinct) or len(node.this.expressions) != 1:
             return None
         args.add(node.this.expressions[0].sql(dialect="duckdb"))
     if len(args) != 1:
@@ -57,9 +91,12 @@ def _distinct_split(nodes: list[exp.Expression], fresh) -> Split | None:
     return Split((), tuple(final), tuple(result), partial_groups=((value, args.pop()),))
 
 
-def split_aggregates(aggs: tuple[str, ...], fresh, group_cols: tuple[str, ...] = ()) -> Split | None:
-    """Partial/final decomposition, or None when some aggregate does not decompose.
-    ``group_cols``: the final phase's group columns (SQL), for windows over the partials."""
+def split_aggregates(
+    aggs: tuple[str, ...], fresh, group_cols: tuple[str, ...] = (), arg_types: tuple[str, ...] = ()
+) -> Split | None:
+    """Partial/final decomposition, or None when some aggregate is not on the allow-list below.
+    ``group_cols``: the final phase's group columns (SQL), for windows over the partials;
+    ``arg_types``: DuckDB type of each aggregate's first argument."""
     nodes = [sqlglot.parse_one(sql, read="duckdb") for sql in aggs]
     if any(isinstance(n.this, exp.Distinct) or n.args.get("distinct") for n in nodes):
         return _distinct_split(nodes, fresh)
@@ -68,40 +105,57 @@ def split_aggregates(aggs: tuple[str, ...], fresh, group_cols: tuple[str, ...] =
     result: list[str] = []
     windows: list[tuple[str, str]] = []
     over = f"OVER (PARTITION BY {', '.join(group_cols)})" if group_cols else "OVER ()"
+    types = arg_types or ("",) * len(nodes)
 
-    def add(partial_sql: str, final_fn: str) -> str:
-        p = fresh("p")
-        f = fresh("f")
-        partial.append((p, partial_sql))
-        final.append((f, f"{final_fn}({q(p)})"))
-        return f
-
-    for node in nodes:
-        arg = node.this.sql(dialect="duckdb") if node.this is not None else None
-        if isinstance(node, exp.Count):
-            f = add(f"COUNT({arg or '*'})", "SUM")
+    for node, arg_type in zip(nodes, types, strict=True):
+        where = ""
+        if isinstance(node, exp.Filter):  # agg(x) FILTER (WHERE c): the filter goes to the partial
+            where = f" FILTER ({node.expression.sql(dialect='duckdb')})"
+            node = node.this
+        if isinstance(node, WRAPPERS) or next(node.find_all(exp.Order), None) is not None:
+            return None  # IGNORE NULLS, WITHIN GROUP, ORDER BY inside: order-dependent
+        name = function_name(node)
+        args = _arguments(node)
+        if name in ("count", "count_star") and len(args) <= 1:
+            arg = "*" if not args or isinstance(args[0], exp.Star) else args[0].sql(dialect="duckdb")
+            p, f = fresh("p"), fresh("f")
+            partial.append((p, f"COUNT({arg}){where}"))
+            final.append((f, f"SUM({q(p)})"))
             result.append(f"CAST(COALESCE({q(f)}, 0) AS BIGINT)")
-        elif isinstance(node, exp.Sum):
-            f = add(f"SUM({arg})", "SUM")
+            continue
+        if len(args) != 1 or name is None:
+            return None
+        arg = args[0].sql(dialect="duckdb")
+        if name in ("count_if", "countif"):
+            p, f = fresh("p"), fresh("f")
+            partial.append((p, f"COUNT_IF({arg}){where}"))  # NULL over no non-NULL input, like SUM
+            final.append((f, f"SUM({q(p)})"))
             result.append(q(f))
-        elif isinstance(node, exp.Min | exp.Max):
-            fn = "MIN" if isinstance(node, exp.Min) else "MAX"
-            result.append(q(add(f"{fn}({arg})", fn)))
-        elif isinstance(node, exp.Avg):
-            s = add(f"SUM({arg})", "SUM")
-            c = add(f"COUNT({arg})", "SUM")
-            result.append(f"CAST({q(s)} AS DOUBLE) / NULLIF({q(c)}, 0)")
-        elif type(node) in _VARIANCE and not node.args.get("expression"):
+        elif name in _SELF_COMBINING and _takes(arg_type, _SELF_COMBINING[name]):
+            p, f = fresh("p"), fresh("f")
+            partial.append((p, f"{name.upper()}({arg}){where}"))
+            final.append((f, f"{name.upper()}({q(p)})"))
+            result.append(q(f))
+        elif name in ("avg", "mean") and _takes(arg_type, "numeric"):
+            s, fs, c, fc = fresh("p"), fresh("f"), fresh("p"), fresh("f")
+            partial += [(s, f"SUM({arg}){where}"), (c, f"COUNT({arg}){where}")]
+            final += [(fs, f"SUM({q(s)})"), (fc, f"SUM({q(c)})")]
+            result.append(f"CAST({q(fs)} AS DOUBLE) / NULLIF({q(fc)}, 0)")
+        elif name in _VARIANCE and _takes(arg_type, "numeric"):
             # Per rank (n, mean, M2); globally M2 = sum(M2_i) + sum(n_i * (mean_i - mean)^2).
             n, mean, m2, gmean = fresh("p"), fresh("p"), fresh("p"), fresh("w")
-            partial += [(n, f"COUNT({arg})"), (mean, f"AVG({arg})"), (m2, f"VAR_POP({arg}) * COUNT({arg})")]
+            partial += [
+                (n, f"COUNT({arg}){where}"),
+                (mean, f"AVG({arg}){where}"),
+                (m2, f"VAR_POP({arg}){where} * COUNT({arg}){where}"),
+            ]
             windows.append((gmean, f"SUM({q(n)} * {q(mean)}) {over} / NULLIF(SUM({q(n)}) {over}, 0)"))
             big_n, big_m2 = fresh("f"), fresh("f")
             final += [
                 (big_n, f"SUM({q(n)})"),
                 (big_m2, f"SUM(COALESCE({q(m2)}, 0) + {q(n)} * ({q(mean)} - {q(gmean)}) ** 2)"),
             ]
-            kind, pop = _VARIANCE[type(node)]
+            kind, pop = _VARIANCE[name]
             m2_sql = f"GREATEST({q(big_m2)}, 0)"
             var = (
                 f"{m2_sql} / NULLIF({q(big_n)}, 0)"

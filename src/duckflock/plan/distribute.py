@@ -9,6 +9,7 @@ shuffle of only the side not yet partitioned on the key — or of both.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, replace
 
 from duckflock.catalog import Catalog
@@ -28,6 +29,7 @@ from duckflock.plan.aggregates import split_aggregates
 from duckflock.plan.nodes import (
     Aggregate,
     Distinct,
+    DriverQuery,
     Exchange,
     Filter,
     FunctionScan,
@@ -40,6 +42,8 @@ from duckflock.plan.nodes import (
     Sort,
     Values,
     Window,
+    WithSubqueries,
+    own_sql,
     walk,
 )
 
@@ -113,7 +117,13 @@ class _Planner:
     def hash_to(self, p: Placed, keys: tuple[str, ...], target: Partitioning) -> Placed:
         kind = "range" if isinstance(target, Ranged) else "hash"
         node = Exchange(
-            p.node.columns, child=p.node, kind=kind, target=target, keys=keys, est=(p.rows, p.bytes)
+            p.node.columns,
+            child=p.node,
+            kind=kind,
+            target=target,
+            keys=keys,
+            est=(p.rows, p.bytes),
+            local=p.replicated,  # sending every rank's copy would multiply the rows
         )
         return Placed(node, (target,), p.rows, p.width)
 
@@ -144,17 +154,45 @@ class _Planner:
             return self.window(node)
         if isinstance(node, SetOp):
             return self.set_op(node)
+        if isinstance(node, DriverQuery):
+            return self.driver_query(node)
         raise TypeError(f"no distribution rule for {type(node).__name__}")
 
     def with_subqueries(self, node: Filter | Project, child: Placed) -> Node:
         """Subquery results must be wherever the expression is evaluated: on the driver when the
-        child is there, otherwise on every rank (broadcast)."""
+        child is there, otherwise on every rank (broadcast). A correlated subquery is evaluated
+        inline by DuckDB for each outer row, so its inputs must be whole there: see ``inline``."""
         subs = []
-        for _, sub in node.subqueries:
+        for token, sub in node.subqueries:
+            if token in node.correlated:
+                subs.append(self.inline(sub, set(child.node.columns)))
+                continue
             placed = self.place(sub)
             placed = self.to_single(placed) if child.on_driver else self.broadcast(placed)
             subs.append(placed.node)
         return node.with_children((child.node, *subs))
+
+    def inline(self, node: Node, outer: set[str]) -> Node:
+        """A correlated subquery's plan with no exchange inside its correlated part: every subtree
+        that does not read an outer column is planned on its own and replicated (so it is whole on
+        every rank); the parts that do read one stay as they are, for DuckDB to decorrelate."""
+        if not (_referenced(node) & outer):
+            return self.broadcast(self.place(node)).node
+        if isinstance(node, WithSubqueries):
+            inner = outer | set(node.child.columns)
+            subs = tuple(self.inline(s, inner) for _, s in node.subqueries)
+            return node.with_children((self.inline(node.child, outer), *subs))
+        return node.with_children(tuple(self.inline(c, outer) for c in node.children))
+
+    def driver_query(self, node: DriverQuery) -> Placed:
+        """Every input whole on the driver: read there from shared storage, or gathered."""
+        inputs = []
+        for child in node.children:
+            p = self.place(child)
+            if self.config.shared_storage and _scans_only(p.node):
+                p = Placed(_replicate_scans(p.node), (Replicated(),), p.rows, p.width)
+            inputs.append(self.to_single(p).node)
+        return Placed(node.with_children(tuple(inputs)), (Single(),), 1000, 8 * len(node.columns))
 
     def scan(self, node: Scan) -> Placed:
         info = self.catalog.table(node.table)
@@ -296,6 +334,8 @@ class _Planner:
         child = self.place(node.child)
         rows = max(1.0, child.rows * 0.3) if node.groups else 1.0
         width = 16 * len(node.columns)
+        if node.grouping_sets is not None and not (child.single or self.size == 1):
+            return self.grouping_sets(node, child, rows, width)
         if (
             child.single
             or self.size == 1
@@ -304,7 +344,7 @@ class _Planner:
             return Placed(node.with_children((child.node,)), child.parts, rows, width)
         group_names = node.columns[: len(node.groups)]
         gkeys = tuple(q(g) for g in group_names)
-        split = split_aggregates(node.aggs, self.fresh, gkeys)
+        split = split_aggregates(node.aggs, self.fresh, gkeys, node.arg_types)
         if split is None:  # not decomposable: move raw rows by the group keys (or to the driver)
             moved = (
                 self.hash_columns(child, node.groups, node.key_types)
@@ -339,6 +379,35 @@ class _Planner:
         )
         result = Project(node.columns, child=final, exprs=gkeys + split.result)
         return Placed(result, moved.parts, rows, width)
+
+    def grouping_sets(self, node: Aggregate, child: Placed, rows: float, width: int) -> Placed:
+        """GROUPING SETS: each rank aggregates by the finest grouping (every group expression), the
+        driver combines those partials per grouping set. The empty set needs every row, so the
+        partials meet on the driver; aggregates that do not combine bring their raw rows there."""
+        split = split_aggregates(node.aggs, self.fresh, (), node.arg_types)
+        if split is None or split.windows or split.partial_groups:
+            moved = self.to_single(child)
+            return Placed(node.with_children((moved.node,)), moved.parts, rows, width)
+        group_names = node.columns[: len(node.groups)]
+        partial = Aggregate(
+            group_names + tuple(n for n, _ in split.partial),
+            child=child.node,
+            groups=node.groups,
+            aggs=tuple(e for _, e in split.partial),
+            phase="partial",
+        )
+        moved = self.to_single(Placed(partial, child.parts, rows, width))
+        gkeys = tuple(q(g) for g in group_names)
+        final = Aggregate(
+            group_names + tuple(n for n, _ in split.final),
+            child=moved.node,
+            groups=gkeys,
+            aggs=tuple(e for _, e in split.final),
+            phase="final",
+            grouping_sets=node.grouping_sets,
+        )
+        result = Project(node.columns, child=final, exprs=gkeys + split.result)
+        return Placed(result, (Single(),), rows, width)
 
     def hash_columns(self, p: Placed, keys: tuple[str, ...], types: tuple[str, ...] = ()) -> Placed:
         """Hash exchange on key expressions of one relation, cast to their canonical ``types`` so the
@@ -452,6 +521,16 @@ def _project_parts(node: Project, parts) -> tuple[Partitioning, ...]:
         else:
             out.append(p)
     return tuple(out) or (Arbitrary(),)
+
+
+_QUOTED = re.compile(r'"((?:[^"]|"")+)"')
+
+
+def _referenced(node: Node) -> set[str]:
+    """Every column name the subtree's expressions mention (plan columns are quoted identifiers)."""
+    return {
+        m.group(1).replace('""', '"') for n in walk(node) for sql in own_sql(n) for m in _QUOTED.finditer(sql)
+    }
 
 
 def _scans_only(node: Node) -> bool:

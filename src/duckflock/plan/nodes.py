@@ -80,6 +80,9 @@ class WithSubqueries(Unary):
     the expression (DuckDB then evaluates IN / NOT IN / EXISTS / scalar subqueries exactly)."""
 
     subqueries: tuple[tuple[str, Node], ...] = ()
+    # Tokens of the correlated ones: their plan reads columns of this node's input row, so DuckDB
+    # evaluates them inline, over inputs that are whole on every rank.
+    correlated: tuple[str, ...] = ()
 
     @property
     def children(self) -> tuple[Node, ...]:
@@ -142,10 +145,20 @@ class Aggregate(Unary):
     aggs: tuple[str, ...] = ()  # SQL of the aggregate calls
     phase: str = "single"  # single, partial or final
     key_types: tuple[str, ...] = ()  # canonical hash types of the groups (to shuffle them reusably)
+    arg_types: tuple[str, ...] = ()  # DuckDB type of each aggregate's first argument ("" if none)
+    # GROUPING SETS as indices into ``groups`` (ROLLUP and CUBE written out); None: GROUP BY groups.
+    grouping_sets: tuple[tuple[int, ...], ...] | None = None
 
     def explain_line(self) -> str:
         g = ", ".join(self.groups) or "()"
+        if self.grouping_sets is not None:
+            g = self.grouping_sets_sql()
         return f"Aggregate[{self.phase}] by {g}: {', '.join(self.aggs)}"
+
+    def grouping_sets_sql(self) -> str:
+        assert self.grouping_sets is not None
+        sets = ", ".join("(" + ", ".join(self.groups[i] for i in s) + ")" for s in self.grouping_sets)
+        return f"GROUPING SETS ({sets})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -219,11 +232,34 @@ class Exchange(Unary):
     target: Partitioning | None = None
     keys: tuple[str, ...] = ()  # SQL of the key expressions over the child's columns (hash, range, sort)
     ordered: bool = False  # gather: the driver concatenates the ranks' rows in rank order
+    # The input is whole on every rank: each rank keeps its own share instead of sending copies.
+    local: bool = False
     est: tuple[float, float] = (0.0, 0.0)  # the planner's estimate of (rows, bytes) moved
 
     def explain_line(self) -> str:
         what = self.target.describe() if self.target is not None else ""
         return f"Exchange {self.kind} {what}".rstrip()
+
+
+@dataclass(frozen=True, eq=False)
+class DriverQuery(Node):
+    """A query duckflock cannot distribute, answered exactly by DuckDB on the driver: the query's
+    own SQL with each catalog table replaced by a token whose input (the table's rows, whole on the
+    driver) is a child. Used only for tables small enough to gather (Config.driver_fallback_bytes)."""
+
+    sql: str = ""
+    inputs: tuple[tuple[str, Node], ...] = ()  # (token, the table's rows)
+    reason: str = ""  # why the query was not distributed
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return tuple(n for _, n in self.inputs)
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return replace(self, inputs=tuple((t, n) for (t, _), n in zip(self.inputs, children, strict=True)))
+
+    def explain_line(self) -> str:
+        return f"DriverQuery (not distributed: {self.reason})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -234,6 +270,27 @@ class ExchangeRead(Node):
 
     def explain_line(self) -> str:
         return f"ExchangeRead x{self.xid}"
+
+
+def own_sql(node: Node) -> list[str]:
+    """The SQL expressions a node itself evaluates (not its children's)."""
+    if isinstance(node, Filter):
+        return [node.condition]
+    if isinstance(node, Project):
+        return list(node.exprs)
+    if isinstance(node, Aggregate):
+        return [*node.groups, *node.aggs]
+    if isinstance(node, Window):
+        return [*node.exprs, *node.partition_keys]
+    if isinstance(node, Join):
+        return [node.condition or "", *node.left_keys, *node.right_keys]
+    if isinstance(node, Sort):
+        return list(node.keys)
+    if isinstance(node, Scan):
+        return [node.filter or ""]
+    if isinstance(node, Exchange):
+        return list(node.keys)
+    return []
 
 
 def walk(node: Node):

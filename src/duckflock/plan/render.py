@@ -14,6 +14,7 @@ from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.plan.nodes import (
     Aggregate,
     Distinct,
+    DriverQuery,
     Exchange,
     ExchangeRead,
     Filter,
@@ -72,6 +73,14 @@ def _(node: Values, source: ScanSource) -> str:
 
 
 @_render.register
+def _(node: DriverQuery, source: ScanSource) -> str:
+    sql = node.sql
+    for token, child in node.inputs:
+        sql = sql.replace(q(token), _sub(child, source))
+    return f"SELECT * FROM ({sql}) AS __driver({', '.join(q(c) for c in node.columns)})"
+
+
+@_render.register
 def _(node: ExchangeRead, source: ScanSource) -> str:
     return f"SELECT * FROM {exchange_table(node.xid)}"
 
@@ -124,6 +133,8 @@ def _(node: Join, source: ScanSource) -> str:
 def _(node: Aggregate, source: ScanSource) -> str:
     items = ", ".join(f"{e} AS {q(c)}" for e, c in zip(node.groups + node.aggs, node.columns, strict=True))
     group = f" GROUP BY {', '.join(node.groups)}" if node.groups else ""
+    if node.grouping_sets is not None:
+        group = f" GROUP BY {node.grouping_sets_sql()}"
     return f"SELECT {items} FROM {_sub(node.child, source)}{group}"
 
 

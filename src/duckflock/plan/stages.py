@@ -22,6 +22,7 @@ class ExchangeSpec:
     target: Partitioning | None
     producer: int  # stage id
     ordered: bool = False
+    local: bool = False  # hash/range of a replicated input: each rank keeps its share, sends nothing
     est: tuple[float, float] = (0.0, 0.0)  # the planner's estimate of (rows, bytes)
 
 
@@ -78,7 +79,9 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
         spec = None
         if output_of is not None:
             ex = output_of
-            spec = ExchangeSpec(sid, ex.kind, ex.keys, ex.target, sid, ordered=ex.ordered, est=ex.est)
+            spec = ExchangeSpec(
+                sid, ex.kind, ex.keys, ex.target, sid, ordered=ex.ordered, est=ex.est, local=ex.local
+            )
             stages_by_x[sid] = spec
         stages.append(Stage(sid, new_root, tuple(inputs), spec, on_driver))
         return sid

@@ -7,18 +7,20 @@ Columns get globally unique names ``alias.column`` so any subtree renders as pla
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import OptimizeError, ParseError
+from sqlglot.errors import ErrorLevel, ParseError, SqlglotError
 from sqlglot.optimizer import RULES, optimize
+from sqlglot.optimizer.qualify import qualify
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import canonical_hash_type, common_hash_type
 from duckflock.catalog.partitioning import quote_ident as q
-from duckflock.errors import SqlError
+from duckflock.errors import DuckflockError, SqlError
 from duckflock.plan.nodes import (
     Aggregate,
     Distinct,
@@ -33,18 +35,27 @@ from duckflock.plan.nodes import (
     Sort,
     Values,
     Window,
+    WithSubqueries,
+    own_sql,
+    walk,
 )
+from duckflock.sql.allowlist import check_supported, unsupported
+from duckflock.sql.decorrelate import scalar_subqueries_to_joins
+from duckflock.sql.driver_fallback import on_driver
+from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
 from duckflock.sql.schema_db import SchemaDB
+from duckflock.sql.scopes import outer_columns
 from duckflock.sql.semijoin import exists_to_semi_join
 
 # sqlglot's rewrites that keep DuckDB semantics; its type annotation, canonicalization and
 # simplification are left out because DuckDB, not sqlglot, decides types and constant folding.
-# EXISTS subqueries become semi/anti joins (ours) before sqlglot's decorrelation sees them.
+# sqlglot's subquery unnesting is left out too: it turns IN / ANY / correlated subqueries into
+# joins that lose their NULL and empty-set semantics. Ours rewrite only the shapes that are exact
+# (EXISTS -> semi/anti join, a NULL-strict correlated scalar in WHERE -> join on grouped keys);
+# every other subquery is evaluated by DuckDB itself (see plan/distribute.py).
 _KEPT = {
-    "qualify",
     "pushdown_projections",
     "normalize",
-    "unnest_subqueries",
     "pushdown_predicates",
     "optimize_joins",
     "eliminate_subqueries",
@@ -52,11 +63,11 @@ _KEPT = {
     "eliminate_ctes",
     "quote_identifiers",
 }
-_RULES = tuple(
-    r
-    for rule in RULES
-    if rule.__name__ in _KEPT
-    for r in ((rule, exists_to_semi_join) if rule.__name__ == "qualify" else (rule,))
+_RULES = (
+    qualify,
+    exists_to_semi_join,
+    scalar_subqueries_to_joins,
+    *(rule for rule in RULES if rule.__name__ in _KEPT),
 )
 
 
@@ -68,7 +79,9 @@ class BoundQuery:
     arrow_schema: pa.Schema  # exactly what single-process DuckDB returns for this query
 
 
-def bind(sql: str, catalog: Catalog, schema_db: SchemaDB) -> BoundQuery:
+def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes: int = 0) -> BoundQuery:
+    """The query's plan. DuckDB must accept the query; what duckflock cannot distribute runs on
+    the driver when its tables total at most ``driver_fallback_bytes``, else it is refused."""
     text = sql.strip().rstrip(";")
     if not text:
         raise SqlError("empty query")
@@ -82,15 +95,82 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB) -> BoundQuery:
     if not isinstance(tree, exp.Query):
         raise SqlError(f"only SELECT queries are supported, not {tree.key.upper()}")
     described = schema_db.describe(text)  # DuckDB's binder: names the missing table or column
-    schema = {n: {c: t for c, t in info.columns} for n, info in catalog.tables.items()}
     try:
-        tree = optimize(tree, schema=schema, dialect="duckdb", rules=_RULES)
-    except (OptimizeError, ValueError, KeyError) as e:
-        raise SqlError(f"cannot plan this query: {e}") from None
-    plan = _Builder(catalog, schema_db).query(tree, prefix=None)
+        plan = _distributed(tree, catalog, schema_db)
+    except SqlError as e:  # DuckDB accepts it, duckflock cannot distribute it
+        plan = on_driver(text, catalog, len(described), str(e), driver_fallback_bytes)
     return BoundQuery(
         plan, tuple(n for n, _ in described), tuple(t for _, t in described), schema_db.arrow_schema(text)
     )
+
+
+def _distributed(tree: exp.Expression, catalog: Catalog, schema_db: SchemaDB) -> Node:
+    check_supported(tree)
+    aggregates = Aggregates(schema_db.aggregate_names)
+    schema = {n: {c: t for c, t in info.columns} for n, info in catalog.tables.items()}
+    try:
+        tree = _normalize(tree, aggregates)
+        tree = optimize(tree, schema=schema, dialect="duckdb", rules=_RULES, table_types=schema)
+        builder = _Builder(catalog, schema_db, aggregates)
+        plan = builder.query(tree, prefix=None)
+    except (SqlglotError, AssertionError, ValueError, KeyError, TypeError, AttributeError) as e:
+        # sqlglot's rewrites raise these on queries they do not understand: refuse, never guess.
+        raise SqlError(f"cannot plan this query: {type(e).__name__}: {e}") from None
+    # Only Filter and Project carry subquery plans; a token anywhere else has no rows behind it.
+    tokens = [q(t) for t in builder.subplans]
+    for node in walk(plan):
+        if not isinstance(node, WithSubqueries) and any(t in sql for sql in own_sql(node) for t in tokens):
+            raise unsupported(f"a subquery inside {type(node).__name__.lower()} expressions")
+    return plan
+
+
+def _normalize(tree: exp.Expression, aggregates: Aggregates) -> exp.Expression:
+    """Rewrite what sqlglot's rules and the builder would misread, keeping DuckDB's meaning:
+    DuckDB aggregates sqlglot does not know become aggregate nodes (so no rule moves them as if
+    scalar); named windows are written out; ORDER BY * is ORDER BY ALL; ANY / ALL get a subquery."""
+    for node in list(tree.find_all(exp.Anonymous)):
+        if aggregates.is_call(node):
+            node.replace(exp.AnonymousAggFunc(this=node.this, expressions=node.expressions))
+    for select in list(tree.find_all(exp.Select)):
+        _expand_named_windows(select)
+    for ordered in list(tree.find_all(exp.Ordered)):
+        if isinstance(ordered.this, exp.Star):
+            ordered.set("this", exp.var("ALL"))
+    for node in list(tree.find_all(exp.Any, exp.All)):
+        if isinstance(node.this, exp.Query):
+            node.set("this", exp.Subquery(this=node.this))
+    return tree
+
+
+def _expand_named_windows(select: exp.Select) -> None:
+    """``OVER w ... WINDOW w AS (...)``: copy each definition into the windows that name it."""
+    defs: dict[str, exp.Window] = {}
+    for w in select.args.get("windows") or []:
+        _inherit(w, defs)
+        defs[w.name.lower()] = w
+    select.set("windows", None)
+    for w in select.find_all(exp.Window):
+        if _scope_of(w) is select:
+            _inherit(w, defs)
+
+
+def _inherit(w: exp.Window, defs: dict[str, exp.Window]) -> None:
+    alias = w.args.get("alias")
+    if alias is None or alias.name.lower() not in defs:
+        return
+    base = defs[alias.name.lower()]
+    for arg in ("partition_by", "order", "spec"):
+        if base.args.get(arg) and not w.args.get(arg):
+            value = base.args[arg]
+            w.set(arg, [v.copy() for v in value] if isinstance(value, list) else value.copy())
+    w.set("alias", None)
+
+
+def _scope_of(node: exp.Expression) -> exp.Expression | None:
+    p = node.parent
+    while p is not None and not isinstance(p, exp.Query):
+        p = p.parent
+    return p
 
 
 def _col(name: str) -> exp.Column:
@@ -98,19 +178,19 @@ def _col(name: str) -> exp.Column:
 
 
 def _sql(e: exp.Expression) -> str:
-    return e.sql(dialect="duckdb")
-
-
-def _unsupported(what: str) -> SqlError:
-    return SqlError(f"unsupported SQL construct: {what}")
+    # Raise, rather than write SQL that means something else, where sqlglot cannot render a node.
+    return e.sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
 
 
 class _Builder:
-    def __init__(self, catalog: Catalog, schema_db: SchemaDB):
+    def __init__(self, catalog: Catalog, schema_db: SchemaDB, aggregates: Aggregates):
         self.catalog = catalog
         self.schema_db = schema_db
+        self.aggregates = aggregates
         self.ctes: dict[str, exp.Expression] = {}
-        self.subplans: dict[str, Node] = {}  # token -> plan of an uncorrelated subquery
+        self.subplans: dict[str, Node] = {}  # token -> plan of a subquery
+        self.correlated: set[str] = set()  # tokens of subqueries that refer to an outer row
+        self._correlated_depth = 0  # > 0 while building a correlated subquery's plan
         self._n = 0
 
     def fresh(self, stem: str) -> str:
@@ -123,22 +203,17 @@ class _Builder:
         with_ = tree.args.get("with_") or tree.args.get("with")
         if with_ is not None:
             if with_.args.get("recursive"):
-                raise _unsupported("WITH RECURSIVE")
+                raise unsupported("WITH RECURSIVE")
             for cte in with_.expressions:
                 self.ctes[cte.alias_or_name] = cte.this
         if isinstance(tree, exp.SetOperation):
             return self.set_operation(tree, prefix)
         if not isinstance(tree, exp.Select):
-            raise _unsupported(tree.key.upper())
+            raise unsupported(tree.key.upper())
         return self.select(tree, prefix)
 
     def select(self, s: exp.Select, prefix: str | None) -> Node:
-        for bad, name in ((exp.Lateral, "LATERAL"), (exp.Unnest, "UNNEST")):
-            if any(True for _ in _scope_find(s, bad)):
-                raise _unsupported(name)
-        for arg in ("qualify", "prewhere", "sample", "connect", "pivots"):
-            if s.args.get(arg):
-                raise _unsupported(arg.upper())
+        check_supported(s)  # sqlglot's rewrites may have built clauses of their own
         rel = self.from_(s)
 
         selects = [self.names(e.copy()) for e in s.expressions]
@@ -158,44 +233,57 @@ class _Builder:
                 o.set("this", exp.Literal.number(i + 1))
                 order_keys.append(o)
         having = self.names(s.args["having"].this.copy()) if s.args.get("having") else None
+        qualify_ = self.names(s.args["qualify"].this.copy()) if s.args.get("qualify") else None
         group = s.args.get("group")
-        has_agg = any(_group_aggs(e) for e in [*selects, *order_keys, *([having] if having else [])])
+        units = self.aggregates.units
+        scoped = [*selects, *order_keys, *(e for e in (having, qualify_) if e is not None)]
+        has_agg = any(units(e) for e in scoped)
         if group is not None or has_agg:
-            if group is not None and (
-                any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets"))
-                or any(isinstance(g, exp.Rollup | exp.Cube | exp.GroupingSets) for g in group.expressions)
+            sets = None
+            if group is not None and any(
+                isinstance(g, exp.Rollup | exp.Cube | exp.GroupingSets) for g in group.expressions
             ):
-                raise _unsupported("GROUPING SETS / ROLLUP / CUBE")
-            if group is not None and group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs
-                groups = [e.unalias().copy() for e in selects if not _group_aggs(e)]
+                if any(_calls(e, ("grouping", "grouping_id")) for e in scoped):
+                    raise unsupported("GROUPING() over GROUPING SETS / ROLLUP / CUBE")
+                groups, sets = self.grouping_sets(group)
+            elif group is not None and group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs
+                groups = [e.unalias().copy() for e in selects if not units(e)]
             else:
                 groups = [self.names(g.copy()) for g in (group.expressions if group else [])]
-            rel, selects, order_keys, having = self.aggregate(
-                rel,
-                groups,
-                selects,
-                order_keys,
-                having,
+            rel, selects, order_keys, having, qualify_ = self.aggregate(
+                rel, groups, selects, order_keys, having, qualify_, sets
             )
             if having is not None:
-                cond = _sql(having)
-                rel = Filter(rel.columns, child=rel, condition=cond, subqueries=self.attach(cond))
+                rel = self.filter(rel, [having])
 
-        rel, selects, order_keys = self.windows(rel, selects, order_keys)
+        rel, selects, order_keys, qualify_ = self.windows(rel, selects, order_keys, qualify_)
+        if qualify_ is not None:  # QUALIFY: a filter over the window functions' results
+            rel = self.filter(rel, [qualify_])
 
         # Output columns, plus hidden ones for ORDER BY keys that are not among them.
         names = [f"{prefix}.{n}" if prefix else self.fresh("o") for n in out_names]
         exprs = [_sql(e.unalias() if isinstance(e, exp.Alias) else e) for e in selects]
         sort_keys: list[str] = []
+        aliases = {n: selects[i].unalias() for i, n in enumerate(out_names) if out_names.count(n) == 1}
         for o in order_keys:
             key = o.this
             hit = None
+            for c in [key, *key.find_all(exp.Column)]:
+                if isinstance(c, exp.Column) and not c.table and out_names.count(c.name) > 1:
+                    raise SqlError(f"ORDER BY {c.name} is ambiguous: several output columns have that name")
             if isinstance(key, exp.Column) and not key.table and key.name in out_names:
                 hit = names[out_names.index(key.name)]
-            elif _sql(key) in exprs:
-                hit = names[exprs.index(_sql(key))]
             elif isinstance(key, exp.Literal) and key.is_int:
                 hit = names[int(key.this) - 1]
+            else:  # an expression, maybe over output aliases: write them out
+                key = key.transform(
+                    lambda n: (
+                        aliases[n.name].copy()
+                        if isinstance(n, exp.Column) and not n.table and n.name in aliases
+                        else n
+                    )
+                )
+                hit = names[exprs.index(_sql(key))] if _sql(key) in exprs else None
             if hit is None:
                 if s.args.get("distinct"):
                     raise SqlError("for SELECT DISTINCT, ORDER BY expressions must appear in the select list")
@@ -205,10 +293,10 @@ class _Builder:
             o = o.copy()
             o.set("this", _col(hit))
             sort_keys.append(_sql(o))
-        rel = Project(tuple(names), child=rel, exprs=tuple(exprs), subqueries=self.attach(" ".join(exprs)))
+        rel = Project(tuple(names), child=rel, exprs=tuple(exprs), **self.attach(" ".join(exprs)))
         if s.args.get("distinct"):
             if s.args["distinct"].args.get("on"):
-                raise _unsupported("DISTINCT ON")
+                raise unsupported("DISTINCT ON")
             rel = Distinct(
                 rel.columns, child=rel, key_types=self.hash_types(rel, [q(c) for c in rel.columns])
             )
@@ -220,19 +308,51 @@ class _Builder:
             rel = Limit(rel.columns, child=rel, limit=limit, offset=offset)
         return rel
 
-    def aggregate(self, rel, groups, selects, order_keys, having):
+    def grouping_sets(self, group: exp.Group) -> tuple[list[exp.Expression], tuple[tuple[int, ...], ...]]:
+        """Every group expression once, and each grouping set as indices into them: ROLLUP and
+        CUBE written out, several items combined as their cross product (as SQL defines it)."""
+        items: list[list[list[exp.Expression]]] = []
+        for g in group.expressions:
+            if isinstance(g, exp.Rollup):
+                items.append([g.expressions[:i] for i in range(len(g.expressions), -1, -1)])
+            elif isinstance(g, exp.Cube):
+                es = g.expressions
+                masks = range((1 << len(es)) - 1, -1, -1)
+                items.append([[e for j, e in enumerate(es) if m >> j & 1] for m in masks])
+            elif isinstance(g, exp.GroupingSets):
+                items.append([_set_members(s) for s in g.expressions])
+            else:
+                items.append([[g]])
+        groups: list[exp.Expression] = []
+        keys: list[str] = []
+        sets = []
+        for combo in itertools.product(*items):
+            members = []
+            for e in (e for part in combo for e in part):
+                named = self.names(e.copy())
+                if _sql(named) not in keys:
+                    keys.append(_sql(named))
+                    groups.append(named)
+                if keys.index(_sql(named)) not in members:
+                    members.append(keys.index(_sql(named)))
+            sets.append(tuple(members))
+        return groups, tuple(sets)
+
+    def aggregate(self, rel, groups, selects, order_keys, having, qualify_, sets=None):
         group_names: list[str] = []
         group_sql = [_sql(g) for g in groups]
         for g in groups:
             group_names.append(g.name if isinstance(g, exp.Column) else self.fresh("g"))
         aggs: dict[str, str] = {}  # agg SQL -> column name
+        args: dict[str, str | None] = {}  # agg SQL -> SQL of its first argument
 
         def replace(e: exp.Expression) -> exp.Expression:
             def fn(node: exp.Expression) -> exp.Expression:
-                if isinstance(node, exp.AggFunc) and not _windowed(node):
+                if self._is_unit(node):
                     key = _sql(node)
                     if key not in aggs:
                         aggs[key] = self.fresh("a")
+                        args[key] = _first_arg(call_of(node))
                     return _col(aggs[key])
                 if not isinstance(node, exp.Alias | exp.Ordered) and _sql(node) in group_sql:
                     return _col(group_names[group_sql.index(_sql(node))])
@@ -243,22 +363,46 @@ class _Builder:
         selects = [replace(e) for e in selects]
         order_keys = [replace(o) for o in order_keys]
         having = replace(having) if having is not None else None
+        qualify_ = replace(qualify_) if qualify_ is not None else None
+        with_arg = [a for a in args.values() if a is not None]
+        types = iter(self.node_types(rel, with_arg) if with_arg else [])
         node = Aggregate(
             tuple(group_names) + tuple(aggs.values()),
             child=rel,
             groups=tuple(group_sql),
             aggs=tuple(aggs),
             key_types=self.hash_types(rel, group_sql),
+            grouping_sets=sets,
+            arg_types=tuple(next(types) if a is not None else "" for a in args.values()),
         )
         # Columns not grouped and not aggregated would be a binder error; DuckDB already checked.
-        return node, selects, order_keys, having
+        return node, selects, order_keys, having, qualify_
+
+    def _is_unit(self, node: exp.Expression) -> bool:
+        """An aggregate call with its wrappers, used for grouping (not as a window function)."""
+        if isinstance(node.parent, WRAPPERS) and node.parent.this is node:
+            return False
+        if isinstance(node.parent, exp.Window) and node.parent.this is node:
+            return False
+        return self.aggregates.is_call(call_of(node))
+
+    def node_types(self, rel: Node, exprs: list[str] | None = None) -> list[str]:
+        """DuckDB types over ``rel``. Inside a correlated subquery a node may read outer columns,
+        which no standalone query can bind; such nodes are evaluated inline (never shuffled), so
+        their types are not needed: "" (unknown) then."""
+        try:
+            return self.schema_db.node_types(rel, exprs)
+        except DuckflockError:
+            if not self._correlated_depth:
+                raise
+            return [""] * (len(exprs) if exprs is not None else len(rel.columns))
 
     def hash_types(self, rel: Node, exprs: list[str]) -> tuple[str, ...]:
         """Canonical hash types of expressions over ``rel``: a shuffle on them then partitions rows
         the same way a catalog table or a join on those keys does, so later joins can reuse it."""
-        return tuple(canonical_hash_type(t) for t in self.schema_db.node_types(rel, exprs)) if exprs else ()
+        return tuple(canonical_hash_type(t) for t in self.node_types(rel, exprs)) if exprs else ()
 
-    def windows(self, rel: Node, selects, order_keys):
+    def windows(self, rel: Node, selects, order_keys, qualify_):
         """Window functions become a Window node after grouping; expressions refer to its columns."""
         found: dict[str, str] = {}
         partitions: list[list[str]] = []
@@ -274,8 +418,9 @@ class _Builder:
 
         selects = [e.transform(fn, copy=True) for e in selects]
         order_keys = [o.transform(fn, copy=True) for o in order_keys]
+        qualify_ = qualify_.transform(fn, copy=True) if qualify_ is not None else None
         if not found:
-            return rel, selects, order_keys
+            return rel, selects, order_keys, qualify_
         common = [k for k in partitions[0] if all(k in p for p in partitions[1:])]
         node = Window(
             rel.columns + tuple(found.values()),
@@ -284,12 +429,14 @@ class _Builder:
             partition_keys=tuple(common),
             key_types=self.hash_types(rel, common),
         )
-        return node, selects, order_keys
+        return node, selects, order_keys, qualify_
 
     def set_operation(self, tree: exp.SetOperation, prefix: str | None) -> Node:
         left = self.query(_unparen(tree.left), prefix=None)
         right = self.query(_unparen(tree.right), prefix=None)
         names = tree.named_selects
+        if tree.args.get("by_name"):
+            left, right, names = self.by_name(tree, left, right)
         if len(left.columns) != len(right.columns):
             raise SqlError(f"{tree.key.upper()} inputs have different numbers of columns")
         cols = tuple(f"{prefix}.{n}" if prefix else self.fresh("o") for n in names)
@@ -302,7 +449,7 @@ class _Builder:
             all=not tree.args.get("distinct"),
         )
         # Hash in the set operation's result types: that is how DuckDB compares its rows.
-        result_types = self.schema_db.node_types(rel)
+        result_types = self.node_types(rel)
         rel = replace(rel, key_types=tuple(canonical_hash_type(t) for t in result_types))
         keys = []
         order = tree.args.get("order")
@@ -313,7 +460,7 @@ class _Builder:
             elif isinstance(key, exp.Column) and key.name in names:
                 name = cols[names.index(key.name)]
             else:
-                raise _unsupported("ORDER BY of a set operation on an expression")
+                raise unsupported("ORDER BY of a set operation on an expression")
             o = o.copy()
             o.set("this", _col(name))
             keys.append(_sql(o))
@@ -323,6 +470,21 @@ class _Builder:
         elif limit is not None or offset:
             rel = Limit(cols, child=rel, limit=limit, offset=offset)
         return rel
+
+    def by_name(self, tree: exp.SetOperation, left: Node, right: Node) -> tuple[Node, Node, list[str]]:
+        """UNION [ALL] BY NAME: both sides projected onto every name (left's first, then the
+        right's new ones; matched case-insensitively), NULL where a side lacks the column."""
+        lnames, rnames = _unparen(tree.left).named_selects, _unparen(tree.right).named_selects
+        names = list(lnames) + [n for n in rnames if n.lower() not in {m.lower() for m in lnames}]
+
+        def onto(side: Node, side_names: list[str]) -> Node:
+            lower = [n.lower() for n in side_names]
+            exprs = tuple(
+                q(side.columns[lower.index(n.lower())]) if n.lower() in lower else "NULL" for n in names
+            )
+            return Project(tuple(self.fresh("o") for _ in names), child=side, exprs=exprs)
+
+        return onto(left, lnames), onto(right, rnames), names
 
     # ---- FROM and joins ----------------------------------------------------------------------------
     def from_(self, s: exp.Select) -> Node:
@@ -381,14 +543,14 @@ class _Builder:
         if not conj:
             return rel
         cond = _sql(exp.and_(*conj) if len(conj) > 1 else conj[0])
-        return Filter(rel.columns, child=rel, condition=cond, subqueries=self.attach(cond))
+        return Filter(rel.columns, child=rel, condition=cond, **self.attach(cond))
 
     def source(self, item: exp.Expression, s: exp.Select) -> Node:
         alias = item.alias_or_name
         if isinstance(item, exp.Subquery):
             return self.query(item.this, prefix=alias)
         if not isinstance(item, exp.Table):
-            raise _unsupported(f"{item.key.upper()} in FROM")
+            raise unsupported(f"{item.key.upper()} in FROM")
         if not isinstance(item.this, exp.Identifier):
             return self.function_scan(item)
         if item.name in self.ctes and not item.args.get("db"):
@@ -433,8 +595,8 @@ class _Builder:
             elif ca and cb and ca <= rset and cb <= lset:
                 lkeys.append(b)
                 rkeys.append(a)
-        ltypes = self.schema_db.node_types(left, [_sql(k) for k in lkeys]) if lkeys else []
-        rtypes = self.schema_db.node_types(right, [_sql(k) for k in rkeys]) if rkeys else []
+        ltypes = self.node_types(left, [_sql(k) for k in lkeys]) if lkeys else []
+        rtypes = self.node_types(right, [_sql(k) for k in rkeys]) if rkeys else []
         return Join(
             cols,
             left=left,
@@ -463,26 +625,36 @@ class _Builder:
         return e.transform(fn, copy=False) if not isinstance(e, exp.Column) else fn(e)
 
     def subquery(self, node: exp.Subquery | exp.Exists) -> exp.Expression:
+        """Plan a subquery on its own; a token stands for it in the expression. A correlated one
+        (it reads a column of the outer row) is evaluated by DuckDB itself, inline, wherever the
+        outer row is: the distribution pass gives it every rank's inputs whole (replicated)."""
         body = node.this
-        if _correlated(body):
-            raise _unsupported("correlated subquery that could not be turned into a join")
         token = self.fresh("sq")
-        self.subplans[token] = self.query(body.copy(), prefix=token)
+        if outer_columns(body):
+            if _outer_aggregate(body, self.aggregates):
+                raise unsupported("an aggregate of outer columns inside a subquery")
+            self.correlated.add(token)
+            self._correlated_depth += 1
+        try:
+            self.subplans[token] = self.query(body.copy(), prefix=token)
+        finally:
+            self._correlated_depth -= token in self.correlated
         placeholder = exp.select("*").from_(exp.to_identifier(token, quoted=True))
         return type(node)(this=placeholder)
 
-    def attach(self, sql: str) -> tuple[tuple[str, Node], ...]:
-        """The subquery plans an expression's SQL refers to."""
-        return tuple((tok, plan) for tok, plan in self.subplans.items() if q(tok) in sql)
+    def attach(self, sql: str) -> dict:
+        """The subquery plans an expression's SQL refers to, and which of them are correlated."""
+        subs = tuple((tok, plan) for tok, plan in self.subplans.items() if q(tok) in sql)
+        return {"subqueries": subs, "correlated": tuple(t for t, _ in subs if t in self.correlated)}
 
 
 def _join_kind(j: exp.Join) -> str:
     side = (j.args.get("side") or "").lower()
     kind = (j.args.get("kind") or "").lower()
     if j.args.get("using"):
-        raise _unsupported("JOIN ... USING that could not be resolved")
+        raise unsupported("JOIN ... USING that could not be resolved")
     if kind in ("asof", "positional") or j.args.get("method"):
-        raise _unsupported(f"{(kind or j.args.get('method')).upper()} JOIN")
+        raise unsupported(f"{(kind or j.args.get('method')).upper()} JOIN")
     if kind in ("semi", "anti"):
         return kind
     if side in ("left", "right", "full"):
@@ -501,27 +673,45 @@ def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
     return [e]
 
 
-def _windowed(node: exp.Expression) -> bool:
-    """An aggregate used as a window function (SUM(x) OVER ...), not a GROUP BY aggregate."""
-    return isinstance(node.parent, exp.Window) and node.parent.this is node
+def _set_members(s: exp.Expression) -> list[exp.Expression]:
+    """The expressions of one grouping set: (a, b), (a), a or ()."""
+    if isinstance(s, exp.Tuple):
+        return list(s.expressions)
+    if isinstance(s, exp.Paren):
+        return [s.this]
+    return [s]
 
 
-def _group_aggs(e: exp.Expression) -> list[exp.Expression]:
-    return [a for a in e.find_all(exp.AggFunc) if not _windowed(a)]
+def _calls(e: exp.Expression, names: tuple[str, ...]) -> bool:
+    return any(function_name(f) in names for f in e.find_all(exp.Func))
+
+
+def _first_arg(call: exp.Expression) -> str | None:
+    """SQL of an aggregate call's first argument (None for COUNT(*) and argument-less calls)."""
+    first = call.this if not isinstance(call, exp.Anonymous | exp.AnonymousAggFunc) else None
+    if isinstance(call, exp.Anonymous | exp.AnonymousAggFunc) and call.expressions:
+        first = call.expressions[0]
+    if isinstance(first, exp.Distinct):
+        first = first.expressions[0] if len(first.expressions) == 1 else None
+    if not isinstance(first, exp.Expression) or isinstance(first, exp.Star | exp.Order):
+        return None
+    return _sql(first)
+
+
+def _outer_aggregate(body: exp.Expression, aggregates: Aggregates) -> bool:
+    """Whether an aggregate inside the subquery reads an outer column: SQL then aggregates it in
+    the outer query, which the builder (planning scopes one by one) would not see."""
+    outer = {id(c) for c in outer_columns(body)}
+    return any(
+        aggregates.is_call(f) and any(id(c) in outer for c in f.find_all(exp.Column))
+        for f in body.find_all(exp.Func)
+    )
 
 
 def _unparen(e: exp.Expression) -> exp.Expression:
     while isinstance(e, exp.Subquery) and not e.alias:
         e = e.this
     return e
-
-
-def _correlated(body: exp.Expression) -> bool:
-    """Whether a subquery refers to a table alias it does not define itself."""
-    defined = {t.alias_or_name for t in body.find_all(exp.Table)}
-    defined |= {s.alias_or_name for s in body.find_all(exp.Subquery) if s.alias_or_name}
-    defined |= {c.alias_or_name for c in body.find_all(exp.CTE)}
-    return any(c.table and c.table not in defined for c in body.find_all(exp.Column))
 
 
 def _cols(e: exp.Expression) -> set[str]:
@@ -534,7 +724,7 @@ def _int_arg(s: exp.Expression, arg: str) -> int | None:
         return None
     value = node.args.get("expression") or node.this
     if not isinstance(value, exp.Literal) or not value.is_int:
-        raise _unsupported(f"non-constant {arg.upper()}")
+        raise unsupported(f"non-constant {arg.upper()}")
     return int(value.this)
 
 

@@ -3,15 +3,18 @@ answers type questions about plan nodes exactly as the executing DuckDBs will.""
 
 from __future__ import annotations
 
+import functools
+
 import duckdb
 import pyarrow as pa
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import quote_ident as q
-from duckflock.errors import CatalogError, SqlError
+from duckflock.errors import CatalogError, SqlError, duckdb_message
 from duckflock.exec.runtime import restrict
 from duckflock.plan.nodes import Node
 from duckflock.plan.render import render
+from duckflock.sql.functions import aggregate_names
 
 
 class SchemaDB:
@@ -23,6 +26,11 @@ class SchemaDB:
         for name, info in catalog.tables.items():
             cols = ", ".join(f"{q(c)} {t}" for c, t in info.columns)
             self.con.execute(f"CREATE TABLE {q(name)} ({cols})")
+
+    @functools.cached_property
+    def aggregate_names(self) -> frozenset[str]:
+        """DuckDB's aggregate functions (and aggregating macros), by lower-case name."""
+        return aggregate_names(self.con)
 
     def describe(self, sql: str) -> list[tuple[str, str]]:
         """(name, type) of the query's result columns, or the binder's error as SqlError/CatalogError."""
@@ -53,4 +61,4 @@ class SchemaDB:
 
 
 def _clean(e: Exception) -> str:
-    return str(e).strip() or type(e).__name__
+    return duckdb_message(e)

@@ -10,22 +10,9 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from duckflock.sql.scopes import conjuncts, from_items
+
 _BLOCKING = ("group", "having", "limit", "offset", "order", "distinct", "qualify", "joins", "with_", "with")
-
-
-def _tables(select: exp.Select) -> set[str]:
-    from_ = select.args.get("from_") or select.args.get("from")
-    out = {from_.this.alias_or_name} if from_ is not None else set()
-    out |= {j.this.alias_or_name for j in select.args.get("joins") or []}
-    return out
-
-
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
-    while isinstance(e, exp.Paren):
-        e = e.this
-    if isinstance(e, exp.And):
-        return _conjuncts(e.this) + _conjuncts(e.expression)
-    return [e]
 
 
 def _candidate(sub: exp.Expression) -> exp.Select | None:
@@ -51,7 +38,7 @@ def exists_to_semi_join(expression: exp.Expression, **_: object) -> exp.Expressi
         if where is None or not (select.args.get("from_") or select.args.get("from")):
             continue
         keep: list[exp.Expression] = []
-        for conj in _conjuncts(where.this):
+        for conj in conjuncts(where.this):
             negated = isinstance(conj, exp.Not) and isinstance(conj.this, exp.Exists)
             exists = conj.this if negated else conj
             sub = _candidate(exists.this) if isinstance(exists, exp.Exists) else None
@@ -60,7 +47,7 @@ def exists_to_semi_join(expression: exp.Expression, **_: object) -> exp.Expressi
                 continue
             table = (sub.args.get("from_") or sub.args.get("from")).this.copy()
             inner = table.alias_or_name
-            if inner in _tables(select):  # the outer query uses the alias: give the inner one its own
+            if inner in from_items(select):  # the outer query uses the alias: give the inner one its own
                 counter += 1
                 fresh = f"_semi{counter}"
                 for col in sub.find_all(exp.Column):
@@ -70,6 +57,6 @@ def exists_to_semi_join(expression: exp.Expression, **_: object) -> exp.Expressi
             cond = sub.args["where"].this.copy() if sub.args.get("where") else exp.true()
             kind = "ANTI" if negated else "SEMI"
             select.append("joins", exp.Join(this=table, kind=kind, on=cond))
-        if len(keep) != len(_conjuncts(where.this)):
+        if len(keep) != len(conjuncts(where.this)):
             select.set("where", exp.Where(this=exp.and_(*keep)) if keep else None)
     return expression

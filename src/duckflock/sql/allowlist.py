@@ -1,0 +1,125 @@
+"""Refuse every construct the planner does not handle, instead of dropping it.
+
+The binder maps a parsed tree onto plan nodes clause by clause; a clause it does not read would be
+silently ignored (``LIMIT 40 PERCENT`` returning every row). So before binding, every node of the
+tree is checked: clause-carrying nodes may only have the arguments listed here, and node kinds that
+are never distributed are refused by name. A construct nobody thought of is refused, never dropped.
+Expressions (operators, scalar functions, casts, ...) are rendered back to DuckDB SQL verbatim and
+evaluated by DuckDB, so they need no list.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from duckflock.errors import SqlError
+
+# Node kind -> the arguments the binder reads. Any other argument that is set is refused.
+_CLAUSE_ARGS: dict[type, set[str]] = {
+    exp.Select: {
+        "expressions",
+        "from_",
+        "from",
+        "joins",
+        "where",
+        "group",
+        "having",
+        "order",
+        "limit",
+        "offset",
+        "distinct",
+        "with_",
+        "with",
+        "windows",
+        "qualify",
+    },
+    exp.Union: {"this", "expression", "distinct", "by_name", "order", "limit", "offset", "with_", "with"},
+    exp.Intersect: {"this", "expression", "distinct", "by_name", "order", "limit", "offset", "with_", "with"},
+    exp.Except: {"this", "expression", "distinct", "by_name", "order", "limit", "offset", "with_", "with"},
+    exp.From: {"this"},
+    exp.Join: {"this", "on", "side", "kind", "using"},
+    exp.Table: {"this", "alias", "db", "catalog"},
+    exp.Subquery: {"this", "alias"},
+    exp.TableAlias: {"this", "columns"},
+    exp.Where: {"this"},
+    exp.Having: {"this"},
+    exp.Qualify: {"this"},
+    exp.Group: {"expressions", "all"},
+    exp.Order: {"this", "expressions"},
+    exp.Ordered: {"this", "desc", "nulls_first"},
+    exp.Limit: {"this", "expression"},
+    exp.Offset: {"this", "expression"},
+    exp.Distinct: {"expressions"},
+    exp.With: {"expressions"},
+    exp.CTE: {"this", "alias", "materialized"},
+    exp.Window: {"this", "partition_by", "order", "spec", "alias", "over"},
+    exp.WindowSpec: {"kind", "start", "start_side", "end", "end_side", "exclude"},
+}
+
+# How a refused argument is named to the user.
+_ARG_NAMES = {
+    "limit_options": "LIMIT ... PERCENT / WITH TIES",
+    "method": "{value} JOIN",
+    "match_condition": "ASOF JOIN",
+    "rollup": "ROLLUP",
+    "cube": "CUBE",
+    "grouping_sets": "GROUPING SETS",
+    "totals": "WITH TOTALS",
+    "on": "DISTINCT ON",
+    "recursive": "WITH RECURSIVE",
+    "sample": "USING SAMPLE / TABLESAMPLE",
+    "pivots": "PIVOT / UNPIVOT",
+    "laterals": "LATERAL",
+    "joins": "parenthesized joins",
+    "with_fill": "ORDER BY ... WITH FILL",
+}
+
+_REFUSED_KINDS: dict[type, str] = {
+    exp.Lateral: "LATERAL",
+    exp.Unnest: "UNNEST",
+    exp.Pivot: "PIVOT / UNPIVOT",
+    exp.Values: "VALUES in FROM",
+    exp.TableSample: "USING SAMPLE / TABLESAMPLE",
+    exp.Placeholder: "query parameters",
+    exp.Into: "SELECT ... INTO",
+    exp.MatchRecognize: "MATCH_RECOGNIZE",
+    exp.Connect: "CONNECT BY",
+    exp.PreWhere: "PREWHERE",
+}
+
+
+def unsupported(what: str) -> SqlError:
+    return SqlError(f"unsupported SQL construct: {what}")
+
+
+def check_supported(tree: exp.Expression) -> None:
+    """Raise SqlError naming the first construct of ``tree`` that duckflock does not distribute."""
+    for node in tree.walk():
+        for kind, name in _REFUSED_KINDS.items():
+            if isinstance(node, kind):
+                raise unsupported(name)
+        allowed = _CLAUSE_ARGS.get(type(node))
+        if allowed is None:
+            continue
+        for arg, value in node.args.items():
+            if arg in allowed or value is None or value is False or value == []:
+                continue
+            raise unsupported(_describe(node, arg, value))
+        if isinstance(node, exp.Join):
+            _check_join(node)
+        if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier | exp.Func):
+            raise unsupported(f"{node.this.key.upper()} in FROM")
+
+
+def _check_join(join: exp.Join) -> None:
+    kind = (join.args.get("kind") or "").upper()
+    if kind not in ("", "INNER", "OUTER", "CROSS", "SEMI", "ANTI"):
+        raise unsupported(f"{kind} JOIN")
+
+
+def _describe(node: exp.Expression, arg: str, value: object) -> str:
+    name = _ARG_NAMES.get(arg)
+    if name is not None:
+        text = value.sql(dialect="duckdb") if isinstance(value, exp.Expression) else str(value)
+        return name.format(value=text.upper())
+    return f"{arg.upper().replace('_', ' ')} in {node.key.upper()}"

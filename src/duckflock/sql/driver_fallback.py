@@ -1,0 +1,53 @@
+"""Answer on the driver what cannot be distributed: DuckDB runs the user's query itself, over each
+catalog table it reads gathered whole on rank 0. Exact by construction (it is single-process DuckDB
+on the same rows), so a construct the planner lacks (recursive CTEs, GROUPING SETS, LATERAL, ASOF,
+DISTINCT ON, ...) costs speed, never correctness; above a size limit the query is refused instead.
+"""
+
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ErrorLevel, SqlglotError
+
+from duckflock.catalog import Catalog
+from duckflock.errors import SqlError
+from duckflock.plan.nodes import DriverQuery, Scan
+
+
+def on_driver(text: str, catalog: Catalog, width: int, reason: str, limit_bytes: int) -> DriverQuery:
+    """A DriverQuery for ``text`` (whose result has ``width`` columns), or SqlError naming
+    ``reason`` when the tables it reads are larger than ``limit_bytes``."""
+    try:
+        tree = sqlglot.parse_one(text, read="duckdb")
+    except SqlglotError:
+        raise SqlError(reason) from None
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    inputs: list[tuple[str, Scan]] = []
+    total = 0
+    for n, table in enumerate(list(tree.find_all(exp.Table)), 1):
+        name = table.name
+        if not isinstance(table.this, exp.Identifier) or name.lower() in ctes or name not in catalog.tables:
+            continue
+        if table.args.get("db") and table.args["db"].name.lower() != "main":
+            continue
+        info = catalog.table(name)
+        cols = tuple(c for c, _ in info.columns)
+        token = f"__dq{n}"
+        inputs.append((token, Scan(cols, table=info.name, source_columns=cols)))
+        total += info.rows * info.row_width()
+        alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(name))
+        table.replace(exp.Table(this=exp.to_identifier(token, quoted=True), alias=alias))
+    if total > limit_bytes:
+        raise SqlError(
+            f"{reason}; answering it on the driver instead would gather about {total / 1e6:.0f} MB of "
+            f"tables, over the {limit_bytes / 1e6:.0f} MB limit (driver_fallback_bytes)"
+        )
+    try:
+        sql = tree.sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
+    except SqlglotError:
+        raise SqlError(reason) from None
+    columns = tuple(f"__d{i}" for i in range(width))
+    return DriverQuery(
+        columns, sql=sql, inputs=tuple(inputs), reason=reason.removeprefix("unsupported SQL construct: ")
+    )

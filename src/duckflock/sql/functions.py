@@ -1,0 +1,115 @@
+"""Which calls are aggregates, decided by DuckDB's own function catalog.
+
+sqlglot types only the aggregates it knows (SUM, COUNT, ...); DuckDB has dozens more (product, mad,
+entropy, histogram, ...) that sqlglot parses as plain function calls. Treating one of those as a
+scalar would let every rank answer with its own rows: a wrong answer. So the binder asks DuckDB, by
+the name DuckDB will see, and counts a macro as an aggregate when its body calls one (geomean).
+"""
+
+from __future__ import annotations
+
+import re
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+# Wrappers that belong to the aggregate call they hold: SUM(x) FILTER (WHERE ...), LAG(x IGNORE NULLS),
+# QUANTILE_CONT(0.5) WITHIN GROUP (ORDER BY x). The outermost wrapper is the aggregate's unit.
+WRAPPERS = (exp.Filter, exp.IgnoreNulls, exp.RespectNulls, exp.WithinGroup)
+
+_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+
+
+def aggregate_names(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
+    """Lower-case names of DuckDB's aggregate functions and of the macros that call one."""
+    rows = con.sql(
+        "SELECT DISTINCT function_name, function_type, macro_definition FROM duckdb_functions() "
+        "WHERE function_type IN ('aggregate', 'macro')"
+    ).fetchall()
+    names = {n.lower() for n, kind, _ in rows if kind == "aggregate"}
+    macros = {n.lower(): body for n, kind, body in rows if kind == "macro" and body}
+    changed = True
+    while changed:  # a macro may call a macro that aggregates
+        changed = False
+        for name, body in macros.items():
+            if name not in names and _calls_any(body, names):
+                names.add(name)
+                changed = True
+    return frozenset(names)
+
+
+def _calls_any(body: str, names: set[str]) -> bool:
+    try:
+        tree = sqlglot.parse_one(body, read="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return False
+    return any(function_name(f) in names for f in tree.find_all(exp.Func))
+
+
+def function_name(node: exp.Expression) -> str | None:
+    """The name DuckDB sees for a function call node (sqlglot renames some: LIST -> ARRAY_AGG)."""
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower()
+    if not isinstance(node, exp.Func) or isinstance(node, exp.Cast | exp.Case | exp.If):
+        return None
+    m = _NAME.match(node.sql(dialect="duckdb"))
+    return m.group(1).lower() if m else None
+
+
+def unit_of(call: exp.Expression) -> exp.Expression:
+    """The aggregate call together with its FILTER / IGNORE NULLS / WITHIN GROUP wrappers."""
+    unit = call
+    while isinstance(unit.parent, WRAPPERS) and unit.parent.this is unit:
+        unit = unit.parent
+    return unit
+
+
+def call_of(unit: exp.Expression) -> exp.Expression:
+    """The aggregate call inside a unit (the inverse of ``unit_of``)."""
+    while isinstance(unit, WRAPPERS):
+        unit = unit.this
+    return unit
+
+
+class Aggregates:
+    """Finds aggregate calls in expressions, by DuckDB's catalog of aggregate names."""
+
+    def __init__(self, names: frozenset[str]):
+        self.names = names
+
+    def is_call(self, node: exp.Expression) -> bool:
+        return function_name(node) in self.names
+
+    def units(self, e: exp.Expression) -> list[exp.Expression]:
+        """Grouping aggregates in ``e`` (not window functions), outermost units, not nested in a
+        subquery (those belong to the subquery's own scope)."""
+        out: list[exp.Expression] = []
+        for node in e.find_all(exp.Func):
+            if not self.is_call(node) or _in_subquery(node, e):
+                continue
+            unit = unit_of(node)
+            if isinstance(unit.parent, exp.Window) and unit.parent.this is unit:
+                continue
+            if not any(unit is u for u in out):
+                out.append(unit)
+        # An aggregate nested in another's argument is the binder's error; DuckDB reported it.
+        return [u for u in out if not any(u is not o and _inside(u, o) for o in out)]
+
+
+def _inside(node: exp.Expression, outer: exp.Expression) -> bool:
+    p = node.parent
+    while p is not None:
+        if p is outer:
+            return True
+        p = p.parent
+    return False
+
+
+def _in_subquery(node: exp.Expression, root: exp.Expression) -> bool:
+    p = node.parent
+    while p is not None and p is not root:
+        if isinstance(p, exp.Query):
+            return True
+        p = p.parent
+    return False
