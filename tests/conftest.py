@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from support import build_edge_tables
-
 # Property tests: a quick default for `make test`; DUCKFLOCK_HYPOTHESIS=thorough for a long search.
 settings.register_profile("default", max_examples=40)
 settings.register_profile("thorough", max_examples=500)
@@ -23,13 +21,3 @@ def tpch_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tpch")
     generate_tpch(0.01, out, parts=4, progress=False)
     return out
-
-
-@pytest.fixture(scope="session")
-def edge_dir(tmp_path_factory) -> Path:
-    """Tables that force the corner cases: mixed key types, NULLs, empty and one-row tables, skew,
-    string and multi-column keys, more partitions than rows. Values come from expressions over
-    range(); the expected answers come from single-process DuckDB, never from the test."""
-    root = tmp_path_factory.mktemp("edge")
-    build_edge_tables(root)
-    return root

@@ -100,12 +100,17 @@ def _status(address: str, token: str) -> dict:
     )
 
 
-def test_worker_killed_mid_query_fails_fast_and_survivors_serve_on(tpch_dir, tmp_path):
-    # Shuffled on l_suppkey, then seconds of string work per rank: the kill lands mid-query.
+def test_worker_killed_mid_query_fails_fast_and_survivors_serve_on(tpch_dir, tmp_path, monkeypatch):
+    # A shuffle join: the kill must land while the query runs, so every rank holds at a stage gate
+    # (a test hook) until the test has seen worker 2 reach its first stage and killed it.
     heavy = (
         "SELECT count(*) FROM lineitem a JOIN lineitem b ON a.l_suppkey = b.l_suppkey "
         "WHERE a.l_comment || b.l_comment LIKE '%zzz%'"
     )
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    monkeypatch.setenv("DUCKFLOCK_STAGE_GATE_DIR", str(gate))
     with Workers(tpch_dir, 3, tmp_path) as w:
         db = duckflock.connect(
             workers=w.addresses, token=w.token, config={"broadcast_threshold_bytes": 0, "peer_timeout_s": 10}
@@ -121,8 +126,12 @@ def test_worker_killed_mid_query_fails_fast_and_survivors_serve_on(tpch_dir, tmp
         t = threading.Thread(target=run)
         start = time.monotonic()
         t.start()
-        time.sleep(1.0)
+        deadline = time.monotonic() + 60
+        while not list(gate.glob("rank2.stage*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert list(gate.glob("rank2.stage*")), "worker 2 never started a stage"
         w.kill(2)
+        (gate / "hold").unlink()
         t.join(timeout=60)
         assert not t.is_alive(), "the query did not end after a worker died"
         assert "error" in outcome, "a query that lost a worker must not succeed"

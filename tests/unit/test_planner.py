@@ -421,13 +421,30 @@ def test_big_order_by_without_limit_is_a_parallel_range_sort(plan):
         ),
         ("SELECT DISTINCT ON (k) k, v FROM ua", "DISTINCT ON"),
         ("SELECT * FROM ua, LATERAL (SELECT ua.k + 1)", "LATERAL"),
-        ("SELECT k FROM ua QUALIFY row_number() OVER (ORDER BY k) = 1", "QUALIFY"),
+        ("SELECT k FROM ua LIMIT 40 PERCENT", "PERCENT"),
+        ("SELECT ua.k FROM ua ASOF JOIN ub ON ua.k >= ub.k", "ASOF"),
+        ("SELECT ua.k FROM ua POSITIONAL JOIN ub", "POSITIONAL JOIN"),
+        ("SELECT k FROM ua USING SAMPLE 10%", "SAMPLE"),
         ("SELECT k FROM ua UNION SELECT k FROM ub ORDER BY k + 1", "ORDER BY of a set operation"),
     ],
 )
 def test_unsupported_constructs_are_refused_by_name(plan, sql, named):
+    # With the driver fallback off (-1: not even a query over no table).
     with pytest.raises(SqlError, match=named):
-        plan(sql)
+        plan(sql, driver_fallback_bytes=-1)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_what_cannot_be_distributed_runs_on_the_driver_over_whole_tables(plan, shared):
+    sql = "SELECT DISTINCT ON (k) k, v FROM ua ORDER BY k, v"
+    p = plan(sql, shared_storage=shared)
+    assert [type(s.root).__name__ for s in p.stages][-1] == "DriverQuery"
+    assert p.stages[-1].on_driver
+    gathers = [s.output.kind for s in p.stages if s.output is not None]
+    # Shared storage: the driver reads every partition itself; otherwise the ranks gather to it.
+    assert gathers == ([] if shared else ["gather"])
+    with pytest.raises(SqlError, match=r"DISTINCT ON.*over the 0 MB limit"):
+        plan(sql, driver_fallback_bytes=0)
 
 
 @pytest.mark.parametrize(
@@ -438,9 +455,13 @@ def test_unsupported_constructs_are_refused_by_name(plan, sql, named):
         "SELECT k, count(*) FROM ua GROUP BY GROUPING SETS ((k), ())",
     ],
 )
-def test_grouping_sets_are_refused_by_name(plan, sql):
-    with pytest.raises(SqlError, match="GROUPING SETS / ROLLUP / CUBE"):
-        plan(sql)
+def test_grouping_sets_combine_per_rank_partials_on_the_driver(plan, sql):
+    p = plan(sql)
+    aggs = nodes(p, Aggregate)
+    assert sorted(a.phase for a in aggs) == ["final", "partial"]
+    final = next(a for a in aggs if a.phase == "final")
+    assert final.grouping_sets is not None and () in final.grouping_sets
+    assert p.stages[-1].on_driver
 
 
 @pytest.mark.parametrize(
@@ -494,3 +515,45 @@ def test_range_shuffle_from_a_wider_key_type_computes_targets(plan, catalog):
     parts = catalog.table("rint").partitions
     owner = [next(i for i, q in enumerate(parts) if q.min <= v <= q.max) for v in values[:2]]
     assert [g[0] for g in got[:2]] == owner
+
+
+def test_hash_partitioning_from_another_duckdb_hash_is_not_trusted(tmp_path):
+    """A table whose recorded hash canary differs from this DuckDB's (written by a DuckDB whose
+    hash() differs) is shuffled, not joined co-located, and the answer stays DuckDB's."""
+    import json
+    import warnings
+
+    import duckflock
+    from support import assert_same, oracle
+
+    make_table(tmp_path, "l", "SELECT i % 50 AS k, i AS v FROM range(400) t(i)", 4, "hash", ("k",))
+    make_table(tmp_path, "r", "SELECT i AS k, 'r' || i AS w FROM range(60) t(i)", 4, "hash", ("k",))
+    sql = "SELECT l.k, l.v, r.w FROM l JOIN r ON l.k = r.k"
+
+    def strategy() -> str:
+        catalog = Catalog.load(tmp_path)
+        p = plan_query(sql, catalog, SchemaDB(catalog), 2, Config(broadcast_threshold_bytes=0))
+        return next(n for s in p.stages for n in walk(s.root) if isinstance(n, Join)).strategy
+
+    assert strategy() == "co-located"
+    path = tmp_path / "duckflock_catalog.json"
+    data = json.loads(path.read_text())
+    data["tables"]["r"]["partitioning"]["hash_canary"] += 1  # as if another DuckDB had placed r
+    data["tables"]["r"]["partitioning"]["duckdb"] = "0.0.1"
+    path.write_text(json.dumps(data))
+    with pytest.warns(UserWarning, match="0.0.1.*treated as unpartitioned"):
+        assert strategy() != "co-located"
+    with (
+        warnings.catch_warnings(),
+        duckflock.connect(
+            str(tmp_path), ranks=2, transport="threads", config={"broadcast_threshold_bytes": 0}
+        ) as db,
+    ):
+        warnings.simplefilter("ignore")
+        assert_same(db.sql(sql).arrow(), oracle(tmp_path).sql(sql).to_arrow_table())
+
+
+def test_errors_do_not_suggest_duckdb_internal_tables(plan):
+    with pytest.raises(DuckflockError) as e:
+        plan("SELECT * FROM pg_tabls")
+    assert "pg_" not in str(e.value).replace("pg_tabls", ""), str(e.value)

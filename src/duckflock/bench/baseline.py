@@ -11,11 +11,11 @@ import textwrap
 import duckdb
 import pyarrow as pa
 
-from duckflock.bench.compare import difference
 from duckflock.bench.measure import cores
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import quote_ident
 from duckflock.plan.render import sql_literal
+from duckflock.testing.compare import difference
 
 
 def baseline_connection(

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import duckflock
 from duckflock.bench.baseline import baseline_connection
-from duckflock.bench.compare import difference
 from duckflock.bench.jobs import err, write_json
 from duckflock.bench.measure import machine_info, median, timed, versions
 from duckflock.bench.phases import summarize
 from duckflock.bench.tpch import ORDER, queries
 from duckflock.ingest.tpch import generate_tpch
+from duckflock.testing.compare import difference
 
 
 def run_tpch(

@@ -1,0 +1,73 @@
+"""Small partitioned tables for tests, and the single-process DuckDB that is their ground truth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from duckflock.catalog import Catalog, PartitionInfo, TableInfo
+from duckflock.catalog.partitioning import canonical_hash_type, hash_sql
+from duckflock.catalog.partitioning import quote_ident as q
+from duckflock.plan.render import sql_literal
+
+
+def make_table(
+    root: Path,
+    name: str,
+    source: str | pa.Table,
+    partitions: int = 1,
+    kind: str = "none",
+    keys: tuple[str, ...] = (),
+) -> TableInfo:
+    """Write the rows of ``source`` (a SELECT, or an Arrow table) as Parquet partitions of table
+    ``name`` and register it in the data directory's catalog.
+
+    kind "hash": partition p holds rows with hash(keys) % partitions == p (duckflock's function);
+    kind "none": rows dealt round-robin; kind "range": split by key order into contiguous ranges.
+    """
+    con = duckdb.connect()
+    if isinstance(source, pa.Table):
+        con.register("__arrow_src", source)
+        source = "SELECT * FROM __arrow_src"
+    con.execute(f"CREATE TABLE src AS {source}")
+    cols = tuple((r[0], r[1]) for r in con.execute("DESCRIBE src").fetchall())
+    types = dict(cols)
+    (root / name).mkdir(parents=True, exist_ok=True)
+    if kind == "hash":
+        part_expr = hash_sql(
+            [q(k) for k in keys], tuple(canonical_hash_type(types[k]) for k in keys), partitions
+        )
+    elif kind == "range":
+        part_expr = f"(ntile({partitions}) OVER (ORDER BY {q(keys[0])}) - 1)"
+    else:
+        part_expr = f"((row_number() OVER ()) % {partitions})"
+    con.execute(f"CREATE TABLE parted AS SELECT *, {part_expr} AS __p FROM src")
+    infos = []
+    for p in range(partitions):
+        rel = f"(SELECT * EXCLUDE (__p) FROM parted WHERE __p = {p})"
+        path = root / name / f"{name}.{p}.parquet"
+        con.execute(f"COPY {rel} TO {sql_literal(str(path))} (FORMAT parquet)")
+        rows = con.execute(f"SELECT count(*) FROM {rel}").fetchall()[0][0]
+        lo = hi = None
+        if kind == "range" and rows:
+            lo, hi = con.execute(f"SELECT min({q(keys[0])}), max({q(keys[0])}) FROM {rel}").fetchall()[0]
+        infos.append(PartitionInfo((f"{name}/{name}.{p}.parquet",), rows, lo, hi))
+    con.close()
+    info = TableInfo(name, "parquet", cols, tuple(infos), kind=kind, keys=keys)
+    catalog = Catalog.open_or_create(root)
+    catalog.put(info)
+    catalog.save()
+    return info
+
+
+def oracle(data: Path) -> duckdb.DuckDBPyConnection:
+    """Single-process DuckDB over all of a data directory's files: the ground truth."""
+    catalog = Catalog.load(data)
+    con = duckdb.connect()
+    for name, info in catalog.tables.items():
+        files = [catalog.path(f) for p in info.partitions for f in p.files]
+        listing = ", ".join(sql_literal(str(f)) for f in files)
+        con.execute(f"CREATE VIEW {q(name)} AS SELECT * FROM read_parquet([{listing}])")
+    return con

@@ -1,0 +1,272 @@
+"""Writes the generated .test files of this folder (run from the repository root; commit the output):
+
+    python tests/sql/generate.py
+
+aggregates.test: every DuckDB aggregate alone, grouped, over NULLs and empty tables.
+combinations.test: join kinds x aggregates x groupings, and subquery predicates x projections, over
+tables with NULL keys, mixed key types, duplicates, skew and empty partitions.
+Queries DuckDB itself rejects are left out; everything kept must match DuckDB on every rank count.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import duckdb
+
+HERE = Path(__file__).parent
+
+AGGREGATES = [
+    *[
+        "count(x)",
+        "count(*)",
+        "sum(x)",
+        "avg(x)",
+        "min(x)",
+        "max(x)",
+        "product(x)",
+        "mad(x)",
+        "median(x)",
+        "entropy(x)",
+    ],
+    *[
+        "kurtosis(x)",
+        "kurtosis_pop(x)",
+        "skewness(x)",
+        "sem(x)",
+        "fsum(x)",
+        "favg(x)",
+        "kahan_sum(x)",
+        "sumkahan(x)",
+    ],
+    *["stddev(x)", "stddev_pop(x)", "stddev_samp(x)", "variance(x)", "var_pop(x)", "var_samp(x)"],
+    "quantile_cont(x, 0.25)",
+    "quantile_disc(x, 0.5)",
+    "quantile(x, 0.5)",
+    "approx_count_distinct(x)",
+    "histogram(x)",
+    "bit_and(x)",
+    "bit_or(x)",
+    "bit_xor(x)",
+    "bool_and(b)",
+    "bool_or(b)",
+    "count_if(b)",
+    "countif(b)",
+    "list(x ORDER BY x)",
+    "list(DISTINCT x ORDER BY x)",
+    "array_agg(x ORDER BY id)",
+    "string_agg(s, ',' ORDER BY s, id)",
+    "group_concat(s, ';' ORDER BY id)",
+    "listagg(s, ',' ORDER BY id)",
+    "geomean(x)",
+    "geometric_mean(x)",
+    "mean(x)",
+    "arg_min(s, id)",
+    "arg_max(s, id)",
+    "min_by(s, id)",
+    "max_by(s, id)",
+    "argmin(s, id)",
+    "first(x ORDER BY id)",
+    "last(x ORDER BY id)",
+    "sum(d)",
+    "avg(d)",
+    "min(d)",
+    "max(d)",
+    "product(d)",
+    "stddev(d)",
+    "sum(f)",
+    "avg(f)",
+    "product(f)",
+    "var_pop(f)",
+    "min(dt)",
+    "max(dt)",
+    "min(s)",
+    "max(s)",
+    "count(DISTINCT x)",
+    "sum(DISTINCT x)",
+    "avg(DISTINCT x)",
+    "min(DISTINCT x)",
+    "count(DISTINCT s)",
+    "corr(x, id)",
+    "covar_pop(x, id)",
+    "covar_samp(x, id)",
+    "regr_slope(x, id)",
+    "regr_intercept(x, id)",
+    "regr_count(x, id)",
+    "regr_r2(x, id)",
+    "regr_avgx(x, id)",
+    "regr_sxx(x, id)",
+    "weighted_avg(x, id)",
+    "wavg(x, id)",
+    "reservoir_quantile(x, 0.5)",
+    "mode(b)",
+    "sum(x) FILTER (WHERE b)",
+    "count(*) FILTER (WHERE x > 10)",
+    "avg(x) FILTER (WHERE g = 1)",
+    "product(x) FILTER (WHERE x < 8)",
+    "stddev(x) FILTER (WHERE b)",
+    "min(s) FILTER (WHERE g <> 2)",
+    "bool_or(x > 20) FILTER (WHERE g = 3)",
+    "count(DISTINCT x) FILTER (WHERE g = 0)",
+    "median(x) FILTER (WHERE b)",
+    "sum(x) + count(*)",
+    "coalesce(sum(x), 0) * 2",
+    "max(x) - min(x)",
+    "sum(x)::DOUBLE / count(*)",
+    "count(x) = count(*)",
+    "any_value(7)",
+    "histogram(g)",
+    "sum(id) FILTER (WHERE false)",
+    "bit_xor(id)",
+    "sum(x * g)",
+    "avg(x + d)",
+    "max(length(s))",
+    "string_agg(DISTINCT s, ',' ORDER BY s)",
+    "count(DISTINCT (g, b))",
+]
+
+AGG_SETUP = [
+    "CREATE TABLE nums AS SELECT i AS id, (i % 4)::INTEGER AS g, CASE WHEN i % 5 = 0 THEN NULL ELSE "
+    "(i * 7 % 23)::INTEGER END AS x, (i * 1.25)::DECIMAL(10,2) AS d, (i / 3.0)::DOUBLE AS f, "
+    "i % 3 = 0 AS b, 'v' || (i % 6) AS s, DATE '2024-01-01' + i::INTEGER AS dt FROM range(1, 41) t(i)",
+    "CREATE TABLE empty_nums AS SELECT * FROM nums WHERE false",
+    "CREATE TABLE nulls AS SELECT id, g, NULL::INTEGER AS x, NULL::DECIMAL(10,2) AS d, NULL::DOUBLE AS f, "
+    "NULL::BOOLEAN AS b, NULL::VARCHAR AS s, NULL::DATE AS dt FROM nums",
+    "CREATE TABLE hashed AS SELECT * FROM nums",
+]
+AGG_PARTITIONS = ["nums none 5", "nulls none 3", "empty_nums hash g 3", "hashed hash id 4"]
+
+
+def aggregate_queries() -> list[str]:
+    out = []
+    for a in AGGREGATES:
+        out += [
+            f"SELECT {a} AS v FROM nums",
+            f"SELECT g, {a} AS v FROM nums GROUP BY g",
+            f"SELECT g, {a} AS v FROM empty_nums GROUP BY g",
+            f"SELECT {a} AS v FROM nulls",
+            f"SELECT s, {a} AS v FROM hashed GROUP BY s HAVING count(*) > 1",
+        ]
+    return out
+
+
+COMBO_SETUP = [
+    "CREATE TABLE f AS SELECT i AS id, CASE WHEN i % 6 = 0 THEN NULL ELSE (i % 9)::INTEGER END AS k, "
+    "'g' || (i % 4) AS g, (i * 0.75)::DECIMAL(10,2) AS d, DATE '2023-03-01' + (i % 17)::INTEGER AS dt, "
+    "i % 5 < 2 AS flag FROM range(1, 61) t(i)",
+    "CREATE TABLE dim AS SELECT CASE WHEN i % 7 = 3 THEN NULL ELSE (i % 11)::BIGINT END AS k, "
+    "'n' || i AS name FROM range(15) t(i)",
+    "CREATE TABLE ev AS SELECT CASE WHEN i < 30 THEN 1 ELSE i % 8 END::SMALLINT AS k, i * 1.5 AS amount "
+    "FROM range(50) t(i)",
+    "CREATE TABLE emp AS SELECT 1::INTEGER AS k, 'x' AS name WHERE false",
+]
+COMBO_PARTITIONS = ["f hash k 3", "dim none 4", "ev range k 3", "emp hash k 2"]
+
+JOINS = [
+    ("f JOIN dim o ON f.k = o.k", True),
+    ("f LEFT JOIN dim o ON f.k = o.k", True),
+    ("f RIGHT JOIN dim o ON f.k = o.k", True),
+    ("f FULL JOIN dim o ON f.k = o.k", True),
+    ("f JOIN ev o ON f.k = o.k", True),
+    ("f LEFT JOIN emp o ON f.k = o.k", True),
+    ("f JOIN dim o ON f.k = o.k AND f.d > 5", True),
+    ("f JOIN dim o ON f.k < o.k", True),
+    ("f SEMI JOIN dim o ON f.k = o.k", False),
+    ("f ANTI JOIN dim o ON f.k = o.k", False),
+]
+COMBO_AGGS = [
+    "count(*)",
+    "sum(f.d)",
+    "avg(f.id)",
+    "min(f.g)",
+    "max(f.dt)",
+    "count(DISTINCT f.g)",
+    "median(f.id)",
+    "string_agg(f.g, ',' ORDER BY f.g, f.id)",
+    "bool_or(f.flag)",
+    "stddev(f.d)",
+    "product(f.k % 3 + 1)",
+    "count(o.k)",
+    "max(o.k)",
+]
+GROUPS = ["", "f.g", "o.k", "f.flag, f.g", "f.k % 3"]
+PREDICATES = [
+    "f.k IN (SELECT k FROM dim)",
+    "f.k NOT IN (SELECT k FROM dim)",
+    "f.k NOT IN (SELECT k FROM dim WHERE k IS NOT NULL)",
+    "f.k NOT IN (SELECT k FROM emp)",
+    "EXISTS (SELECT 1 FROM ev WHERE ev.k = f.k)",
+    "NOT EXISTS (SELECT 1 FROM ev WHERE ev.k = f.k AND ev.amount > 40)",
+    "f.d > (SELECT avg(d) FROM f f2 WHERE f2.g = f.g)",
+    "f.k > ALL (SELECT k FROM dim WHERE k IS NOT NULL)",
+    "f.k < ALL (SELECT k FROM emp)",
+    "f.k = ANY (SELECT k FROM ev)",
+    "(SELECT count(*) FROM dim WHERE dim.k = f.k) = 0",
+    "coalesce((SELECT max(amount) FROM ev WHERE ev.k = f.k), 0) < 50",
+    "f.k IN (SELECT k FROM dim) IS NULL",
+]
+PROJECTIONS = [
+    "SELECT f.id, f.k FROM f WHERE {p}",
+    "SELECT count(*) AS n, sum(f.d) AS s FROM f WHERE {p}",
+    "SELECT f.g, count(*) AS n FROM f WHERE {p} GROUP BY f.g",
+    "SELECT f.id, ({p}) AS v FROM f",
+    "SELECT f.g, count(*) FILTER (WHERE {p}) AS n FROM f GROUP BY f.g",
+]
+
+
+def combination_queries() -> list[str]:
+    out = []
+    for (join, has_o), agg, group in itertools.product(JOINS, COMBO_AGGS, GROUPS):
+        if not has_o and ("o." in agg or "o." in group):
+            continue
+        cols = f"{group}, " if group else ""
+        tail = f" GROUP BY {group}" if group else ""
+        out.append(f"SELECT {cols}{agg} AS v FROM {join}{tail}")
+    for p, proj in itertools.product(PREDICATES, PROJECTIONS):
+        out.append(proj.format(p=p))
+    return out
+
+
+def write(name: str, title: list[str], setup: list[str], partitions: list[str], queries: list[str]) -> None:
+    con = duckdb.connect()
+    for s in setup:
+        con.execute(s)
+    lines = [f"# {t}" for t in title] + ["# Generated by tests/sql/generate.py.", ""]
+    for s in setup:
+        lines += ["statement ok", s, ""]
+    for p in partitions:
+        lines += [f"partition {p}", ""]
+    kept = 0
+    for q in queries:
+        try:
+            con.sql(q).fetchall()
+        except duckdb.Error:
+            continue
+        lines += ["query", q, ""]
+        kept += 1
+    (HERE / name).write_text("\n".join(lines))
+    print(f"{name}: {kept} queries")
+
+
+if __name__ == "__main__":
+    write(
+        "aggregates.test",
+        [
+            "Every aggregate DuckDB has, alone and grouped, over NULLs and empty tables: each answer must",
+            "be DuckDB's. Aggregates outside the planner's allow-list move raw rows; the rest combine partials.",
+        ],
+        AGG_SETUP,
+        AGG_PARTITIONS,
+        aggregate_queries(),
+    )
+    write(
+        "combinations.test",
+        [
+            "Join kinds x aggregates x groupings, and subquery predicates x projections, over NULL keys,",
+            "INTEGER/BIGINT/SMALLINT keys, duplicates, a skewed key, an empty table and empty partitions.",
+        ],
+        COMBO_SETUP,
+        COMBO_PARTITIONS,
+        combination_queries(),
+    )

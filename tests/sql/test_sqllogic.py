@@ -1,0 +1,58 @@
+"""Every tests/sql/*.test file on 1-4 ranks, threads and MPI, broadcasts on and forced off: each query
+must give single-process DuckDB's answer, each refusal must name its construct.
+
+DUCKFLOCK_SLT_FULL=1 runs every file on every combination; by default each file runs on a spread
+of them that still covers both transports, 1-4 ranks, and broadcasts/gathered sorts on and off."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import duckflock
+from duckflock.testing.sqllogic import parse, run
+
+FILES = sorted(Path(__file__).parent.glob("*.test"))
+OFF = {"broadcast_threshold_bytes": 0, "range_sort_threshold_bytes": 0}
+# (transport, ranks, config)
+FULL = [(t, r, c) for t in ("threads", "mpi") for r in (1, 2, 3, 4) for c in ("default", "off")]
+QUICK = [
+    ("threads", 1, "default"),
+    ("threads", 2, "off"),
+    ("threads", 3, "default"),
+    ("mpi", 2, "default"),
+    ("mpi", 3, "off"),
+    ("threads", 4, "off"),
+]
+COMBOS = FULL if os.environ.get("DUCKFLOCK_SLT_FULL") else QUICK
+
+
+@pytest.mark.parametrize(("transport", "ranks", "config"), COMBOS, ids=lambda v: str(v))
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_sql_file(path, transport, ranks, config):
+    cfg = OFF if config == "off" else {}
+    outcomes = run(
+        parse(path),
+        lambda d, extra: duckflock.connect(d, ranks=ranks, transport=transport, config={**cfg, **extra}),
+    )
+    bad = [o for o in outcomes if o.status in ("wrong", "failed")]
+    assert not bad, "\n".join(
+        f"{path.name}:{o.record.line}: {o.status}: {o.record.sql}\n    {o.detail}" for o in bad
+    )
+
+
+def test_hash_partitioned_table_without_files(tmp_path):
+    """A table loaded with zero rows has partitions but no files: queries see an empty table."""
+    from duckflock.catalog import Catalog, PartitionInfo, TableInfo
+
+    parts = tuple(PartitionInfo((), 0) for _ in range(3))
+    info = TableInfo("z", "parquet", (("k", "INTEGER"), ("s", "VARCHAR")), parts, kind="hash", keys=("k",))
+    catalog = Catalog.open_or_create(tmp_path)
+    catalog.put(info)
+    catalog.save()
+    with duckflock.connect(str(tmp_path), ranks=2, transport="threads", config=OFF) as db:
+        assert db.sql("SELECT count(*) AS n, max(s) AS m FROM z").fetchall() == [(0, None)]
+        assert db.sql("SELECT a.k FROM z a JOIN z b ON a.k = b.k").fetchall() == []
+        assert db.sql("SELECT k, count(*) FROM z GROUP BY k").fetchall() == []
