@@ -6,15 +6,24 @@ STAMP   := $(VENV)/.installed
 DEMO_SF ?= 0.1
 DEMO_DIR ?= data/tpch-sf$(DEMO_SF)
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench clean lock
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# Exact, hashed versions from requirements.lock (regenerate with `make lock`), then duckflock itself.
+$(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --require-hashes -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+lock:
+	$(PY) -m venv .lock-venv && .lock-venv/bin/pip install --quiet uv
+	.lock-venv/bin/uv pip compile pyproject.toml --extra test --extra bench --extra pandas --extra polars \
+		--generate-hashes --universal --python-version 3.11 --no-emit-package duckflock --no-header \
+		-o requirements.lock
+	rm -rf .lock-venv
 
 demo: $(STAMP)
 	$(BIN)/duckflock demo --sf $(DEMO_SF) --data $(DEMO_DIR) --ranks 4

@@ -168,6 +168,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         return run_explain(args)
     if args.command == "bench":
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise DuckflockError("benchmarks need the bench extra: pip install 'duckflock[bench]'")
         from duckflock.bench import cli as bench_cli
 
         return bench_cli.run(args)
