@@ -9,8 +9,8 @@ from duckflock.errors import (
     SqlError,
     TransportError,
 )
-from duckflock.exec.spmd import spmd
 from duckflock.session import Result, Session, connect
+from duckflock.spmd import spmd
 
 __all__ = [
     "CatalogError",

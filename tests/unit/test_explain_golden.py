@@ -16,8 +16,8 @@ import pytest
 
 from duckflock.catalog import Catalog
 from duckflock.config import Config
-from duckflock.exec.driver import plan_query
 from duckflock.plan.explain import explain_plan
+from duckflock.plan.planner import plan_query
 from duckflock.sql.schema_db import SchemaDB
 from support import make_table
 

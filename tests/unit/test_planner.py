@@ -11,9 +11,9 @@ from duckflock.catalog import Catalog, Hashed, Ranged
 from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.config import Config
 from duckflock.errors import CatalogError, DuckflockError, SqlError
-from duckflock.exec.driver import plan_query
 from duckflock.exec.stage import target_sql
 from duckflock.plan.nodes import Aggregate, ExchangeRead, Join, Node, Scan, SetOp, Sort, Window, walk
+from duckflock.plan.planner import plan_query
 from duckflock.plan.stages import ExchangeSpec, StagePlan
 from duckflock.sql.schema_db import SchemaDB
 from support import make_table

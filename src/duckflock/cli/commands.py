@@ -12,7 +12,7 @@ from duckflock.catalog import Catalog
 from duckflock.cli.output import stdout_console
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
-from duckflock.exec.spmd import spmd
+from duckflock.spmd import spmd
 
 out = stdout_console()
 err = Console(stderr=True, soft_wrap=True)
@@ -121,8 +121,8 @@ def run_explain(args: argparse.Namespace) -> int:
             if db is not None:
                 code = _query(db, args)
         return code
-    from duckflock.exec.driver import plan_query
     from duckflock.plan.explain import explain_plan
+    from duckflock.plan.planner import plan_query
     from duckflock.sql.schema_db import SchemaDB
 
     catalog = Catalog.load(args.data)

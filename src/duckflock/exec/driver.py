@@ -18,7 +18,7 @@ from duckflock.exec.memory import release_free_memory
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.stage import StageStats, run_stage
 from duckflock.plan.nodes import Scan, walk
-from duckflock.plan.stages import StagePlan, cut
+from duckflock.plan.stages import StagePlan
 
 
 @dataclass(frozen=True)
@@ -37,16 +37,6 @@ class QueryOutcome:
     plan: StagePlan
     stats: list[StageStats]  # every rank's, when profiled; the driver's otherwise
     seconds: float
-
-
-def plan_query(sql: str, catalog: Catalog, schema_db, size: int, config) -> StagePlan:
-    # The planner (sqlglot) is imported by the driver only: worker ranks never load it.
-    from duckflock.plan.distribute import distribute
-    from duckflock.sql.bind import bind
-
-    bound = bind(sql, catalog, schema_db, config.driver_fallback_bytes)
-    physical = distribute(bound.plan, catalog, size, config)
-    return cut(physical, bound.output_names, bound.arrow_schema)
 
 
 def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[StageStats]]:
@@ -121,6 +111,9 @@ class Driver:
         key = (sql, self._catalog_stamp)
         plan = self._plans.get(key)
         if plan is None:
+            # The planner (sqlglot) is imported by the driver only: worker ranks never load it.
+            from duckflock.plan.planner import plan_query
+
             plan = plan_query(sql, catalog, self._schema_db, self.rt.size, self.rt.config)
             if len(self._plans) >= 256:
                 self._plans.pop(next(iter(self._plans)))

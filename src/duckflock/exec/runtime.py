@@ -12,6 +12,7 @@ import duckdb
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.exchange.mux import Mux
+from duckflock.local_duckdb import open_duckdb
 from duckflock.transport.base import Transport
 
 
@@ -33,29 +34,6 @@ def fair_share(config: Config, ranks_on_node: int) -> tuple[int, int]:
     threads = config.threads or max(1, cores // max(1, ranks_on_node))
     memory = config.memory_limit_bytes or int(node_memory_bytes() * 0.75 / max(1, ranks_on_node))
     return threads, memory
-
-
-def open_duckdb(threads: int, memory_bytes: int, only_dir: str | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB for one rank. With ``only_dir`` its SQL can read files there and nowhere else."""
-    con = duckdb.connect(
-        config={
-            "threads": threads,
-            "memory_limit": f"{max(memory_bytes >> 20, 64)}MB",
-            # Row order is only promised where the query says ORDER BY; dropping it saves work.
-            "preserve_insertion_order": False,
-        }
-    )
-    con.execute("SET enable_progress_bar = false")  # else every rank draws one into the terminal
-    if only_dir is not None:
-        restrict(con, [only_dir])
-    return con
-
-
-def restrict(con: duckdb.DuckDBPyConnection, dirs: list[str]) -> None:
-    """No file, URL or extension outside ``dirs``; cannot be undone on this connection."""
-    listing = ", ".join("'" + d.replace("'", "''") + "'" for d in dirs)
-    con.execute(f"SET allowed_directories = [{listing}]")
-    con.execute("SET enable_external_access = false")
 
 
 @dataclass

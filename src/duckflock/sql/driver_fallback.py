@@ -38,6 +38,8 @@ def on_driver(text: str, catalog: Catalog, width: int, reason: str, limit_bytes:
         total += info.rows * info.row_width()
         alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(name))
         table.replace(exp.Table(this=exp.to_identifier(token, quoted=True), alias=alias))
+    if limit_bytes < 0:
+        raise SqlError(f"{reason} (answering such queries on the driver is off: driver_fallback_bytes)")
     if total > limit_bytes:
         raise SqlError(
             f"{reason}; answering it on the driver instead would gather about {total / 1e6:.0f} MB of "

@@ -11,7 +11,7 @@ import pyarrow as pa
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.errors import CatalogError, SqlError, duckdb_message
-from duckflock.exec.runtime import restrict
+from duckflock.local_duckdb import restrict
 from duckflock.plan.nodes import Node
 from duckflock.plan.render import render
 from duckflock.sql.functions import aggregate_names

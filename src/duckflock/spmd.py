@@ -8,6 +8,7 @@ from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.exec.driver import Driver, serve
 from duckflock.exec.runtime import Runtime, mpi_runtime
+from duckflock.session import Session
 
 
 class spmd:
@@ -21,8 +22,6 @@ class spmd:
         self.driver: Driver | None = None
 
     def __enter__(self):
-        from duckflock.session import Session
-
         self.rt = mpi_runtime(Catalog.load(self.data), self.config)
         if self.rt.rank != 0:
             serve(self.rt)

@@ -1,0 +1,31 @@
+"""How every duckflock process opens its DuckDB: sized, quiet, and optionally confined to a directory.
+
+Below every layer: the ranks (exec/), the planner's schema DuckDB (sql/) and loading (ingest/) use it.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+
+def open_duckdb(threads: int, memory_bytes: int, only_dir: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB for one rank. With ``only_dir`` its SQL can read files there and nowhere else."""
+    con = duckdb.connect(
+        config={
+            "threads": threads,
+            "memory_limit": f"{max(memory_bytes >> 20, 64)}MB",
+            # Row order is only promised where the query says ORDER BY; dropping it saves work.
+            "preserve_insertion_order": False,
+        }
+    )
+    con.execute("SET enable_progress_bar = false")  # else every rank draws one into the terminal
+    if only_dir is not None:
+        restrict(con, [only_dir])
+    return con
+
+
+def restrict(con: duckdb.DuckDBPyConnection, dirs: list[str]) -> None:
+    """No file, URL or extension outside ``dirs``; cannot be undone on this connection."""
+    listing = ", ".join("'" + d.replace("'", "''") + "'" for d in dirs)
+    con.execute(f"SET allowed_directories = [{listing}]")
+    con.execute("SET enable_external_access = false")
