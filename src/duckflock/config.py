@@ -25,8 +25,18 @@ class Config:
     compression: str = "none"
     # DuckDB threads per rank; 0 means this rank's fair share of the node's cores.
     threads: int = 0
-    # DuckDB memory limit per rank in bytes; 0 means this rank's fair share of the node's memory.
+    # Memory one rank may hold, in bytes: DuckDB's memory_limit, received exchange data and data in
+    # flight are parts of it (exec/budget.py). 0 means this rank's share of the node's limit (cgroup,
+    # SLURM allocation or physical memory).
     memory_limit_bytes: int = 0
+    # Received exchange data a stage holds in memory before the rest spills to local Arrow IPC
+    # files; 0 means a fixed part of the rank's memory.
+    exchange_memory_bytes: int = 0
+    # Node-local directory under which each rank spills (DuckDB and exchanges) into a directory of
+    # its own, removed when the rank ends; "" means SLURM's job scratch, else $TMPDIR, else /tmp.
+    temp_dir: str = ""
+    # The most bytes a rank may spill; 0 leaves DuckDB's default (90% of the free disk space).
+    max_temp_bytes: int = 0
     # Every rank can read every file of the data directory (shared file system): small tables are
     # then read in full by each rank instead of being broadcast over the network.
     shared_storage: bool = True

@@ -8,19 +8,29 @@ from __future__ import annotations
 import duckdb
 
 
-def open_duckdb(threads: int, memory_bytes: int, only_dir: str | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB for one rank. With ``only_dir`` its SQL can read files there and nowhere else."""
-    con = duckdb.connect(
-        config={
-            "threads": threads,
-            "memory_limit": f"{max(memory_bytes >> 20, 64)}MB",
-            # Row order is only promised where the query says ORDER BY; dropping it saves work.
-            "preserve_insertion_order": False,
-        }
-    )
+def open_duckdb(
+    threads: int,
+    memory_bytes: int,
+    only_dir: str | None = None,
+    temp_dir: str | None = None,
+    max_temp_bytes: int = 0,
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB for one rank. With ``only_dir`` its SQL can read files there and nowhere else; it
+    spills into ``temp_dir`` (at most ``max_temp_bytes`` when set)."""
+    settings: dict[str, object] = {
+        "threads": threads,
+        "memory_limit": f"{max(memory_bytes >> 20, 64)}MB",
+        # Row order is only promised where the query says ORDER BY; dropping it saves work.
+        "preserve_insertion_order": False,
+    }
+    if temp_dir is not None:
+        settings["temp_directory"] = temp_dir
+    if max_temp_bytes:
+        settings["max_temp_directory_size"] = f"{max(max_temp_bytes >> 20, 1)}MB"
+    con = duckdb.connect(config=settings)
     con.execute("SET enable_progress_bar = false")  # else every rank draws one into the terminal
     if only_dir is not None:
-        restrict(con, [only_dir])
+        restrict(con, [only_dir, *([temp_dir] if temp_dir else [])])
     return con
 
 

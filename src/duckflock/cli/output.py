@@ -88,6 +88,7 @@ def print_profile(stats, console: Console | None = None) -> None:
         "sent",
         "rows in",
         "recvd",
+        "spilled",
     )
     for col in heads:
         view.add_column(col, justify="right", no_wrap=True)
@@ -105,12 +106,14 @@ def print_profile(stats, console: Console | None = None) -> None:
             _size(e.bytes_out),
             f"{e.rows_in:,}",
             _size(e.bytes_in),
+            _size(e.bytes_spilled),
         )
     console.print(view)
     console.print(
         "duckdb: DuckDB producing the stage's rows (scan, filter, join, aggregate, sort) | split: rows by "
         "target | encode: Arrow IPC | send: waiting on back-pressure | recv: waiting for and receiving "
-        "inputs (on the driver's last stage: collecting the result) | sent/recvd: bytes on the wire",
+        "inputs (on the driver's last stage: collecting the result) | sent/recvd: bytes on the wire | "
+        "spilled: received bytes written to local files past the stage's memory budget",
         highlight=False,
     )
 

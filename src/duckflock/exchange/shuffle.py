@@ -25,6 +25,7 @@ import pyarrow as pa
 from duckflock.exchange.codec import decode, encode, frames_supported, from_frames, to_frames
 from duckflock.exchange.mux import FIRST_EXCHANGE, Mux
 from duckflock.exchange.partition import split_by_target
+from duckflock.exchange.spill import ExchangeInput, StageSpill, num_rows
 
 
 def data_channel(xid: int) -> int:
@@ -52,6 +53,7 @@ class ExchangeStats:
     serialize_s: float = 0.0
     send_wait_s: float = 0.0
     recv_wait_s: float = 0.0
+    bytes_spilled: int = 0  # received bytes written to local files (past the stage's memory budget)
 
 
 @dataclass
@@ -168,11 +170,18 @@ class ExchangeWriter:
 
 
 def read_exchange(
-    mux: Mux, qid: int, xid: int, senders: list[int], stats: ExchangeStats, ordered: bool = False
-) -> pa.Table:
+    mux: Mux,
+    qid: int,
+    xid: int,
+    senders: list[int],
+    stats: ExchangeStats,
+    ordered: bool = False,
+    spill: StageSpill | None = None,
+) -> ExchangeInput:
     """Every row sent to this rank through exchange ``xid``, once all senders have finished.
     ``ordered``: the senders' rows are concatenated in rank order (transports deliver each
-    sender's messages in the order sent)."""
+    sender's messages in the order sent); such inputs are the driver's result and stay in memory.
+    Otherwise rows beyond ``spill``'s budget go to a local file, and a dataset over it is returned."""
     t0 = time.perf_counter()
     expected = 0
     schema = None
@@ -180,6 +189,8 @@ def read_exchange(
         _, (count, schema_bytes) = mux.recv_obj(qid, eos_channel(xid))
         expected += count
         schema = schema or pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+    assert schema is not None
+    sink = (spill if spill is not None and not ordered else StageSpill(None, 0)).sink(schema)
     by_source: dict[int, list[pa.RecordBatch]] = {}
     for _ in range(expected):
         src, payload = mux.recv(qid, data_channel(xid))
@@ -191,10 +202,15 @@ def read_exchange(
         else:
             stats.bytes_in += memoryview(payload).nbytes
             _, received = decode(payload)
-        by_source.setdefault(src, []).extend(received)
-    order = sorted(by_source) if ordered else list(by_source)
-    batches = [b for src in order for b in by_source[src]]
+        if ordered:
+            by_source.setdefault(src, []).extend(received)
+        else:
+            sink.add(received)
+    for src in sorted(by_source):
+        sink.add(by_source[src])
+    data = sink.finish()
     stats.recv_wait_s += time.perf_counter() - t0
-    table = pa.Table.from_batches(batches, schema=schema)
-    stats.rows_in += table.num_rows
-    return table
+    stats.rows_in += num_rows(data)
+    if spill is not None:
+        stats.bytes_spilled = spill.spilled_bytes
+    return data

@@ -12,28 +12,9 @@ import duckdb
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.exchange.mux import Mux
+from duckflock.exec.budget import Budget, make_spill_dir, remove_spill_dir
 from duckflock.local_duckdb import open_duckdb
 from duckflock.transport.base import Transport
-
-
-def node_memory_bytes() -> int:
-    """Memory available to this node's processes: the cgroup limit if any, else physical memory."""
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            raw = Path(path).read_text().strip()
-            if raw != "max" and int(raw) < 1 << 50:
-                return int(raw)
-        except (OSError, ValueError):
-            pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def fair_share(config: Config, ranks_on_node: int) -> tuple[int, int]:
-    """(threads, memory bytes) for one of ``ranks_on_node`` ranks sharing this node."""
-    cores = len(os.sched_getaffinity(0))
-    threads = config.threads or max(1, cores // max(1, ranks_on_node))
-    memory = config.memory_limit_bytes or int(node_memory_bytes() * 0.75 / max(1, ranks_on_node))
-    return threads, memory
 
 
 @dataclass
@@ -51,6 +32,8 @@ class Runtime:
     # (measured on the seed query's final sort at SF 1: 119 ms switching, 78 ms on an instance
     # that keeps both threads). Its threads sleep while the other stages run.
     driver_con: duckdb.DuckDBPyConnection | None = None
+    budget: Budget | None = None
+    spill_dir: Path | None = None  # this rank's own, on node-local storage; removed by close()
 
     @property
     def rank(self) -> int:
@@ -64,13 +47,21 @@ class Runtime:
     def create(
         cls, transport: Transport, catalog: Catalog | None, config: Config, ranks_on_node: int
     ) -> Runtime:
-        threads, memory = fair_share(config, ranks_on_node)
-        mux = Mux(transport, config.max_inflight_bytes)
-        only_dir = str(catalog.root) if config.restrict_to_data_dir and catalog is not None else None
         cores = len(os.sched_getaffinity(0))
-        driver_con = open_duckdb(cores, memory, only_dir) if transport.rank == 0 and cores > threads else None
-        con = open_duckdb(threads, memory, only_dir)
-        rt = cls(transport, mux, con, catalog, config, threads, ranks_on_node, driver_con)
+        threads = config.threads or max(1, cores // max(1, ranks_on_node))
+        budget = Budget.of_rank(config, ranks_on_node)
+        spill_dir = make_spill_dir(config, transport.rank)
+        mux = Mux(transport, budget.inflight_bytes)
+        only_dir = str(catalog.root) if config.restrict_to_data_dir and catalog is not None else None
+
+        def duck(n: int, tag: str) -> duckdb.DuckDBPyConnection:
+            return open_duckdb(n, budget.duckdb_bytes, only_dir, str(spill_dir / tag), config.max_temp_bytes)
+
+        # The driver's DuckDB runs the final stage only, after the rank's own DuckDB has finished
+        # the query's other stages and released its memory: both get DuckDB's part of the budget.
+        driver_con = duck(cores, "driver") if transport.rank == 0 and cores > threads else None
+        con = duck(threads, "duckdb")
+        rt = cls(transport, mux, con, catalog, config, threads, ranks_on_node, driver_con, budget, spill_dir)
         mux.on_failure = lambda _qid: rt.interrupt()
         return rt
 
@@ -89,6 +80,8 @@ class Runtime:
         self.con.close()
         if self.driver_con is not None:
             self.driver_con.close()
+        if self.spill_dir is not None:
+            remove_spill_dir(self.spill_dir)
 
 
 def mpi_runtime(catalog: Catalog | None, config: Config) -> Runtime:

@@ -15,6 +15,7 @@ from duckflock.catalog.partitioning import Hashed, Ranged, canonical_hash_type, 
 from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter, read_exchange
+from duckflock.exchange.spill import StageSpill, materialize
 from duckflock.exec import range_sort
 from duckflock.exec.runtime import Runtime
 from duckflock.plan.nodes import ExchangeRead, Scan
@@ -86,17 +87,21 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
     registered = []
     # The final stage, on the driver, may run on a DuckDB with every core of the node.
     con = rt.final_connection() if stage.on_driver and stage.output is None else rt.con
+    budget = rt.budget.exchange_bytes if rt.budget is not None else 0
+    spill = StageSpill(rt.spill_dir, budget)
     try:
         inputs = {}
         for xid in stage.inputs:
             ordered = plan.exchange(xid).ordered
-            inputs[xid] = read_exchange(rt.mux, qid, xid, plan.senders(xid, rt.size), stats.exchange, ordered)
+            senders = plan.senders(xid, rt.size)
+            inputs[xid] = read_exchange(rt.mux, qid, xid, senders, stats.exchange, ordered, spill)
             name = exchange_table(xid)
             con.register(name, inputs[xid])
             registered.append(name)
         spec = stage.output
         if spec is None and isinstance(stage.root, ExchangeRead):
-            return inputs[stage.root.xid], stats  # rows arrive in their final order: no DuckDB pass
+            # rows arrive in their final order: no DuckDB pass
+            return materialize(inputs[stage.root.xid]), stats
         assert rt.catalog is not None
         sql = render(stage.root, scan_source(rt.catalog, rt.rank, rt.size))
         if spec is None:
@@ -155,6 +160,7 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
     finally:
         for name in registered:
             con.unregister(name)
+        spill.remove_files()
         stats.total_s = time.perf_counter() - t_start
 
 

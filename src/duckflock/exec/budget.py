@@ -1,0 +1,145 @@
+"""What one rank may hold in memory, and where it spills.
+
+The node's real limit is the smallest of: the cgroup limits on this process's own cgroup path and
+its parents (v2 ``memory.max``, v1 ``memory.limit_in_bytes``), SLURM's allocation, physical memory.
+A rank's share of it is split between DuckDB (which spills by itself past its ``memory_limit``),
+received exchange data (spilled to local Arrow IPC files past its part) and data in flight.
+
+Each rank spills into its own directory on node-local storage (SLURM's job scratch, ``$TMPDIR``,
+else the system's temp directory; never the shared working directory), removed when the rank
+closes. Directories of ranks that were killed are removed by the next rank that starts there.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from duckflock.config import Config
+
+# Of a rank's share: DuckDB's memory_limit, received exchange data, bytes in flight; the rest is for
+# Python, Arrow buffers being split and sent, and DuckDB's own overshoot.
+DUCKDB_PART = 0.6
+EXCHANGE_PART = 0.2
+INFLIGHT_PART = 0.05
+_PREFIX = "duckflock-"
+
+
+@dataclass(frozen=True)
+class Budget:
+    rank_bytes: int  # everything this rank may hold
+    duckdb_bytes: int  # memory_limit of each of the rank's DuckDB instances
+    exchange_bytes: int  # received exchange data held in memory per stage before it spills
+    inflight_bytes: int  # sent bytes not yet delivered before the producer waits
+
+    @classmethod
+    def of_rank(cls, config: Config, ranks_on_node: int) -> Budget:
+        total = config.memory_limit_bytes or int(node_memory_bytes() * 0.8 / max(1, ranks_on_node))
+        return cls(
+            rank_bytes=total,
+            duckdb_bytes=max(int(total * DUCKDB_PART), 64 << 20),
+            exchange_bytes=config.exchange_memory_bytes or int(total * EXCHANGE_PART),
+            inflight_bytes=max(
+                min(config.max_inflight_bytes, int(total * INFLIGHT_PART)), 2 * config.chunk_bytes
+            ),
+        )
+
+
+def node_memory_bytes() -> int:
+    """Memory this node's processes may use: the tightest of cgroup, SLURM and physical memory."""
+    limits = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
+    limits += _cgroup_limits()
+    slurm = _slurm_bytes()
+    if slurm:
+        limits.append(slurm)
+    return min(limits)
+
+
+def _cgroup_limits(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> list[int]:
+    """The memory limits on this process's cgroup and its ancestors (v2 unified or v1 memory)."""
+    try:
+        lines = Path(proc_cgroup).read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        hid, controllers, path = line.split(":", 2)
+        if hid == "0" and controllers == "":
+            base, name = Path(root), "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = Path(root) / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        rel = Path(path.lstrip("/"))
+        for d in [rel, *rel.parents]:
+            value = _read_limit(base / d / name)
+            if value is not None:
+                found.append(value)
+    return found
+
+
+def _read_limit(path: Path) -> int | None:
+    try:
+        raw = path.read_text().strip()
+    except OSError:
+        return None
+    if raw == "max" or not raw.isdigit() or int(raw) >= 1 << 60:  # v1 writes "no limit" as ~2^63
+        return None
+    return int(raw)
+
+
+def _slurm_bytes() -> int:
+    """SLURM's memory allocation for this node (MB in the environment), 0 when not under SLURM."""
+    per_node = os.environ.get("SLURM_MEM_PER_NODE", "")
+    if per_node.isdigit():
+        return int(per_node) << 20
+    per_cpu = os.environ.get("SLURM_MEM_PER_CPU", "")
+    cpus = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    if per_cpu.isdigit() and cpus.isdigit():
+        return int(per_cpu) * int(cpus) << 20
+    return 0
+
+
+def spill_base(config: Config) -> Path:
+    """Node-local storage for spill files: the configured directory, SLURM's job scratch, $TMPDIR."""
+    for candidate in (config.temp_dir, os.environ.get("SLURM_TMPDIR", ""), tempfile.gettempdir()):
+        if candidate:
+            return Path(candidate)
+    return Path("/tmp")
+
+
+def make_spill_dir(config: Config, rank: int) -> Path:
+    """This rank's own spill directory, after removing those left by ranks that were killed."""
+    base = spill_base(config)
+    base.mkdir(parents=True, exist_ok=True)
+    _remove_orphans(base)
+    path = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-r{rank}-", dir=base))
+    atexit.register(remove_spill_dir, path)  # also when the rank ends without closing its runtime
+    return path
+
+
+def remove_spill_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_orphans(base: Path) -> None:
+    """Spill directories whose process is gone (killed before it could clean up)."""
+    for d in base.glob(f"{_PREFIX}*-r*-*"):
+        pid = d.name[len(_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
