@@ -1,0 +1,36 @@
+"""The node's memory limit is read from the rank's own cgroup path (v1 and v2) and SLURM."""
+
+from __future__ import annotations
+
+from duckflock.config import Config
+from duckflock.exec import budget
+
+
+def test_cgroup_v2_limit_on_own_path_and_parents(tmp_path):
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/jobs/job7/step0\n")
+    root = tmp_path / "fs"
+    (root / "jobs/job7/step0").mkdir(parents=True)
+    (root / "jobs/job7/step0/memory.max").write_text("max\n")
+    (root / "jobs/job7/memory.max").write_text(str(3 << 30))
+    (root / "memory.max").write_text("max\n")
+    assert budget._cgroup_limits(str(proc), str(root)) == [3 << 30]
+
+
+def test_cgroup_v1_memory_controller(tmp_path):
+    proc = tmp_path / "cgroup"
+    proc.write_text("5:cpu,cpuacct:/x\n4:memory:/slurm/uid_0/job_1\n")
+    root = tmp_path / "fs"
+    (root / "memory/slurm/uid_0/job_1").mkdir(parents=True)
+    (root / "memory/slurm/uid_0/job_1/memory.limit_in_bytes").write_text(str(1536 << 20))
+    (root / "memory/memory.limit_in_bytes").write_text("9223372036854771712")  # v1's "no limit"
+    assert budget._cgroup_limits(str(proc), str(root)) == [1536 << 20]
+
+
+def test_slurm_allocation_and_split(monkeypatch):
+    monkeypatch.setenv("SLURM_MEM_PER_NODE", "2048")
+    assert budget.node_memory_bytes() <= 2048 << 20
+    b = budget.Budget.of_rank(Config(memory_limit_bytes=1000 << 20), ranks_on_node=2)
+    assert b.rank_bytes == 1000 << 20
+    assert b.duckdb_bytes + b.exchange_bytes + b.inflight_bytes < b.rank_bytes
+    assert budget.Budget.of_rank(Config(exchange_memory_bytes=7), 2).exchange_bytes == 7
