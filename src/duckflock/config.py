@@ -48,7 +48,7 @@ class Config:
     # by DuckDB on the driver when the tables it reads hold at most this many bytes (estimated from
     # the catalog); above it the query is refused, naming the construct.
     driver_fallback_bytes: int = 256 * 1024 * 1024
-    # Test hook: before each stage every rank creates <dir>/rank<R>.stage<S>, then waits while
+    # Test hook: before each stage every rank writes its pid to <dir>/rank<R>.stage<S>, then waits while
     # <dir>/hold exists, so a test injects a fault at an observed point instead of racing a sleep.
     stage_gate_dir: str = ""
 

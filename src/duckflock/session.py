@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -107,8 +108,14 @@ class _MpiJobBackend:
         address = os.path.join(self._dir, "control.sock")
         self._listener = Listener(address, family="AF_UNIX", authkey=key)
         env = {**os.environ, **config_env, AUTHKEY_ENV: key.hex()}
-        argv = mpiexec_argv(ranks, ["-m", "duckflock.exec.serve", "--data", str(data), "--address", address])
-        self._proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+        argv = mpiexec_argv(
+            ranks, ["-m", "duckflock.exec.serve", "--data", str(data), "--address", address], self._dir
+        )
+        # mpiexec's own output (MPICH's banner when a rank dies) goes to a log: how a rank died is
+        # reported as one message by _call.
+        self._log = os.path.join(self._dir, "mpiexec.out")
+        with open(self._log, "wb") as log:
+            self._proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log)
         # Wait for rank 0, but give up as soon as mpiexec ends, and after start_timeout at most.
         self._listener._listener._socket.settimeout(0.2)
         deadline = time.monotonic() + start_timeout
@@ -139,15 +146,28 @@ class _MpiJobBackend:
             self._conn.send(request)
             reply = self._conn.recv()
         except (EOFError, OSError):
-            code = self._proc.poll()
-            raise DuckflockError(f"the MPI job ended unexpectedly (exit code {code})") from None
+            raise DuckflockError(self._ended()) from None
         if reply[0] == "error":
             raise reply[1]
         return reply[1:]
 
-    def run(self, query: str, profile: bool = False):
-        import os
+    def _ended(self) -> str:
+        """Why the job ended under a call: the rank the OS killed, or mpiexec's exit code."""
+        import subprocess
+        from pathlib import Path
 
+        from duckflock.exec.launch import job_outcome
+
+        try:
+            code = self._proc.wait(timeout=30)  # MPICH ends the other ranks
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            code = self._proc.wait()
+        banner = Path(self._log).read_bytes() if os.path.exists(self._log) else b""
+        why = job_outcome(self._dir, code, banner) or f"exit code {code}"
+        return f"the MPI job ended unexpectedly: {why}; open a new session to go on"
+
+    def run(self, query: str, profile: bool = False):
         path, outcome = self._call("sql", query, profile)
         try:
             with pa.memory_map(path) as source:

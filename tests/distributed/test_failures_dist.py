@@ -177,3 +177,81 @@ def test_out_of_memory_is_reported_not_fatal(bad_dir):
     assert proc.returncode == 1
     assert "Out of Memory" in proc.stderr and "rank " in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_rank_killed_by_the_os_is_named_without_mpich_banner(bad_dir, tmp_path, victim):
+    """What the OOM killer does, at an observed point: every rank holds at a stage gate, the test
+    kills one with SIGKILL; the job ends with one duckflock message naming that rank and signal."""
+    import signal
+    import time
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "duckflock.cli.main",
+            "sql",
+            "--data",
+            str(bad_dir),
+            "--ranks",
+            "2",
+            "SELECT count(*) FROM good JOIN bad ON good.k = bad.k",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "DUCKFLOCK_STAGE_GATE_DIR": str(gate)},
+    )
+    try:
+        marker = gate / f"rank{victim}.stage0"
+        deadline = time.monotonic() + BOUND_S
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        os.kill(int(marker.read_text()), signal.SIGKILL)
+        out, err = proc.communicate(timeout=BOUND_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert f"rank {victim} was killed by signal 9 (SIGKILL)" in err, err
+    assert "out-of-memory" in err
+    assert "BAD TERMINATION" not in out + err and "Traceback" not in err, out + err
+    assert err.count("error:") == 1, err
+
+
+def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path):
+    import signal
+    import threading
+    import time
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    db = duckflock.connect(str(bad_dir), ranks=2, transport="mpi", config={"stage_gate_dir": str(gate)})
+    failure: list[BaseException] = []
+
+    def query() -> None:
+        try:
+            db.sql("SELECT count(*) FROM good JOIN bad ON good.k = bad.k").arrow()
+        except BaseException as e:
+            failure.append(e)
+
+    t = threading.Thread(target=query)
+    t.start()
+    marker = gate / "rank1.stage0"
+    deadline = time.monotonic() + BOUND_S
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(int(marker.read_text()), signal.SIGKILL)
+    t.join(BOUND_S)
+    assert not t.is_alive()
+    assert failure and isinstance(failure[0], duckflock.DuckflockError), failure
+    assert "rank 1 was killed by signal 9 (SIGKILL)" in str(failure[0])
+    db.close()
+    with duckflock.connect(str(bad_dir), ranks=2, transport="mpi") as again:
+        assert again.sql("SELECT count(*) FROM good").fetchall() == [(2000,)]

@@ -10,12 +10,19 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 
 from rich.console import Console
 
 from duckflock.cli.output import print_error
 from duckflock.errors import DuckflockError
-from duckflock.exec.launch import launcher_rank, mpiexec_argv, under_mpi
+from duckflock.exec.launch import (
+    job_outcome,
+    launcher_rank,
+    mpiexec_argv,
+    relay_without_banner,
+    under_mpi,
+)
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -127,9 +134,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def relaunch(ranks: int, argv: list[str]) -> int:
-    """Run this same command as an MPI job of ``ranks`` processes and return its exit code."""
-    cmd = mpiexec_argv(ranks, ["-m", "duckflock.cli.main", *argv])
-    return subprocess.run(cmd, env=os.environ.copy()).returncode
+    """Run this same command as an MPI job of ``ranks`` processes and return its exit code. A rank
+    killed by the OS is reported in one message naming it, instead of MPICH's banner."""
+    with tempfile.TemporaryDirectory(prefix="duckflock-job-") as job:
+        cmd = mpiexec_argv(ranks, ["-m", "duckflock.cli.main", *argv], job_dir=job)
+        proc = subprocess.Popen(cmd, env=os.environ.copy(), stdout=subprocess.PIPE)
+        assert proc.stdout is not None
+        banner = relay_without_banner(proc.stdout, sys.stdout.buffer)
+        code = proc.wait()
+        death = job_outcome(job, code, banner)
+    if death is None:
+        return code
+    print_error(err, death)
+    return code or 1
 
 
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
+from typing import IO
 
 from duckflock.errors import DuckflockError
 
@@ -36,8 +38,41 @@ def mpiexec_path() -> str:
     return found
 
 
-def mpiexec_argv(ranks: int, python_args: list[str]) -> list[str]:
-    """``mpiexec -n ranks python <python_args>`` with this interpreter."""
+def mpiexec_argv(ranks: int, python_args: list[str], job_dir: str | None = None) -> list[str]:
+    """``mpiexec -n ranks python <python_args>`` with this interpreter. With ``job_dir`` each rank
+    runs under ``exec.guard``, which records there a rank's death by a signal (see ``job_outcome``)."""
     if ranks < 1:
         raise DuckflockError(f"--ranks must be at least 1, got {ranks}")
-    return [mpiexec_path(), "-n", str(ranks), sys.executable, *python_args]
+    guard = ["-m", "duckflock.exec.guard", job_dir, sys.executable] if job_dir else []
+    return [mpiexec_path(), "-n", str(ranks), sys.executable, *guard, *python_args]
+
+
+# MPICH's banner when a process of the job dies: a line of '=' starts it.
+_BANNER = re.compile(rb"^={20,}\s*$")
+
+
+def relay_without_banner(source: IO[bytes], sink: IO[bytes]) -> bytes:
+    """Copy mpiexec's output through, line by line, up to MPICH's termination banner; return the
+    banner and what follows it (dropped: duckflock reports the death in one message of its own)."""
+    held = b""
+    for line in iter(source.readline, b""):
+        if held or _BANNER.match(line):
+            held += line
+            continue
+        sink.write(line)
+        sink.flush()
+    return held
+
+
+def job_outcome(job_dir: str, code: int, banner: bytes) -> str | None:
+    """The one message for a job whose rank died by a signal (None when no rank did)."""
+    from duckflock.exec.guard import describe_deaths
+
+    death = describe_deaths(Path(job_dir))
+    if death is not None:
+        return death
+    if banner:
+        said = re.search(rb"EXIT STRING: ([^\n]*)", banner)
+        what = said.group(1).decode(errors="replace").strip() if said else f"exit code {code}"
+        return f"a rank of the MPI job ended abnormally: {what}"
+    return None

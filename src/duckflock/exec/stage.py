@@ -3,6 +3,7 @@ into its exchange (or return it, for the final stage)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -167,7 +168,7 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
 def _wait_at_gate(rt: Runtime, qid: int, sid: int) -> None:
     """The ``stage_gate_dir`` test hook: announce this stage, then hold while the test says so."""
     gate = Path(rt.config.stage_gate_dir)
-    (gate / f"rank{rt.rank}.stage{sid}").touch()
+    (gate / f"rank{rt.rank}.stage{sid}").write_text(str(os.getpid()))  # the process a test may kill
     while (gate / "hold").exists():
         failure = rt.mux.failure(qid)
         if failure is not None:

@@ -1,0 +1,72 @@
+"""A rank's parent under mpiexec: notes how the rank died when the OS killed it.
+
+When the kernel's OOM killer (or a signal) ends a rank, MPICH prints a banner naming whichever
+process it noticed first, often not the one that was killed. So each rank runs as the child of this
+small process, which sees the child's exit status: on death by a signal it writes
+``<job dir>/rank<R>.died`` (rank, signal, time) for the launcher, which then reports one duckflock
+message naming the rank, the signal and the likely cause (``describe_deaths``).
+
+``python -m duckflock.exec.guard JOB_DIR PROGRAM ARGS...`` — imports nothing of duckflock's engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_CAUSES = {
+    signal.SIGKILL: "most likely the kernel's out-of-memory killer: the rank needed more memory than "
+    "the node allows; give each rank less (DUCKFLOCK_MEMORY_LIMIT_BYTES), use fewer ranks per node or "
+    "more nodes",
+    signal.SIGSEGV: "a crash inside DuckDB or a native library",
+    signal.SIGBUS: "a crash reading a memory-mapped file (a file changed or a disk filled up)",
+    signal.SIGABRT: "an internal abort in a native library",
+    signal.SIGTERM: "stopped from outside (a scheduler time limit, or kill)",
+    signal.SIGINT: "interrupted (Ctrl-C)",
+}
+
+
+def main(argv: list[str]) -> int:
+    job, program = Path(argv[0]), argv[1:]
+    rank = next((os.environ[v] for v in ("PMI_RANK", "PMIX_RANK", "SLURM_PROCID") if v in os.environ), "?")
+    # The rank inherits the launcher's descriptors (MPICH's PMI connection among them).
+    child = subprocess.Popen(program, close_fds=False)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, _f: child.send_signal(s))
+    code = child.wait()
+    if code >= 0:
+        return code
+    record = {"rank": rank, "signal": -code, "time": time.time(), "pid": child.pid}
+    tmp = job / f".rank{rank}.died"
+    tmp.write_text(json.dumps(record))
+    tmp.rename(job / f"rank{rank}.died")
+    return 128 - code
+
+
+def describe_deaths(job: Path) -> str | None:
+    """One message for the first rank the OS killed in this job, None when none was."""
+    records = []
+    for f in job.glob("rank*.died"):
+        try:
+            records.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    if not records:
+        return None
+    first = min(records, key=lambda r: r["time"])
+    sig = first["signal"]
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    cause = _CAUSES.get(sig, "ended by the operating system")
+    return f"rank {first['rank']} was killed by signal {sig} ({name}): {cause}"
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
