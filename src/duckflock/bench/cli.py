@@ -27,7 +27,25 @@ def run(args: argparse.Namespace) -> int:
 
         only = parse_list(args.queries, int) if args.queries else None
         return run_tpch(args.sf, _ranks(args.ranks), args.runs, args.check, args.data_root, out, only)
+    if args.bench == "memory":
+        return _memory(args, out)
     raise DuckflockError(f"unknown benchmark {args.bench}")
+
+
+def _memory(args: argparse.Namespace, out: Path) -> int:
+    from duckflock.bench.memory_bench import memory_markdown, run_memory
+    from duckflock.bench.report import print_markdown
+
+    if args.runs < 1:
+        raise DuckflockError("--runs must be at least 1")
+    names = parse_list(args.queries, str)
+    results = run_memory(args.sf, args.node_memory, _ranks(args.ranks), args.runs, names, args.data_root, out)
+    md = memory_markdown(results)
+    (out / "results.md").write_text(md)
+    print_markdown(md)
+    err.print(f"wrote {out / 'results.json'}, {out / 'results.md'}")
+    points = results["points"]
+    return 0 if points and all(p["ok"] and p.get("correct", True) for p in points) else 1
 
 
 def _ranks(text: str) -> list[int]:
