@@ -9,8 +9,19 @@ from duckflock.errors import (
     SqlError,
     TransportError,
 )
-from duckflock.session import Result, Session, connect
-from duckflock.spmd import spmd
+
+# The engine (DuckDB, Arrow, MPI) is imported on first use: ``duckflock`` as a launcher (the process
+# that starts mpiexec and waits) then stays small, since a node's memory is what the ranks need.
+_LAZY = {"connect": "session", "Session": "session", "Result": "session", "spmd": "spmd"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"duckflock.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'duckflock' has no attribute {name!r}")
+
 
 __all__ = [
     "CatalogError",

@@ -64,7 +64,12 @@ def run_in_cgroup(
         sampler = threading.Thread(target=_sample, args=(group, v2, spill_dir, peaks, done), daemon=True)
         sampler.start()
         t0 = time.perf_counter()
-        proc = subprocess.run(wrapped, env=env, capture_output=True, text=True, timeout=timeout)
+        try:
+            proc = subprocess.run(wrapped, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            _kill_all(group)
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            proc = subprocess.CompletedProcess(wrapped, -9, out, f"timed out after {timeout:.0f} s")
         seconds = time.perf_counter() - t0
         done.set()
         sampler.join()
@@ -123,7 +128,16 @@ def _dir_bytes(path: Path) -> int:
     return total
 
 
+def _kill_all(group: Path) -> None:
+    """Every process left in the cgroup (ranks of a job whose launcher timed out)."""
+    with contextlib.suppress(OSError):
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), 9)
+
+
 def _remove(group: Path) -> None:
+    _kill_all(group)
     for _ in range(100):  # the cgroup is removable once its last process has gone
         try:
             group.rmdir()

@@ -44,34 +44,6 @@ from duckflock.errors import DuckflockError
 FLIGHT_TARGET = 1.5  # the issue's goal: Flight on loopback within 1.5x of MPI
 
 
-# ---- command line ----------------------------------------------------------------------------------
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """``flight`` and ``netem`` under ``duckflock bench``."""
-    f = subparsers.add_parser("flight", help="Flight workers on loopback vs MPI ranks vs DuckDB")
-    f.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (default 1)")
-    f.add_argument("--workers", default="2,4", help="worker (and rank) counts, comma separated")
-    f.add_argument("--runs", type=int, default=5, help="timed runs per query and system (median)")
-    f.add_argument("--queries", default="seed,q3,q5,q9,q18", help="seed and/or qN, comma separated")
-    f.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
-    f.add_argument("--out", default="bench-results/flight", help="output directory")
-    n = subparsers.add_parser("netem", help="Flight workers on namespace hosts over shaped links")
-    n.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (default 1)")
-    n.add_argument("--hosts", type=int, default=3, help="hosts (namespaces), one worker each")
-    n.add_argument("--rates", default="1gbit,10gbit", help="link rates (tc syntax), comma separated")
-    n.add_argument("--delay", default="0.2ms", help="one-way delay between hosts (needs sch_netem)")
-    n.add_argument("--compression", default="none,lz4,zstd", help="wire compressions, comma separated")
-    n.add_argument("--runs", type=int, default=3, help="timed runs per point (median)")
-    n.add_argument("--queries", default="seed,q3,q9", help="seed and/or qN, comma separated")
-    n.add_argument(
-        "--shared-storage",
-        action="store_true",
-        help="let workers read small tables from the shared data directory instead of broadcasting "
-        "them (default: off, like hosts with their own disks)",
-    )
-    n.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
-    n.add_argument("--out", default="bench-results/netem", help="output directory")
-
-
 def run(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise DuckflockError("--runs must be at least 1")
@@ -287,19 +259,3 @@ def flight_figure(results: dict, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m duckflock.bench.flight_bench flight|netem ...`` (also ``duckflock bench ...``)."""
-    parser = argparse.ArgumentParser(prog="duckflock-bench")
-    add_parser(parser.add_subparsers(dest="bench", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except DuckflockError as e:
-        err.out(f"error: {e}")
-        return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

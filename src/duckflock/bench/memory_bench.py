@@ -113,7 +113,7 @@ def _duckdb(data: Path, qfile: Path, result: Path, limit: int | None, work: Path
     spill = work / "spill-duckdb"
     spill.mkdir(exist_ok=True)
     cmd = [sys.executable, "-c", _DUCKDB_SCRIPT, str(data), str(qfile), str(spill), str(result)]
-    return run_in_cgroup(cmd, limit, spill, os.environ.copy(), timeout=3600)
+    return run_in_cgroup(cmd, limit, spill, os.environ.copy(), timeout=900)
 
 
 def _duckflock(data: Path, name: str, ranks: int, result: Path, limit: int | None, work: Path) -> Measured:
@@ -122,7 +122,7 @@ def _duckflock(data: Path, name: str, ranks: int, result: Path, limit: int | Non
     cmd = [sys.executable, "-m", "duckflock.cli.main", "sql", "--data", str(data), "--ranks", str(ranks)]
     cmd += ["--output", str(result), QUERIES[name]]
     env = {**os.environ, "DUCKFLOCK_TEMP_DIR": str(spill)}
-    return run_in_cgroup(cmd, limit, spill, env, timeout=3600)
+    return run_in_cgroup(cmd, limit, spill, env, timeout=900)
 
 
 def _repeat(runs: int, once: Callable[..., Measured], *args: object) -> dict:

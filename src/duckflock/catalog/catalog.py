@@ -14,8 +14,6 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 
-import duckdb
-
 from duckflock.catalog.hash_canary import canary, trusted
 from duckflock.catalog.partitioning import (
     Arbitrary,
@@ -83,6 +81,8 @@ class TableInfo:
         """A hash table partitioned just now, by this DuckDB: with this DuckDB's hash canary."""
         if self.kind != "hash" or self.hash_canary is not None:
             return self
+        import duckdb  # here, not at the top: the launcher reads catalogs without loading DuckDB
+
         types = tuple(canonical_hash_type(self.column_type(k)) for k in self.keys)
         return replace(self, hash_canary=canary(types), duckdb_version=duckdb.__version__)
 

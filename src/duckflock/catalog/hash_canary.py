@@ -12,8 +12,6 @@ from __future__ import annotations
 import functools
 import warnings
 
-import duckdb
-
 from duckflock.catalog.partitioning import hash_sql
 
 # One sample key per canonical hash type, and a large modulus so the canary sees most hash bits.
@@ -35,6 +33,8 @@ _MODULUS = 1_000_000_007
 @functools.lru_cache(maxsize=256)
 def canary(key_types: tuple[str, ...]) -> int:
     """This DuckDB's partition number of the sample keys of these (canonical) types."""
+    import duckdb  # on first use: reading a catalog needs no DuckDB
+
     keys = [_SAMPLES.get(t, "'duckflock'") for t in key_types]
     with duckdb.connect() as con:
         return int(con.execute(f"SELECT {hash_sql(keys, key_types, _MODULUS)}").fetchall()[0][0])
@@ -50,6 +50,8 @@ def trusted(table: str, key_types: tuple[str, ...], recorded: int | None, versio
 
 @functools.lru_cache(maxsize=1024)
 def _warn_once(table: str, version: str) -> None:
+    import duckdb
+
     made = f"DuckDB {version}" if version else "a DuckDB whose hash was not recorded"
     warnings.warn(
         f"table {table!r} was hash-partitioned by {made}, whose hash() differs from DuckDB "

@@ -20,7 +20,8 @@ err = Console(stderr=True, soft_wrap=True)
 
 def _query(db, args: argparse.Namespace) -> int:
     """Run the command's query on a session and print or write its result."""
-    from duckflock.cli.output import print_error, print_profile, print_table, write_result
+    from duckflock.cli.errors_out import print_error
+    from duckflock.cli.output import print_profile, print_table, write_result
 
     try:
         if args.command == "explain":
@@ -167,7 +168,7 @@ def run_load(args: argparse.Namespace) -> int:
             rt.mux.flush(qid) if rt.size > 1 else None
             failure = rt.mux.failure(qid)
         if rt.rank == 0:
-            from duckflock.cli.output import print_error
+            from duckflock.cli.errors_out import print_error
 
             print_error(err, str(failure.error() if failure else e))
     finally:

@@ -14,7 +14,8 @@ import tempfile
 
 from rich.console import Console
 
-from duckflock.cli.output import print_error
+from duckflock.cli.bench_args import add_bench_parsers
+from duckflock.cli.errors_out import print_error
 from duckflock.errors import DuckflockError
 from duckflock.exec.launch import (
     job_outcome,
@@ -84,41 +85,7 @@ def _parser() -> argparse.ArgumentParser:
             s.add_argument("--profile", action="store_true", help="per-rank, per-stage timings")
             s.add_argument("--max-rows", type=int, default=20, help="rows to print (default 20)")
 
-    b = sub.add_parser("bench", help="benchmarks: seed join, exchange, TPC-H, memory, Flight, netem")
-    bsub = b.add_subparsers(dest="bench", required=True)
-    bs = bsub.add_parser("seed", help="the seed report's join vs single-process DuckDB")
-    bs.add_argument("--sf", default="0.1,0.5,1", help="scale factors, comma separated")
-    bs.add_argument("--ranks", default="1,2,4", help="rank counts, comma separated")
-    bs.add_argument("--runs", type=int, default=5, help="timed runs per point (median reported)")
-    bs.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
-    bs.add_argument("--out", default="bench-results/seed", help="output directory")
-    bx = bsub.add_parser("exchange", help="all-to-all hash shuffle throughput vs memcpy")
-    bx.add_argument("--ranks", default="2,4", help="rank counts, comma separated")
-    bx.add_argument("--gb", type=float, default=2.0, help="GB shuffled in total per run")
-    bx.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
-    bx.add_argument("--out", default="bench-results/exchange", help="output directory")
-
-    bt = bsub.add_parser("tpch", help="the 22 TPC-H queries vs single-process DuckDB")
-    bt.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
-    bt.add_argument("--ranks", default="1,2,4", help="rank counts, comma separated")
-    bt.add_argument("--runs", type=int, default=3, help="timed runs per query (median reported)")
-    bt.add_argument("--check", action="store_true", help="compare every result with DuckDB's")
-    bt.add_argument("--queries", default=None, help="only these query numbers, comma separated")
-    bt.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
-    bt.add_argument("--out", default="bench-results/tpch", help="output directory")
-
-    bm = bsub.add_parser("memory", help="queries larger than a node's memory, in a memory cgroup (root)")
-    bm.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
-    bm.add_argument("--node-memory", default="1GiB", help="the cgroup's limit, e.g. 1.5GiB; none: no limit")
-    bm.add_argument("--ranks", default="2,4", help="rank counts, comma separated")
-    bm.add_argument("--runs", type=int, default=1, help="cold runs per point (median reported)")
-    bm.add_argument("--queries", default="join,q9,q18,q21,skew", help="of join, q9, q18, q21, skew")
-    bm.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
-    bm.add_argument("--out", default="bench-results/memory", help="output directory")
-
-    from duckflock.bench.flight_bench import add_parser as add_flight_benches
-
-    add_flight_benches(bsub)
+    add_bench_parsers(sub)
 
     d = sub.add_parser("demo", help="generate TPC-H, run the seed join on several ranks, check it")
     d.add_argument("--sf", type=float, default=0.1)

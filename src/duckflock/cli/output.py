@@ -23,11 +23,6 @@ def stdout_console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
-def print_error(console: Console, message: str) -> None:
-    """One error line; the message is printed literally (DuckDB messages contain brackets)."""
-    console.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
-
-
 def print_table(table: pa.Table, max_rows: int = 20, console: Console | None = None) -> None:
     console = console or Console()
     view = Table(show_header=True, header_style="bold")

@@ -124,6 +124,19 @@ class Mux:
                     raise TransportError(f"rank {self.rank}: no message within {timeout:.0f} s")
                 self._cv.wait(0.05)
 
+    def recv_any(self, qid: int, channels: tuple[int, ...]) -> tuple[int, int, object]:
+        """Next message on any of (qid, channel) as (channel, source, payload), first channels first."""
+        q = qid % (1 << _QID_BITS)
+        with self._cv:
+            while True:
+                for channel in channels:
+                    box = self._inbox.get((q, channel))
+                    if box:
+                        src, payload = box.popleft()
+                        return channel, src, payload
+                self._check(qid)
+                self._cv.wait(0.05)
+
     def recv_obj(self, qid: int, channel: int, timeout: float | None = None) -> tuple[int, object]:
         src, payload = self.recv(qid, channel, timeout)
         return src, pickle.loads(memoryview(payload))

@@ -25,7 +25,7 @@ import pyarrow as pa
 from duckflock.exchange.codec import decode, encode, frames_supported, from_frames, to_frames
 from duckflock.exchange.mux import FIRST_EXCHANGE, Mux
 from duckflock.exchange.partition import split_by_target
-from duckflock.exchange.spill import ExchangeInput, StageSpill, num_rows
+from duckflock.exchange.spill import ExchangeInput, InputSink, QuerySpill, num_rows
 
 
 def data_channel(xid: int) -> int:
@@ -76,6 +76,7 @@ class ExchangeWriter:
         self.pending_bytes = dict.fromkeys(self.order, 0)
         self.sent = dict.fromkeys(self.receivers, 0)
         self.local: list[pa.RecordBatch] = []
+        self.local_bytes = 0
         self.schema: pa.Schema | None = None
         self._frames: bytes | None = None  # the serialized schema, once frames are chosen
 
@@ -97,9 +98,12 @@ class ExchangeWriter:
             self.stats.rows_out += rows.num_rows
             if target == self.rank:
                 self.local.append(rows)
+                self.local_bytes += rows.nbytes
             else:
                 self.pending[target].append(rows)
                 self.pending_bytes[target] += rows.nbytes
+        if self.local_bytes >= self.chunk_bytes:
+            self._hand_over_local()
         if self.kind == "broadcast":
             # Every target has the same buffer: serialize once, send to all.
             if self.order and self.pending_bytes[self.order[0]] >= self.chunk_bytes:
@@ -142,6 +146,13 @@ class ExchangeWriter:
             self.pending[target] = []
             self.pending_bytes[target] = 0
 
+    def _hand_over_local(self) -> None:
+        """This rank's own rows go to its receiving side in chunks too, so they are not all held
+        here until the stage ends (the receiving side may spill them)."""
+        self.mux.send(self.rank, self.qid, data_channel(self.xid), Local(self.local))
+        self.sent[self.rank] += 1
+        self.local, self.local_bytes = [], 0
+
     def _flush_broadcast(self) -> None:
         batches = self.pending[self.order[0]]
         if batches:
@@ -160,9 +171,8 @@ class ExchangeWriter:
             self._flush_broadcast()
         for t in self.order:
             self._flush(t)
-        if self.rank in self.receivers:
-            self.mux.send(self.rank, self.qid, data_channel(self.xid), Local(self.local))
-            self.sent[self.rank] = 1
+        if self.rank in self.receivers and self.local:
+            self._hand_over_local()
         schema_bytes = schema.serialize().to_pybytes()
         for t in self.receivers:
             eos = pickle.dumps((self.sent[t], schema_bytes))
@@ -176,24 +186,30 @@ def read_exchange(
     senders: list[int],
     stats: ExchangeStats,
     ordered: bool = False,
-    spill: StageSpill | None = None,
+    spill: QuerySpill | None = None,
 ) -> ExchangeInput:
     """Every row sent to this rank through exchange ``xid``, once all senders have finished.
-    ``ordered``: the senders' rows are concatenated in rank order (transports deliver each
-    sender's messages in the order sent); such inputs are the driver's result and stay in memory.
-    Otherwise rows beyond ``spill``'s budget go to a local file, and a dataset over it is returned."""
+
+    Messages are taken as they arrive (not after every sender's end-of-stream), so they do not wait
+    in the multiplexer's memory: rows beyond ``spill``'s budget go to a local file and a dataset
+    over it is returned. ``ordered``: the senders' rows in rank order (transports deliver each
+    sender's messages in the order sent); such inputs are the driver's result and stay in memory."""
     t0 = time.perf_counter()
-    expected = 0
-    schema = None
-    for _ in senders:
-        _, (count, schema_bytes) = mux.recv_obj(qid, eos_channel(xid))
-        expected += count
-        schema = schema or pa.ipc.read_schema(pa.py_buffer(schema_bytes))
-    assert schema is not None
-    sink = (spill if spill is not None and not ordered else StageSpill(None, 0)).sink(schema)
+    data_ch, eos_ch = data_channel(xid), eos_channel(xid)
+    ends = expected = received_count = 0
+    schema: pa.Schema | None = None
+    sink: InputSink | None = None
     by_source: dict[int, list[pa.RecordBatch]] = {}
-    for _ in range(expected):
-        src, payload = mux.recv(qid, data_channel(xid))
+    budget = spill if spill is not None and not ordered else QuerySpill(None, 0)
+    while ends < len(senders) or received_count < expected:
+        channel, src, payload = mux.recv_any(qid, (data_ch, eos_ch))
+        if channel == eos_ch:
+            count, schema_bytes = pickle.loads(memoryview(payload))
+            expected += count
+            ends += 1
+            schema = schema or pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+            continue
+        received_count += 1
         if isinstance(payload, Local):
             received = payload.batches
         elif isinstance(payload, list):
@@ -204,13 +220,17 @@ def read_exchange(
             _, received = decode(payload)
         if ordered:
             by_source.setdefault(src, []).extend(received)
-        else:
+            continue
+        if sink is None and received:
+            sink = budget.sink(received[0].schema)
+        if sink is not None:
             sink.add(received)
+    assert schema is not None
+    if sink is None:
+        sink = budget.sink(schema)
     for src in sorted(by_source):
         sink.add(by_source[src])
     data = sink.finish()
     stats.recv_wait_s += time.perf_counter() - t0
     stats.rows_in += num_rows(data)
-    if spill is not None:
-        stats.bytes_spilled = spill.spilled_bytes
     return data

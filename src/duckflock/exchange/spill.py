@@ -1,15 +1,17 @@
-"""Received exchange data beyond a stage's memory budget goes to local Arrow IPC files.
+"""Received exchange data beyond a query's memory budget goes to local Arrow IPC files.
 
-Without this a stage holds all of its input in memory before DuckDB starts, and the rank is killed
-where DuckDB alone would have spilled. Batches are kept in memory while the stage's inputs fit the
-budget; past it, the exchange's batches (held and later ones) are written to one Arrow IPC file in
-the rank's spill directory, and DuckDB scans the file as a memory-mapped Arrow dataset — pages the
-kernel can drop, not anonymous memory. The files are removed when the stage ends, also on failure.
+Without this a rank holds all of a stage's input in memory before DuckDB starts, and is killed
+where DuckDB alone would have spilled. Batches are kept in memory while the query's received inputs
+fit the budget; past it, an exchange's batches (held and later ones) are written to one Arrow IPC
+file in the rank's spill directory, and DuckDB scans the file as a memory-mapped Arrow dataset —
+pages the kernel can drop, not anonymous memory. The files are removed when the query ends, also
+on failure.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,29 +26,44 @@ _names = itertools.count()
 
 
 @dataclass
-class StageSpill:
-    """The memory budget of one stage's received inputs, and the files it spilled."""
+class QuerySpill:
+    """The memory budget of one query's received inputs on a rank (exchanges are received in
+    parallel, each in its own thread), and the files they spilled."""
 
     directory: Path | None  # None: never spill (no spill directory)
     budget_bytes: int
     held_bytes: int = 0
     spilled_bytes: int = 0
     files: list[Path] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def sink(self, schema: pa.Schema) -> InputSink:
         return InputSink(self, schema)
 
+    def reserve(self, nbytes: int) -> bool:
+        """Count ``nbytes`` as held in memory, if they fit the budget."""
+        with self.lock:
+            if self.directory is not None and self.held_bytes + nbytes > self.budget_bytes:
+                return False
+            self.held_bytes += nbytes
+            return True
+
+    def release(self, nbytes: int) -> None:
+        with self.lock:
+            self.held_bytes -= nbytes
+
     def remove_files(self) -> None:
-        for f in self.files:
-            f.unlink(missing_ok=True)
-        self.files.clear()
+        with self.lock:
+            for f in self.files:
+                f.unlink(missing_ok=True)
+            self.files.clear()
 
 
 @dataclass
 class InputSink:
     """One exchange's received batches: held in memory until the stage's budget is used up."""
 
-    spill: StageSpill
+    spill: QuerySpill
     schema: pa.Schema
     held: list[pa.RecordBatch] = field(default_factory=list)
     writer: pa.ipc.RecordBatchFileWriter | None = None
@@ -54,27 +71,29 @@ class InputSink:
 
     def add(self, batches: list[pa.RecordBatch]) -> None:
         if self.writer is None:
-            nbytes = sum(b.nbytes for b in batches)
-            if self.spill.directory is None or self.spill.held_bytes + nbytes <= self.spill.budget_bytes:
+            if self.spill.reserve(sum(b.nbytes for b in batches)):
                 self.held.extend(batches)
-                self.spill.held_bytes += nbytes
                 return
             self._start_file()
         assert self.writer is not None
         for b in batches:
             self.writer.write_batch(b)
-            self.spill.spilled_bytes += b.nbytes
+        with self.spill.lock:
+            self.spill.spilled_bytes += sum(b.nbytes for b in batches)
 
     def _start_file(self) -> None:
         assert self.spill.directory is not None
         self.path = self.spill.directory / f"exchange-{next(_names)}.arrow"
-        self.spill.files.append(self.path)
+        with self.spill.lock:
+            self.spill.files.append(self.path)
         self.writer = pa.ipc.new_file(str(self.path), self.schema)
         held, self.held = self.held, []
-        self.spill.held_bytes -= sum(b.nbytes for b in held)
         for b in held:
             self.writer.write_batch(b)
-            self.spill.spilled_bytes += b.nbytes
+        nbytes = sum(b.nbytes for b in held)
+        self.spill.release(nbytes)
+        with self.spill.lock:
+            self.spill.spilled_bytes += nbytes
 
     def finish(self) -> ExchangeInput:
         if self.writer is None:

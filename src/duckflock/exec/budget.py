@@ -39,14 +39,27 @@ class Budget:
     @classmethod
     def of_rank(cls, config: Config, ranks_on_node: int) -> Budget:
         total = config.memory_limit_bytes or int(node_memory_bytes() * 0.8 / max(1, ranks_on_node))
+        # What the process already holds (Python, DuckDB, Arrow and MPI loaded: 70-100 MB) is spent.
+        free = max(total - own_anon_bytes(), total // 4)
         return cls(
             rank_bytes=total,
-            duckdb_bytes=max(int(total * DUCKDB_PART), 64 << 20),
-            exchange_bytes=config.exchange_memory_bytes or int(total * EXCHANGE_PART),
+            duckdb_bytes=max(int(free * DUCKDB_PART), 64 << 20),
+            exchange_bytes=config.exchange_memory_bytes or int(free * EXCHANGE_PART),
             inflight_bytes=max(
-                min(config.max_inflight_bytes, int(total * INFLIGHT_PART)), 2 * config.chunk_bytes
+                min(config.max_inflight_bytes, int(free * INFLIGHT_PART)), 2 * config.chunk_bytes
             ),
         )
+
+
+def own_anon_bytes() -> int:
+    """This process's anonymous resident memory (0 where /proc is missing)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def node_memory_bytes() -> int:

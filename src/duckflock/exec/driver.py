@@ -13,7 +13,9 @@ import pyarrow as pa
 
 from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError, ExecutionError, duckdb_message
+from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
+from duckflock.exchange.spill import QuerySpill
 from duckflock.exec.memory import release_free_memory
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.stage import StageStats, run_stage
@@ -46,12 +48,19 @@ def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[S
     stage_id = None
     catalog = Catalog(rt.catalog.root if rt.catalog else ".", cmd.tables)
     rt_q = dataclasses.replace(rt, catalog=catalog)
+    budget = rt.budget.exchange_bytes if rt.budget is not None else 0
+    received = QueryInputs(rt.mux, cmd.qid, QuerySpill(rt.spill_dir, budget))
     try:
-        for stage in cmd.plan.stages:
+        plan = cmd.plan
+        for stage in plan.stages:  # every exchange this rank reads is taken in from the start
+            if not stage.on_driver or rt.rank == 0:
+                for xid in stage.inputs:
+                    received.start(xid, plan.senders(xid, rt.size), plan.exchange(xid).ordered)
+        for stage in plan.stages:
             if stage.on_driver and rt.rank != 0:
                 continue
             stage_id = stage.sid
-            out, st = run_stage(rt_q, cmd.qid, cmd.plan, stage)
+            out, st = run_stage(rt_q, cmd.qid, plan, stage, received)
             stats.append(st)
             if stage.output is None:
                 result = out
@@ -66,6 +75,8 @@ def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[S
         cause = describe_error(e)
         rt.mux.fail(cmd.qid, stage_id, cause)
         raise ExecutionError(rt.rank, stage_id, cause) from None
+    finally:
+        received.close()
     return result, stats
 
 

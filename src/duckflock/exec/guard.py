@@ -6,7 +6,8 @@ small process, which sees the child's exit status: on death by a signal it write
 ``<job dir>/rank<R>.died`` (rank, signal, time) for the launcher, which then reports one duckflock
 message naming the rank, the signal and the likely cause (``describe_deaths``).
 
-``python -m duckflock.exec.guard JOB_DIR PROGRAM ARGS...`` — imports nothing of duckflock's engine.
+``python -I .../exec/guard.py JOB_DIR PROGRAM ARGS...`` — run by path, so that it imports neither
+duckflock nor DuckDB: it only waits.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def main(argv: list[str]) -> int:
     tmp = job / f".rank{rank}.died"
     tmp.write_text(json.dumps(record))
     tmp.rename(job / f"rank{rank}.died")
+    # Die of the same signal: mpiexec tears the job down when a process is killed, but may wait
+    # forever on the other ranks when one merely exits with an error code.
+    if -code in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(-code, signal.SIG_DFL)  # the handler forwarding it to the child
+    os.kill(os.getpid(), -code)
     return 128 - code
 
 

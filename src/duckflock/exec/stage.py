@@ -15,8 +15,9 @@ from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import Hashed, Ranged, canonical_hash_type, hash_sql
 from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.exchange.codec import write_options
-from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter, read_exchange
-from duckflock.exchange.spill import StageSpill, materialize
+from duckflock.exchange.inputs import QueryInputs
+from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
+from duckflock.exchange.spill import materialize
 from duckflock.exec import range_sort
 from duckflock.exec.runtime import Runtime
 from duckflock.plan.nodes import ExchangeRead, Scan
@@ -80,7 +81,9 @@ def target_sql(spec: ExchangeSpec, size: int) -> str:
     raise ValueError(f"exchange {spec.xid} of kind {spec.kind} has no target function")
 
 
-def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.Table | None, StageStats]:
+def run_stage(
+    rt: Runtime, qid: int, plan: StagePlan, stage: Stage, received: QueryInputs
+) -> tuple[pa.Table | None, StageStats]:
     if rt.config.stage_gate_dir:
         _wait_at_gate(rt, qid, stage.sid)
     stats = StageStats(stage.sid, rt.rank)
@@ -88,14 +91,11 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
     registered = []
     # The final stage, on the driver, may run on a DuckDB with every core of the node.
     con = rt.final_connection() if stage.on_driver and stage.output is None else rt.con
-    budget = rt.budget.exchange_bytes if rt.budget is not None else 0
-    spill = StageSpill(rt.spill_dir, budget)
+    spilled_before = received.spill.spilled_bytes
     try:
         inputs = {}
         for xid in stage.inputs:
-            ordered = plan.exchange(xid).ordered
-            senders = plan.senders(xid, rt.size)
-            inputs[xid] = read_exchange(rt.mux, qid, xid, senders, stats.exchange, ordered, spill)
+            inputs[xid] = received.take(xid, stats.exchange)
             name = exchange_table(xid)
             con.register(name, inputs[xid])
             registered.append(name)
@@ -161,7 +161,9 @@ def run_stage(rt: Runtime, qid: int, plan: StagePlan, stage: Stage) -> tuple[pa.
     finally:
         for name in registered:
             con.unregister(name)
-        spill.remove_files()
+        for xid in stage.inputs:
+            received.done(xid)
+        stats.exchange.bytes_spilled = received.spill.spilled_bytes - spilled_before
         stats.total_s = time.perf_counter() - t_start
 
 

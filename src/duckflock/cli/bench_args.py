@@ -1,0 +1,64 @@
+"""The ``duckflock bench ...`` command line: arguments only, so the CLI loads no benchmark code
+(nor DuckDB or Arrow) until a benchmark runs."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
+    b = sub.add_parser("bench", help="benchmarks: seed join, exchange, TPC-H, memory, Flight, netem")
+    bsub = b.add_subparsers(dest="bench", required=True)
+    bs = bsub.add_parser("seed", help="the seed report's join vs single-process DuckDB")
+    bs.add_argument("--sf", default="0.1,0.5,1", help="scale factors, comma separated")
+    bs.add_argument("--ranks", default="1,2,4", help="rank counts, comma separated")
+    bs.add_argument("--runs", type=int, default=5, help="timed runs per point (median reported)")
+    bs.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
+    bs.add_argument("--out", default="bench-results/seed", help="output directory")
+    bx = bsub.add_parser("exchange", help="all-to-all hash shuffle throughput vs memcpy")
+    bx.add_argument("--ranks", default="2,4", help="rank counts, comma separated")
+    bx.add_argument("--gb", type=float, default=2.0, help="GB shuffled in total per run")
+    bx.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
+    bx.add_argument("--out", default="bench-results/exchange", help="output directory")
+
+    bt = bsub.add_parser("tpch", help="the 22 TPC-H queries vs single-process DuckDB")
+    bt.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
+    bt.add_argument("--ranks", default="1,2,4", help="rank counts, comma separated")
+    bt.add_argument("--runs", type=int, default=3, help="timed runs per query (median reported)")
+    bt.add_argument("--check", action="store_true", help="compare every result with DuckDB's")
+    bt.add_argument("--queries", default=None, help="only these query numbers, comma separated")
+    bt.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
+    bt.add_argument("--out", default="bench-results/tpch", help="output directory")
+
+    bm = bsub.add_parser("memory", help="queries larger than a node's memory, in a memory cgroup (root)")
+    bm.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
+    bm.add_argument("--node-memory", default="1GiB", help="the cgroup's limit, e.g. 1.5GiB; none: no limit")
+    bm.add_argument("--ranks", default="2,4", help="rank counts, comma separated")
+    bm.add_argument("--runs", type=int, default=1, help="cold runs per point (median reported)")
+    bm.add_argument("--queries", default="join,q9,q18,q21,skew", help="of join, q9, q18, q21, skew")
+    bm.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
+    bm.add_argument("--out", default="bench-results/memory", help="output directory")
+
+    f = bsub.add_parser("flight", help="Flight workers on loopback vs MPI ranks vs DuckDB")
+    f.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (default 1)")
+    f.add_argument("--workers", default="2,4", help="worker (and rank) counts, comma separated")
+    f.add_argument("--runs", type=int, default=5, help="timed runs per query and system (median)")
+    f.add_argument("--queries", default="seed,q3,q5,q9,q18", help="seed and/or qN, comma separated")
+    f.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
+    f.add_argument("--out", default="bench-results/flight", help="output directory")
+    n = bsub.add_parser("netem", help="Flight workers on namespace hosts over shaped links")
+    n.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (default 1)")
+    n.add_argument("--hosts", type=int, default=3, help="hosts (namespaces), one worker each")
+    n.add_argument("--rates", default="1gbit,10gbit", help="link rates (tc syntax), comma separated")
+    n.add_argument("--delay", default="0.2ms", help="one-way delay between hosts (needs sch_netem)")
+    n.add_argument("--compression", default="none,lz4,zstd", help="wire compressions, comma separated")
+    n.add_argument("--runs", type=int, default=3, help="timed runs per point (median)")
+    n.add_argument("--queries", default="seed,q3,q9", help="seed and/or qN, comma separated")
+    n.add_argument(
+        "--shared-storage",
+        action="store_true",
+        help="let workers read small tables from the shared data directory instead of broadcasting "
+        "them (default: off, like hosts with their own disks)",
+    )
+    n.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
+    n.add_argument("--out", default="bench-results/netem", help="output directory")

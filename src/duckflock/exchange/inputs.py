@@ -1,0 +1,74 @@
+"""The exchanges a rank receives during one query, taken in as they arrive.
+
+Each exchange this rank reads is received by a thread of its own from the moment the query starts,
+not when the stage reading it starts: rows sent while this rank still runs an earlier stage (its
+own rows included) go straight into the exchange's sink, and past the query's memory budget to a
+local file, instead of piling up in the multiplexer. A stage then takes its inputs, complete.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from duckflock.exchange.mux import Mux
+from duckflock.exchange.shuffle import ExchangeStats, read_exchange
+from duckflock.exchange.spill import ExchangeInput, QuerySpill
+
+
+@dataclass
+class _Receiving:
+    thread: threading.Thread
+    ordered: bool
+    stats: ExchangeStats = field(default_factory=ExchangeStats)
+    data: ExchangeInput | None = None
+    error: BaseException | None = None
+
+
+class QueryInputs:
+    def __init__(self, mux: Mux, qid: int, spill: QuerySpill):
+        self.mux, self.qid, self.spill = mux, qid, spill
+        self._receiving: dict[int, _Receiving] = {}
+
+    def start(self, xid: int, senders: list[int], ordered: bool) -> None:
+        """Begin receiving exchange ``xid`` in the background."""
+        thread = threading.Thread(target=self._run, args=(xid, senders, ordered), daemon=True)
+        self._receiving[xid] = _Receiving(thread, ordered)
+        thread.start()
+
+    def _run(self, xid: int, senders: list[int], ordered: bool) -> None:
+        r = self._receiving[xid]
+        try:
+            r.data = read_exchange(self.mux, self.qid, xid, senders, r.stats, ordered, self.spill)
+        except BaseException as e:  # the query failed elsewhere, or this rank's transport did
+            r.error = e
+
+    def take(self, xid: int, stats: ExchangeStats) -> ExchangeInput:
+        """Exchange ``xid``'s rows once all have arrived; its receiving counts go to ``stats``."""
+        r = self._receiving[xid]
+        t0 = time.perf_counter()
+        r.thread.join()
+        stats.recv_wait_s += time.perf_counter() - t0
+        stats.rows_in += r.stats.rows_in
+        stats.bytes_in += r.stats.bytes_in
+        if r.error is not None:
+            raise r.error
+        assert r.data is not None
+        return r.data
+
+    def done(self, xid: int) -> None:
+        """The stage that read ``xid`` has finished: its rows in memory no longer count."""
+        r = self._receiving.pop(xid)
+        if isinstance(r.data, pa.Table) and not r.ordered:  # ordered inputs are not budgeted
+            self.spill.release(r.data.nbytes)
+        r.data = None
+
+    def close(self) -> None:
+        """At the end of the query (also a failed one): wait for the receivers, remove the files."""
+        for r in self._receiving.values():
+            r.thread.join(timeout=30)
+        self._receiving.clear()
+        self.spill.remove_files()
