@@ -37,9 +37,12 @@ def bad_dir(tmp_path_factory) -> Path:
     return root
 
 
+CLI = [sys.executable, "-m", "duckflock.cli.main"]
+
+
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "duckflock.cli.main", *args],
+        [*CLI, *args],
         capture_output=True,
         text=True,
         timeout=BOUND_S,
@@ -179,40 +182,36 @@ def test_out_of_memory_is_reported_not_fatal(bad_dir):
     assert "Traceback" not in proc.stderr
 
 
+def rank_at_gate(gate: Path, rank: int, running) -> int:
+    """The pid of ``rank`` once it waits at the stage gate before its first stage."""
+    import time
+
+    marker = gate / f"rank{rank}.stage0"
+    deadline = time.monotonic() + BOUND_S
+    while not (marker.exists() and marker.read_text()):
+        assert running() and time.monotonic() < deadline, "the rank never reached the gate"
+        time.sleep(0.05)
+    return int(marker.read_text())
+
+
 @pytest.mark.parametrize("victim", [0, 1])
 def test_rank_killed_by_the_os_is_named_without_mpich_banner(bad_dir, tmp_path, victim):
     """What the OOM killer does, at an observed point: every rank holds at a stage gate, the test
     kills one with SIGKILL; the job ends with one duckflock message naming that rank and signal."""
     import signal
-    import time
 
     gate = tmp_path / "gate"
     gate.mkdir()
     (gate / "hold").touch()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "duckflock.cli.main",
-            "sql",
-            "--data",
-            str(bad_dir),
-            "--ranks",
-            "2",
-            "SELECT count(*) FROM good JOIN bad ON good.k = bad.k",
-        ],
+        [*CLI, "sql", "--data", str(bad_dir), "--ranks", "2", "SELECT count(*) FROM good JOIN bad USING (k)"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "DUCKFLOCK_STAGE_GATE_DIR": str(gate)},
     )
     try:
-        marker = gate / f"rank{victim}.stage0"
-        deadline = time.monotonic() + BOUND_S
-        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
-        os.kill(int(marker.read_text()), signal.SIGKILL)
+        os.kill(rank_at_gate(gate, victim, lambda: proc.poll() is None), signal.SIGKILL)
         out, err = proc.communicate(timeout=BOUND_S)
     finally:
         if proc.poll() is None:
@@ -227,7 +226,6 @@ def test_rank_killed_by_the_os_is_named_without_mpich_banner(bad_dir, tmp_path, 
 def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path):
     import signal
     import threading
-    import time
 
     gate = tmp_path / "gate"
     gate.mkdir()
@@ -243,11 +241,7 @@ def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path):
 
     t = threading.Thread(target=query)
     t.start()
-    marker = gate / "rank1.stage0"
-    deadline = time.monotonic() + BOUND_S
-    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.kill(int(marker.read_text()), signal.SIGKILL)
+    os.kill(rank_at_gate(gate, 1, t.is_alive), signal.SIGKILL)
     t.join(BOUND_S)
     assert not t.is_alive()
     assert failure and isinstance(failure[0], duckflock.DuckflockError), failure

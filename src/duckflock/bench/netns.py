@@ -33,6 +33,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from duckflock.exec.budget import pid_alive
+
 PREFIX = "duckflock"  # namespaces: duckflock-<tag>-<i>, tag = <pid hex>x<sequence number hex>
 BRIDGE_PREFIX = "dfb"  # bridge: dfb<tag>; root ends of the veths: dfv<tag>.<i hex>
 VETH_PREFIX = "dfv"
@@ -99,14 +101,6 @@ def _denied(e: subprocess.CalledProcessError) -> bool:
     text = (e.stderr or "").lower()
     return any(s in text for s in ("operation not permitted", "permission denied", "eperm"))
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -322,7 +316,7 @@ def _end_processes_in(ip: str, ns: str) -> None:
                 os.kill(pid, sig)
         deadline = time.monotonic() + 3
         while pids and time.monotonic() < deadline:
-            pids = [p for p in pids if _pid_alive(p)]
+            pids = [p for p in pids if pid_alive(p)]
             time.sleep(0.05)
         if not pids:
             return
@@ -364,14 +358,14 @@ def remove_stale() -> list[str]:
     for line in _run(ip, "netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.strip() else ""
         m = re.fullmatch(rf"{PREFIX}-([0-9a-f]+)x[0-9a-f]+-\d+|{PREFIX}-([0-9a-f]+)probe", name)
-        dead = m is not None and not _pid_alive(int(m.group(1) or m.group(2), 16))
+        dead = m is not None and not pid_alive(int(m.group(1) or m.group(2), 16))
         # A namespace that still holds processes is in use after all (pid reuse): leave it.
         if dead and not _run(ip, "netns", "pids", name, check=False).stdout.split():
             _run(ip, "netns", "del", name, check=False)
             removed.append(name)
     for dev in Path("/sys/class/net").iterdir():
         m = re.fullmatch(rf"{BRIDGE_PREFIX}([0-9a-f]+)x[0-9a-f]+", dev.name)
-        if m and (dev / "bridge").exists() and not _pid_alive(int(m.group(1), 16)):
+        if m and (dev / "bridge").exists() and not pid_alive(int(m.group(1), 16)):
             _run(ip, "link", "del", dev.name, check=False)
             removed.append(dev.name)
     return removed

@@ -143,12 +143,13 @@ def _remove_orphans(base: Path) -> None:
     """Spill directories whose process is gone (killed before it could clean up)."""
     for d in base.glob(f"{_PREFIX}*-r*-*"):
         pid = d.name[len(_PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdigit() or pid_alive(int(pid)):
             continue
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one of another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
