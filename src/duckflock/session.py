@@ -92,10 +92,11 @@ class _MpiJobBackend:
         import os
         import secrets
         import shutil
+        import socket
         import subprocess
         import tempfile
         import time
-        from multiprocessing.connection import Listener
+        from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
         from duckflock.catalog import Catalog
         from duckflock.errors import DuckflockError
@@ -106,7 +107,12 @@ class _MpiJobBackend:
         key = secrets.token_bytes(32)
         self._dir = tempfile.mkdtemp(prefix="duckflock-session-")
         address = os.path.join(self._dir, "control.sock")
-        self._listener = Listener(address, family="AF_UNIX", authkey=key)
+        # A plain socket with a timeout (multiprocessing's Listener has none), authenticated with
+        # multiprocessing's documented challenge functions, as Listener.accept would.
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(address)
+        self._listener.listen(1)
+        self._listener.settimeout(0.2)
         env = {**os.environ, **config_env, AUTHKEY_ENV: key.hex()}
         argv = mpiexec_argv(
             ranks, ["-m", "duckflock.exec.serve", "--data", str(data), "--address", address], self._dir
@@ -117,11 +123,14 @@ class _MpiJobBackend:
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log)
         # Wait for rank 0, but give up as soon as mpiexec ends, and after start_timeout at most.
-        self._listener._listener._socket.settimeout(0.2)
         deadline = time.monotonic() + start_timeout
         while True:
             try:
-                self._conn = self._listener.accept()
+                sock, _ = self._listener.accept()
+                sock.setblocking(True)
+                self._conn = Connection(sock.detach())
+                deliver_challenge(self._conn, key)
+                answer_challenge(self._conn, key)
                 break
             except OSError:
                 code = self._proc.poll()
