@@ -40,6 +40,12 @@ class Config:
     # Every rank can read every file of the data directory (shared file system): small tables are
     # then read in full by each rank instead of being broadcast over the network.
     shared_storage: bool = True
+    # Sleep between polls of a transport with transfers in progress: they advance only while polled,
+    # but spinning would take the core from DuckDB.
+    busy_poll_s: float = 0.00005
+    # Python's GIL switch interval in rank processes: short, so the multiplexer thread gets the GIL
+    # promptly while DuckDB's result batches are split in another thread. 0 leaves Python's default.
+    gil_switch_interval_s: float = 0.0005
     # Seconds without any sign of life from a peer before a query fails (Flight transport).
     peer_timeout_s: float = 30.0
     # DuckDB may read only the data directory (workers serving remote callers).

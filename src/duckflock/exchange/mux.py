@@ -11,9 +11,7 @@ dropped; an ERROR message from any rank fails that query on every rank at its ne
 from __future__ import annotations
 
 import collections
-import os
 import pickle
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -50,7 +48,12 @@ class Failure:
 
 
 class Mux:
-    def __init__(self, transport: Transport, max_inflight_bytes: int = 64 << 20):
+    def __init__(
+        self,
+        transport: Transport,
+        max_inflight_bytes: int = 64 << 20,
+        busy_poll_s: float = 0.00005,
+    ):
         self.transport = transport
         self.rank = transport.rank
         self.size = transport.size
@@ -66,9 +69,7 @@ class Mux:
         self._stop = False
         self._fatal: str | None = None
         self.on_failure: Callable[[int], None] | None = None  # e.g. interrupt the running DuckDB query
-        self.busy_poll_s = float(os.environ.get("DUCKFLOCK_BUSY_POLL_S", "0.00005"))
-        # Shorter GIL switch interval: the mux thread must get the GIL promptly to keep data moving.
-        sys.setswitchinterval(0.0005)
+        self.busy_poll_s = busy_poll_s
         self._thread = threading.Thread(target=self._run, name="duckflock-mux", daemon=True)
         self._thread.start()
 

@@ -4,6 +4,7 @@ node, and the catalog. Built once per process and reused by every query (warm ra
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +52,9 @@ class Runtime:
         threads = config.threads or max(1, cores // max(1, ranks_on_node))
         budget = Budget.of_rank(config, ranks_on_node)
         spill_dir = make_spill_dir(config, transport.rank)
-        mux = Mux(transport, budget.inflight_bytes)
+        if config.gil_switch_interval_s:  # process-wide: a rank process is duckflock's own
+            sys.setswitchinterval(config.gil_switch_interval_s)
+        mux = Mux(transport, budget.inflight_bytes, config.busy_poll_s)
         only_dir = str(catalog.root) if config.restrict_to_data_dir and catalog is not None else None
 
         def duck(n: int, tag: str) -> duckdb.DuckDBPyConnection:
