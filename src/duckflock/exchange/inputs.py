@@ -12,8 +12,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-
 from duckflock.exchange.mux import Mux
 from duckflock.exchange.shuffle import ExchangeStats, read_exchange
 from duckflock.exchange.spill import ExchangeInput, QuerySpill
@@ -22,7 +20,6 @@ from duckflock.exchange.spill import ExchangeInput, QuerySpill
 @dataclass
 class _Receiving:
     thread: threading.Thread
-    ordered: bool
     stats: ExchangeStats = field(default_factory=ExchangeStats)
     data: ExchangeInput | None = None
     error: BaseException | None = None
@@ -36,7 +33,7 @@ class QueryInputs:
     def start(self, xid: int, senders: list[int], ordered: bool) -> None:
         """Begin receiving exchange ``xid`` in the background."""
         thread = threading.Thread(target=self._run, args=(xid, senders, ordered), daemon=True)
-        self._receiving[xid] = _Receiving(thread, ordered)
+        self._receiving[xid] = _Receiving(thread)
         thread.start()
 
     def _run(self, xid: int, senders: list[int], ordered: bool) -> None:
@@ -62,8 +59,7 @@ class QueryInputs:
     def done(self, xid: int) -> None:
         """The stage that read ``xid`` has finished: its rows in memory no longer count."""
         r = self._receiving.pop(xid)
-        if isinstance(r.data, pa.Table) and not r.ordered:  # ordered inputs are not budgeted
-            self.spill.release(r.data.nbytes)
+        self.spill.release(r.stats.bytes_held)
         r.data = None
 
     def close(self) -> None:

@@ -25,7 +25,7 @@ import pyarrow as pa
 from duckflock.exchange.codec import decode, encode, frames_supported, from_frames, to_frames
 from duckflock.exchange.mux import FIRST_EXCHANGE, Mux
 from duckflock.exchange.partition import split_by_target
-from duckflock.exchange.spill import ExchangeInput, InputSink, QuerySpill, num_rows
+from duckflock.exchange.spill import ExchangeInput, InputSink, QuerySpill
 
 
 def data_channel(xid: int) -> int:
@@ -54,6 +54,7 @@ class ExchangeStats:
     send_wait_s: float = 0.0
     recv_wait_s: float = 0.0
     bytes_spilled: int = 0  # received bytes written to local files (past the stage's memory budget)
+    bytes_held: int = 0  # received bytes kept in memory under the query's budget (released after use)
 
 
 @dataclass
@@ -232,5 +233,6 @@ def read_exchange(
         sink.add(by_source[src])
     data = sink.finish()
     stats.recv_wait_s += time.perf_counter() - t0
-    stats.rows_in += num_rows(data)
+    stats.rows_in += data.num_rows
+    stats.bytes_held = sink.held_bytes if budget is spill else 0
     return data

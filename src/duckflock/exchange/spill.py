@@ -3,8 +3,9 @@
 Without this a rank holds all of a stage's input in memory before DuckDB starts, and is killed
 where DuckDB alone would have spilled. Batches are kept in memory while the query's received inputs
 fit the budget; past it, an exchange's batches (held and later ones) are written to one Arrow IPC
-file in the rank's spill directory, and DuckDB scans the file as a memory-mapped Arrow dataset —
-pages the kernel can drop, not anonymous memory. The files are removed when the query ends, also
+file in the rank's spill directory, and DuckDB scans a table memory-mapped from the file — pages
+the kernel can drop, not anonymous memory, and a table whose row count DuckDB's optimizer sees
+(it picks the smaller join side to build on). The files are removed when the query ends, also
 on failure.
 """
 
@@ -16,11 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 
-# What a stage sees of one exchange input: in memory, or spilled and scanned from disk.
-ExchangeInput = pa.Table | ds.Dataset
+# What a stage sees of one exchange input: a table in memory, or memory-mapped from a spill file.
+ExchangeInput = pa.Table
 
 _names = itertools.count()
 
@@ -68,11 +67,14 @@ class InputSink:
     held: list[pa.RecordBatch] = field(default_factory=list)
     writer: pa.ipc.RecordBatchFileWriter | None = None
     path: Path | None = None
+    held_bytes: int = 0  # counted against the query's budget
 
     def add(self, batches: list[pa.RecordBatch]) -> None:
         if self.writer is None:
-            if self.spill.reserve(sum(b.nbytes for b in batches)):
+            nbytes = sum(b.nbytes for b in batches)
+            if self.spill.reserve(nbytes):
                 self.held.extend(batches)
+                self.held_bytes += nbytes
                 return
             self._start_file()
         assert self.writer is not None
@@ -90,7 +92,7 @@ class InputSink:
         held, self.held = self.held, []
         for b in held:
             self.writer.write_batch(b)
-        nbytes = sum(b.nbytes for b in held)
+        nbytes, self.held_bytes = self.held_bytes, 0
         self.spill.release(nbytes)
         with self.spill.lock:
             self.spill.spilled_bytes += nbytes
@@ -99,12 +101,5 @@ class InputSink:
         if self.writer is None:
             return pa.Table.from_batches(self.held, schema=self.schema)
         self.writer.close()
-        return ds.dataset(str(self.path), format="arrow", filesystem=pafs.LocalFileSystem(use_mmap=True))
-
-
-def num_rows(data: ExchangeInput) -> int:
-    return data.num_rows if isinstance(data, pa.Table) else data.count_rows()
-
-
-def materialize(data: ExchangeInput) -> pa.Table:
-    return data if isinstance(data, pa.Table) else data.to_table()
+        # Zero-copy: the table's buffers are the mapped file (written uncompressed).
+        return pa.ipc.open_file(pa.memory_map(str(self.path))).read_all()

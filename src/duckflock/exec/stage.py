@@ -17,7 +17,6 @@ from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
-from duckflock.exchange.spill import materialize
 from duckflock.exec import range_sort
 from duckflock.exec.runtime import Runtime
 from duckflock.plan.nodes import ExchangeRead, Scan
@@ -102,7 +101,7 @@ def run_stage(
         spec = stage.output
         if spec is None and isinstance(stage.root, ExchangeRead):
             # rows arrive in their final order: no DuckDB pass
-            return materialize(inputs[stage.root.xid]), stats
+            return inputs[stage.root.xid], stats
         assert rt.catalog is not None
         sql = render(stage.root, scan_source(rt.catalog, rt.rank, rt.size))
         if spec is None:
