@@ -12,16 +12,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from duckflock.exchange.mux import Mux
 from duckflock.exchange.shuffle import ExchangeStats, read_exchange
-from duckflock.exchange.spill import ExchangeInput, QuerySpill
+from duckflock.exchange.spill import QuerySpill
 
 
 @dataclass
 class _Receiving:
     thread: threading.Thread
     stats: ExchangeStats = field(default_factory=ExchangeStats)
-    data: ExchangeInput | None = None
+    data: pa.Table | None = None
     error: BaseException | None = None
 
 
@@ -43,7 +45,7 @@ class QueryInputs:
         except BaseException as e:  # the query failed elsewhere, or this rank's transport did
             r.error = e
 
-    def take(self, xid: int, stats: ExchangeStats) -> ExchangeInput:
+    def take(self, xid: int, stats: ExchangeStats) -> pa.Table:
         """Exchange ``xid``'s rows once all have arrived; its receiving counts go to ``stats``."""
         r = self._receiving[xid]
         t0 = time.perf_counter()
@@ -51,6 +53,7 @@ class QueryInputs:
         stats.recv_wait_s += time.perf_counter() - t0
         stats.rows_in += r.stats.rows_in
         stats.bytes_in += r.stats.bytes_in
+        stats.bytes_spilled += r.stats.bytes_spilled
         if r.error is not None:
             raise r.error
         assert r.data is not None

@@ -25,7 +25,7 @@ import pyarrow as pa
 from duckflock.exchange.codec import decode, encode, frames_supported, from_frames, to_frames
 from duckflock.exchange.mux import FIRST_EXCHANGE, Mux
 from duckflock.exchange.partition import split_by_target
-from duckflock.exchange.spill import ExchangeInput, InputSink, QuerySpill
+from duckflock.exchange.spill import InputSink, QuerySpill
 
 
 def data_channel(xid: int) -> int:
@@ -53,7 +53,7 @@ class ExchangeStats:
     serialize_s: float = 0.0
     send_wait_s: float = 0.0
     recv_wait_s: float = 0.0
-    bytes_spilled: int = 0  # received bytes written to local files (past the stage's memory budget)
+    bytes_spilled: int = 0  # received bytes written to local files (past the query's memory budget)
     bytes_held: int = 0  # received bytes kept in memory under the query's budget (released after use)
 
 
@@ -188,7 +188,7 @@ def read_exchange(
     stats: ExchangeStats,
     ordered: bool = False,
     spill: QuerySpill | None = None,
-) -> ExchangeInput:
+) -> pa.Table:
     """Every row sent to this rank through exchange ``xid``, once all senders have finished.
 
     Messages are taken as they arrive (not after every sender's end-of-stream), so they do not wait
@@ -235,4 +235,5 @@ def read_exchange(
     stats.recv_wait_s += time.perf_counter() - t0
     stats.rows_in += data.num_rows
     stats.bytes_held = sink.held_bytes if budget is spill else 0
+    stats.bytes_spilled = sink.spilled_bytes
     return data

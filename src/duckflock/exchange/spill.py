@@ -18,9 +18,6 @@ from pathlib import Path
 
 import pyarrow as pa
 
-# What a stage sees of one exchange input: a table in memory, or memory-mapped from a spill file.
-ExchangeInput = pa.Table
-
 _names = itertools.count()
 
 
@@ -32,7 +29,6 @@ class QuerySpill:
     directory: Path | None  # None: never spill (no spill directory)
     budget_bytes: int
     held_bytes: int = 0
-    spilled_bytes: int = 0
     files: list[Path] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -68,6 +64,7 @@ class InputSink:
     writer: pa.ipc.RecordBatchFileWriter | None = None
     path: Path | None = None
     held_bytes: int = 0  # counted against the query's budget
+    spilled_bytes: int = 0  # written to the file
 
     def add(self, batches: list[pa.RecordBatch]) -> None:
         if self.writer is None:
@@ -80,8 +77,7 @@ class InputSink:
         assert self.writer is not None
         for b in batches:
             self.writer.write_batch(b)
-        with self.spill.lock:
-            self.spill.spilled_bytes += sum(b.nbytes for b in batches)
+        self.spilled_bytes += sum(b.nbytes for b in batches)
 
     def _start_file(self) -> None:
         assert self.spill.directory is not None
@@ -94,10 +90,10 @@ class InputSink:
             self.writer.write_batch(b)
         nbytes, self.held_bytes = self.held_bytes, 0
         self.spill.release(nbytes)
-        with self.spill.lock:
-            self.spill.spilled_bytes += nbytes
+        self.spilled_bytes += nbytes
 
-    def finish(self) -> ExchangeInput:
+    def finish(self) -> pa.Table:
+        """The exchange's rows: in memory, or a table memory-mapped from the spill file."""
         if self.writer is None:
             return pa.Table.from_batches(self.held, schema=self.schema)
         self.writer.close()

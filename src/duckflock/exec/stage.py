@@ -90,7 +90,6 @@ def run_stage(
     registered = []
     # The final stage, on the driver, may run on a DuckDB with every core of the node.
     con = rt.final_connection() if stage.on_driver and stage.output is None else rt.con
-    spilled_before = received.spill.spilled_bytes
     try:
         inputs = {}
         for xid in stage.inputs:
@@ -162,7 +161,6 @@ def run_stage(
             con.unregister(name)
         for xid in stage.inputs:
             received.done(xid)
-        stats.exchange.bytes_spilled = received.spill.spilled_bytes - spilled_before
         stats.total_s = time.perf_counter() - t_start
 
 
