@@ -11,6 +11,7 @@ from duckflock.catalog import Catalog, Hashed, Ranged
 from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.config import Config
 from duckflock.errors import CatalogError, DuckflockError, SqlError
+from duckflock.exec import adaptive
 from duckflock.exec.stage import target_sql
 from duckflock.plan.nodes import Aggregate, ExchangeRead, Join, Node, Scan, SetOp, Sort, Window, walk
 from duckflock.plan.planner import plan_query
@@ -61,8 +62,15 @@ def plan(catalog, schema_db):
     return run
 
 
-def nodes(p: StagePlan, kind: type) -> list:
-    return [n for s in p.stages for n in walk(s.root) if isinstance(n, kind)]
+def nodes(p: StagePlan, kind: type, shuffled: frozenset[int] = frozenset()) -> list:
+    """Nodes of the plan that runs when the measured broadcasts ``shuffled`` (default: none) fell back."""
+    return [
+        n
+        for s in p.stages
+        if adaptive.runs(s, set(shuffled))
+        for n in walk(adaptive.resolve(s.root, set(shuffled)))
+        if isinstance(n, kind)
+    ]
 
 
 def the_join(p: StagePlan) -> Join:
@@ -209,6 +217,33 @@ def test_small_side_is_broadcast_without_shared_storage(plan, small):
     spec = feeding(p, j.right)
     assert spec is not None and spec.kind == "broadcast"
     assert not any(s.replicated for s in nodes(p, Scan))
+
+
+def test_a_broadcast_has_a_prepared_shuffle_for_when_it_is_too_large(plan):
+    """A broadcast side is measured at run time; above the threshold both sides are hashed on the
+    join keys instead, by stages prepared in the plan that run only then."""
+    p = plan("SELECT ua.v, tiny.name FROM ua JOIN tiny ON ua.k = tiny.k", shared_storage=False)
+    spec = feeding(p, the_join(p).right)
+    assert spec is not None and spec.kind == "broadcast" and isinstance(spec.fallback_target, Hashed)
+    assert spec.fallback_above == Config().broadcast_threshold_bytes
+    [shuffled] = nodes(p, Join, frozenset({spec.xid}))
+    assert shuffled.strategy == "shuffle both"
+    left = feeding(p, shuffled.left)
+    assert left is not None and left.kind == "hash" and isinstance(left.target, Hashed)
+    # Hashed alike: same key types and count, each side on its own key column.
+    assert left.target.key_types == spec.fallback_target.key_types == ("BIGINT",)
+    assert (left.target.keys, spec.fallback_target.keys) == (("ua.k",), ("tiny.k",))
+    assert p.stage(left.producer).when == (spec.xid,)
+
+
+def test_a_broadcast_from_the_driver_falls_back_into_the_other_sides_partitioning(plan):
+    """The big side is hashed on the join key already: only the broadcast side would move."""
+    p = plan("SELECT hk.v, one.name FROM hk JOIN one ON hk.k = one.k", shared_storage=False)
+    spec = feeding(p, the_join(p).right)
+    assert spec is not None and spec.kind == "broadcast"
+    assert isinstance(spec.fallback_target, Hashed) and spec.fallback_target.keys == ("one.k",)
+    assert nodes(p, Join, frozenset({spec.xid})) == [the_join(p)]
+    assert all(not s.when for s in p.stages)
 
 
 def test_the_preserved_side_of_an_outer_join_is_never_broadcast(plan):

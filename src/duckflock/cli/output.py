@@ -104,6 +104,9 @@ def print_profile(stats, console: Console | None = None) -> None:
             _size(e.bytes_spilled),
         )
     console.print(view)
+    for s in sorted(stats, key=lambda s: (s.rank, s.sid)):
+        if s.note:
+            console.print(f"rank {s.rank} stage {s.sid}: {s.note}", highlight=False)
     console.print(
         "duckdb: DuckDB producing the stage's rows (scan, filter, join, aggregate, sort) | split: rows by "
         "target | encode: Arrow IPC | send: waiting on back-pressure | recv: waiting for and receiving "

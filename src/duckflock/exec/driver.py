@@ -16,6 +16,7 @@ from duckflock.errors import DuckflockError, ExecutionError, duckdb_message
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
 from duckflock.exchange.spill import QuerySpill
+from duckflock.exec import adaptive
 from duckflock.exec.memory import release_free_memory
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.stage import StageStats, run_stage
@@ -50,18 +51,40 @@ def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[S
     rt_q = dataclasses.replace(rt, catalog=catalog)
     budget = rt.budget.exchange_bytes if rt.budget is not None else 0
     received = QueryInputs(rt.mux, cmd.qid, QuerySpill(rt.spill_dir, budget))
-    try:
-        plan = cmd.plan
-        for stage in plan.stages:  # every exchange this rank reads is taken in from the start
-            if not stage.on_driver or rt.rank == 0:
-                for xid in stage.inputs:
-                    received.start(xid, plan.senders(xid, rt.size), plan.exchange(xid).ordered)
+    plan = cmd.plan
+    shuffled: set[int] = set()  # measured broadcasts that fell back to a shuffle
+    started: set[int] = set()
+
+    def start_inputs() -> None:
+        """Receive every exchange this rank reads whose producer the plans chosen so far run."""
         for stage in plan.stages:
             if stage.on_driver and rt.rank != 0:
                 continue
+            for xid in stage.inputs:
+                producer = plan.stage(plan.exchange(xid).producer)
+                if xid not in started and adaptive.runs(producer, shuffled):
+                    received.start(xid, plan.senders(xid, rt.size), plan.exchange(xid).ordered)
+                    started.add(xid)
+
+    try:
+        start_inputs()  # from the start, so rows sent while earlier stages run are taken in
+        for stage in plan.stages:
+            if not adaptive.runs(stage, shuffled):
+                continue
+            spec = stage.output
+            if stage.on_driver and rt.rank != 0:
+                # A measured broadcast from the driver: this rank holds none of it but agrees too.
+                measured = spec is not None and spec.fallback_target is not None
+                if measured and adaptive.agree(rt, cmd.qid, 0) > spec.fallback_above:  # type: ignore[union-attr]
+                    shuffled.add(spec.xid)  # type: ignore[union-attr]
+                    start_inputs()
+                continue
             stage_id = stage.sid
-            out, st = run_stage(rt_q, cmd.qid, plan, stage, received)
+            out, st = run_stage(rt_q, cmd.qid, plan, stage, received, shuffled)
             stats.append(st)
+            if st.fell_back:
+                shuffled.add(stage.sid)  # the id of the exchange it produces
+                start_inputs()
             if stage.output is None:
                 result = out
             release_free_memory()

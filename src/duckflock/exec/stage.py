@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,7 +17,7 @@ from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
-from duckflock.exec import range_sort
+from duckflock.exec import adaptive, range_sort
 from duckflock.exec.runtime import Runtime
 from duckflock.plan.nodes import ExchangeRead, Scan
 from duckflock.plan.render import exchange_table, render, sql_literal
@@ -31,6 +31,8 @@ class StageStats:
     compute_s: float = 0.0  # DuckDB producing the stage's rows (scan, join, aggregate, ...)
     total_s: float = 0.0
     exchange: ExchangeStats = field(default_factory=ExchangeStats)
+    fell_back: bool = False  # a measured broadcast was larger than the threshold: hashed instead
+    note: str = ""  # what a measured broadcast found, for the profile
 
 
 def scan_source(catalog: Catalog, rank: int, size: int):
@@ -81,28 +83,36 @@ def target_sql(spec: ExchangeSpec, size: int) -> str:
 
 
 def run_stage(
-    rt: Runtime, qid: int, plan: StagePlan, stage: Stage, received: QueryInputs
+    rt: Runtime,
+    qid: int,
+    plan: StagePlan,
+    stage: Stage,
+    received: QueryInputs,
+    shuffled: set[int],
 ) -> tuple[pa.Table | None, StageStats]:
+    """``shuffled``: the measured broadcasts that fell back so far (which plan each AdaptiveJoin runs)."""
     if rt.config.stage_gate_dir:
         _wait_at_gate(rt, qid, stage.sid)
     stats = StageStats(stage.sid, rt.rank)
     t_start = time.perf_counter()
     registered = []
+    root = adaptive.resolve(stage.root, shuffled)
+    taken = adaptive.reads(root)
     # The final stage, on the driver, may run on a DuckDB with every core of the node.
     con = rt.final_connection() if stage.on_driver and stage.output is None else rt.con
     try:
         inputs = {}
-        for xid in stage.inputs:
+        for xid in taken:
             inputs[xid] = received.take(xid, stats.exchange)
             name = exchange_table(xid)
             con.register(name, inputs[xid])
             registered.append(name)
         spec = stage.output
-        if spec is None and isinstance(stage.root, ExchangeRead):
+        if spec is None and isinstance(root, ExchangeRead):
             # rows arrive in their final order: no DuckDB pass
-            return inputs[stage.root.xid], stats
+            return inputs[root.xid], stats
         assert rt.catalog is not None
-        sql = render(stage.root, scan_source(rt.catalog, rt.rank, rt.size))
+        sql = render(root, scan_source(rt.catalog, rt.rank, rt.size))
         if spec is None:
             t0 = time.perf_counter()
             result = con.sql(sql).to_arrow_table()
@@ -112,6 +122,9 @@ def run_stage(
             sql = f"SELECT *, {target_sql(spec, rt.size)} AS __target FROM ({sql})"
             if spec.local:  # every rank holds all rows: keep this rank's share, send no copies
                 sql = f"SELECT * FROM ({sql}) WHERE __target = {rt.rank}"
+        elif spec.fallback_target is not None:  # measured: each row's target, should it be hashed
+            fallback = replace(spec, kind="hash", keys=spec.fallback_keys, target=spec.fallback_target)
+            sql = f"SELECT *, {target_sql(fallback, rt.size)} AS __target FROM ({sql})"
         elif spec.kind == "sort":
             # Splitters come from samples of this stage's output: materialize it first.
             t0 = time.perf_counter()
@@ -127,16 +140,6 @@ def run_stage(
                 registered.append("__splitters")
                 sql = f"SELECT *, {targets} AS __target FROM __sort_input"
             stats.compute_s += time.perf_counter() - t0
-        writer = ExchangeWriter(
-            rt.mux,
-            qid,
-            spec.xid,
-            spec.kind,
-            plan.receivers(spec.xid, rt.size),
-            rt.config.chunk_bytes,
-            write_options(rt.config.compression),
-            stats.exchange,
-        )
         t0 = time.perf_counter()
         if sql is None:
             schema, batches = table.schema, table.to_batches(rt.config.batch_rows)
@@ -144,6 +147,37 @@ def run_stage(
             reader = pa.RecordBatchReader.from_batches(schema, _drain(batches))
         else:
             reader = con.sql(sql).to_arrow_reader(rt.config.batch_rows)
+        kind, held, schema = spec.kind, [], reader.schema
+        measured = spec.fallback_target is not None
+        threshold = spec.fallback_above if measured else rt.config.broadcast_threshold_bytes
+        if measured:
+            held, local = adaptive.measure(reader, threshold)
+            total = adaptive.agree(rt, qid, local)
+            stats.fell_back = total > threshold
+            kind = "hash" if stats.fell_back else "broadcast"
+            how = "hashed on the join keys instead of broadcast" if stats.fell_back else "broadcast"
+            at_least = "at least " if stats.fell_back else ""  # ranks stop reading past the threshold
+            total_s = f"{at_least}{_size(total)}"
+            stats.note = f"x{spec.xid}: {total_s} on all ranks, threshold {_size(threshold)}: {how}"
+            if not stats.fell_back:  # drop the target column computed in case of a fall-back
+                held = [b.drop_columns(["__target"]) for b in held]
+                schema = schema.remove(len(schema) - 1)
+        writer = ExchangeWriter(
+            rt.mux,
+            qid,
+            spec.xid,
+            kind,
+            plan.receivers(spec.xid, rt.size),
+            rt.config.chunk_bytes,
+            write_options(rt.config.compression),
+            stats.exchange,
+        )
+        strip = kind == "broadcast" and measured
+        written = 0
+        for batch in held:
+            writer.write(batch)
+            written += batch.nbytes
+        del held
         while True:
             try:
                 batch = reader.read_next_batch()
@@ -151,15 +185,23 @@ def run_stage(
                 break
             t1 = time.perf_counter()
             stats.compute_s += t1 - t0
+            if strip:
+                batch = batch.drop_columns(["__target"])
             writer.write(batch)
+            written += batch.nbytes
             t0 = time.perf_counter()
         stats.compute_s += time.perf_counter() - t0
-        writer.close(reader.schema)
+        writer.close(schema)
+        if kind == "broadcast" and not measured and written > threshold:
+            stats.note = (
+                f"x{spec.xid}: broadcast {_size(written)} from this rank, over the threshold of "
+                f"{_size(threshold)}; not measured in advance: no shuffle gives the same rows"
+            )
         return None, stats
     finally:
         for name in registered:
             con.unregister(name)
-        for xid in stage.inputs:
+        for xid in taken:
             received.done(xid)
         stats.total_s = time.perf_counter() - t_start
 
@@ -180,3 +222,11 @@ def _drain(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     batches.reverse()
     while batches:
         yield batches.pop()
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"

@@ -27,6 +27,7 @@ from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.config import Config
 from duckflock.plan.aggregates import split_aggregates
 from duckflock.plan.nodes import (
+    AdaptiveJoin,
     Aggregate,
     Distinct,
     DriverQuery,
@@ -253,9 +254,9 @@ class _Planner:
         if left.on_driver or right.on_driver:
             # One side sits on the driver: send it to every rank, or bring the other side to it.
             if right.on_driver and left_ok:
-                return done(left, self.broadcast(right), left.parts, "broadcast right")
+                return self.checked_broadcast(node, left, right, "right", done)
             if left.on_driver and right_ok:
-                return done(self.broadcast(left), right, right.parts, "broadcast left")
+                return self.checked_broadcast(node, left, right, "left", done)
             return done(self.to_single(left), self.to_single(right), (Single(),), "gather both")
 
         # Candidates with their network cost in bytes; broadcasts only below the threshold.
@@ -284,10 +285,8 @@ class _Planner:
             )
         _, strategy = min(options, key=lambda o: o[0])
 
-        if strategy == "broadcast right":
-            return done(left, self.broadcast(right), left.parts, strategy)
-        if strategy == "broadcast left":
-            return done(self.broadcast(left), right, right.parts, strategy)
+        if strategy in ("broadcast right", "broadcast left"):
+            return self.checked_broadcast(node, left, right, strategy.split()[1], done)
         if strategy == "shuffle right":
             keys, target = self._target_for(node, left.parts, "left")
             right = self.hash_to(right, keys, target)
@@ -299,6 +298,45 @@ class _Planner:
             left = self.hash_to(left, node.left_keys, _hashed(node.left_key_cols, ktypes, n))
             right = self.hash_to(right, node.right_keys, _hashed(node.right_key_cols, ktypes, n))
         return done(left, right, self._join_parts(kind, left.parts, right.parts), strategy)
+
+    def checked_broadcast(self, node: Join, left: Placed, right: Placed, small: str, done) -> Placed:
+        """Broadcast the ``small`` side, measured at run time: if it turns out larger than the
+        threshold it is hashed on the join keys instead — into the other side's partitioning when
+        that side is partitioned on a join key (nothing else changes), otherwise into a fresh one,
+        with the other side hashed too (an AdaptiveJoin of both plans). Kept unmeasured where no
+        shuffle gives the same rows: no equi keys, or a replicated other side."""
+        big = left if small == "right" else right
+        strategy = f"broadcast {small}"
+        bcast = self.broadcast(right if small == "right" else left)
+        if not node.left_keys or big.replicated or not isinstance(bcast.node, Exchange):
+            lp, rp = (left, bcast) if small == "right" else (bcast, right)
+            return done(lp, rp, big.parts, strategy)
+        n = self.size
+        ktypes = tuple(node.key_types)
+        small_keys = node.right_keys if small == "right" else node.left_keys
+        small_cols = node.right_key_cols if small == "right" else node.left_key_cols
+        kept = self._target_for(node, big.parts, "left" if small == "right" else "right")
+        fallback = kept or (small_keys, _hashed(small_cols, ktypes, n))
+        exchange = replace(
+            bcast.node,
+            fallback_keys=fallback[0],
+            fallback_target=fallback[1],
+            fallback_above=self.config.broadcast_threshold_bytes,
+        )
+        bcast = replace(bcast, node=exchange)
+        lp, rp = (left, bcast) if small == "right" else (bcast, right)
+        if kept is not None:  # the big side stays where it is either way
+            return done(lp, rp, big.parts, f"{strategy}, else shuffle {small}")
+        first = done(lp, rp, big.parts, strategy)
+        big_keys = node.left_keys if small == "right" else node.right_keys
+        big_cols = node.left_key_cols if small == "right" else node.right_key_cols
+        moved = self.hash_to(big, big_keys, _hashed(big_cols, ktypes, n))
+        lp, rp = (moved, bcast) if small == "right" else (bcast, moved)
+        lparts, rparts = (moved.parts, (fallback[1],)) if small == "right" else ((fallback[1],), moved.parts)
+        second = done(lp, rp, self._join_parts(node.kind, lparts, rparts), "shuffle both")
+        both = tuple(p for p in first.parts if p in second.parts) or (Arbitrary(),)
+        adaptive = AdaptiveJoin(node.columns, broadcast=first.node, shuffle=second.node, measured=exchange)
+        return Placed(adaptive, both, first.rows, first.width)
 
     def _target_for(self, node: Join, parts, side: str):
         """If one side is hash/range partitioned on some of its join keys: (other side's key SQL, the

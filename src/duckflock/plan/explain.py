@@ -30,11 +30,17 @@ def explain_plan(plan: StagePlan, stats: list | None = None) -> str:
         else:
             spec = stage.output
             target = f" {spec.target.describe()}" if spec.target is not None else ""
+            if spec.fallback_target is not None:
+                above = human(spec.fallback_above, "B")
+                target += f", hash {spec.fallback_target.describe()} if over {above}"
+            elif spec.kind == "broadcast":
+                target += " (any size: no shuffle gives the same rows)"
             order = " (in rank order)" if spec.ordered else ""
             rows, size = spec.est
             out = f"{spec.kind}{target}{order} -> x{spec.xid} [est. {human(rows)} rows, {human(size, 'B')}]"
         inputs = ", ".join(f"x{x}" for x in stage.inputs) or "tables"
-        lines.append(f"Stage {stage.sid} on {where}: reads {inputs}; output {out}")
+        only = f" (only if {', '.join(f'x{x}' for x in stage.when)} hashed)" if stage.when else ""
+        lines.append(f"Stage {stage.sid} on {where}{only}: reads {inputs}; output {out}")
         for s in sorted((s for s in stats or [] if s.sid == stage.sid), key=lambda s: s.rank):
             e = s.exchange
             lines.append(
@@ -42,6 +48,7 @@ def explain_plan(plan: StagePlan, stats: list | None = None) -> str:
                 f"rows in {e.rows_in:,} out {e.rows_out:,}, bytes received {human(e.bytes_in, 'B')} "
                 f"sent {human(e.bytes_out, 'B')}"
                 + (f", spilled {human(e.bytes_spilled, 'B')}" if e.bytes_spilled else "")
+                + (f"; {s.note}" if s.note else "")
             )
         _tree(stage.root, 0, lines)
     return "\n".join(lines)

@@ -235,10 +235,41 @@ class Exchange(Unary):
     # The input is whole on every rank: each rank keeps its own share instead of sending copies.
     local: bool = False
     est: tuple[float, float] = (0.0, 0.0)  # the planner's estimate of (rows, bytes) moved
+    # A broadcast measured before it is replicated: when all ranks' rows exceed ``fallback_above``
+    # bytes they are hashed on these keys into this partitioning instead (see AdaptiveJoin).
+    fallback_keys: tuple[str, ...] = ()
+    fallback_target: Partitioning | None = None
+    fallback_above: int = 0
 
     def explain_line(self) -> str:
         what = self.target.describe() if self.target is not None else ""
+        if self.fallback_target is not None:
+            what += f", or hash {self.fallback_target.describe()} if over {self.fallback_above} bytes"
         return f"Exchange {self.kind} {what}".rstrip()
+
+
+@dataclass(frozen=True, eq=False)
+class AdaptiveJoin(Node):
+    """One join planned two ways, chosen at run time by the measured size of a broadcast side (the
+    exchange ``measured``, found in both plans): ``broadcast`` while that side stays within the
+    threshold, ``shuffle`` (both sides hashed on the join keys) once it does not. Stages that only
+    the shuffle plan needs run only then; the output satisfies the partitionings of both plans."""
+
+    broadcast: Node = field(kw_only=True)
+    shuffle: Node = field(kw_only=True)
+    measured: Node | None = None  # the adaptive Exchange, until the plan is cut into stages
+    xid: int = -1  # that exchange's id, once cut
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.broadcast, self.shuffle)
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return replace(self, broadcast=children[0], shuffle=children[1])
+
+    def explain_line(self) -> str:
+        on = f" x{self.xid}" if self.xid >= 0 else ""
+        return f"AdaptiveJoin: first plan if{on} is within the broadcast threshold, else the second"
 
 
 @dataclass(frozen=True, eq=False)

@@ -12,6 +12,7 @@ from functools import singledispatch
 
 from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.plan.nodes import (
+    AdaptiveJoin,
     Aggregate,
     Distinct,
     DriverQuery,
@@ -83,6 +84,12 @@ def _(node: DriverQuery, source: ScanSource) -> str:
 @_render.register
 def _(node: ExchangeRead, source: ScanSource) -> str:
     return f"SELECT * FROM {exchange_table(node.xid)}"
+
+
+@_render.register
+def _(node: AdaptiveJoin, source: ScanSource) -> str:
+    # Both plans give the same rows; stages resolve the choice before rendering (exec/adaptive.py).
+    return _render(node.broadcast, source)
 
 
 @_render.register

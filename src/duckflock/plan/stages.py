@@ -6,12 +6,12 @@ to one exchange (or, for the final stage, to the user). Stages after a gather ru
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
 from duckflock.catalog.partitioning import Partitioning
-from duckflock.plan.nodes import Exchange, ExchangeRead, Node
+from duckflock.plan.nodes import AdaptiveJoin, Exchange, ExchangeRead, Node
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,12 @@ class ExchangeSpec:
     ordered: bool = False
     local: bool = False  # hash/range of a replicated input: each rank keeps its share, sends nothing
     est: tuple[float, float] = (0.0, 0.0)  # the planner's estimate of (rows, bytes)
+    # A measured broadcast: hashed on these keys into this partitioning when all ranks' rows
+    # exceed ``fallback_above`` bytes (the plan reads it through an AdaptiveJoin). The planner's
+    # threshold travels with the plan, so every rank compares the total with the same number.
+    fallback_keys: tuple[str, ...] = ()
+    fallback_target: Partitioning | None = None
+    fallback_above: int = 0
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,9 @@ class Stage:
     inputs: tuple[int, ...]  # exchange ids read
     output: ExchangeSpec | None  # None: the final stage, whose result goes to the user
     on_driver: bool
+    # Measured broadcasts that must all have fallen back to a shuffle for this stage to run: it
+    # produces an input only the shuffle plan of an AdaptiveJoin reads.
+    when: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,15 +69,33 @@ class StagePlan:
 
 def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> StagePlan:
     stages: list[Stage] = []
+    stages_by_x: dict[int, ExchangeSpec] = {}
+    when: list[int] = []  # the AdaptiveJoin shuffle plans being cut
+    shared: dict[int, int] = {}  # id of an exchange in an AdaptiveJoin -> its xid, cut once
 
     def build(root: Node, output_of: Exchange | None) -> int:
         inputs: list[int] = []
 
-        def replace_exchanges(node: Node) -> Node:
-            if isinstance(node, Exchange):
+        def exchange(node: Exchange) -> int:
+            if id(node) not in shared:
                 child_sid = build(node.child, node)
-                xid = stages[child_sid].output.xid  # type: ignore[union-attr]
-                inputs.append(xid)
+                shared[id(node)] = stages[child_sid].output.xid  # type: ignore[union-attr]
+            return shared[id(node)]
+
+        def replace_exchanges(node: Node) -> Node:
+            if isinstance(node, AdaptiveJoin):
+                # The measured side first: its size decides which stages the rest of the join needs.
+                assert isinstance(node.measured, Exchange)
+                xid = exchange(node.measured)
+                first = replace_exchanges(node.broadcast)
+                when.append(xid)
+                second = replace_exchanges(node.shuffle)
+                when.pop()
+                return replace(node, broadcast=first, shuffle=second, measured=None, xid=xid)
+            if isinstance(node, Exchange):
+                xid = exchange(node)
+                if xid not in inputs:
+                    inputs.append(xid)
                 return ExchangeRead(node.columns, xid=xid)
             children = tuple(replace_exchanges(c) for c in node.children)
             return node.with_children(children) if children != node.children else node
@@ -80,12 +107,21 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
         if output_of is not None:
             ex = output_of
             spec = ExchangeSpec(
-                sid, ex.kind, ex.keys, ex.target, sid, ordered=ex.ordered, est=ex.est, local=ex.local
+                sid,
+                ex.kind,
+                ex.keys,
+                ex.target,
+                sid,
+                ordered=ex.ordered,
+                est=ex.est,
+                local=ex.local,
+                fallback_keys=ex.fallback_keys,
+                fallback_target=ex.fallback_target,
+                fallback_above=ex.fallback_above,
             )
             stages_by_x[sid] = spec
-        stages.append(Stage(sid, new_root, tuple(inputs), spec, on_driver))
+        stages.append(Stage(sid, new_root, tuple(inputs), spec, on_driver, tuple(when)))
         return sid
 
-    stages_by_x: dict[int, ExchangeSpec] = {}
     build(plan, None)
     return StagePlan(tuple(stages), output_names, output_schema)

@@ -1,0 +1,69 @@
+"""Broadcasts are measured before they are replicated: a side the planner thinks small but that
+turns out larger than the threshold is hashed on the join keys instead, and the answer stays
+DuckDB's. Sides that no shuffle could replace (no equi keys) are kept and reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import duckflock
+from support import assert_same, make_table, oracle
+
+pytestmark = pytest.mark.dist
+
+# Small tables read from shared storage are not broadcast at all: turn that off to get exchanges.
+CONFIG = {"broadcast_threshold_bytes": 1 << 20, "shared_storage": False}
+
+# The self-join of d on g multiplies its rows by 500, but the planner estimates a join's rows as
+# its larger input's: it thinks the side is 5,000 rows (about 160 KB) and plans a broadcast.
+EXPLODING = "(SELECT d1.k2, d2.g FROM d d1 JOIN d d2 ON d1.g = d2.g WHERE d2.k2 < 2000)"
+FALLS_BACK = {
+    "inner": f"SELECT x.g, count(*) AS n, sum(f.v) AS v FROM f JOIN {EXPLODING} x ON f.k2 = x.k2 GROUP BY 1",
+    "left": f"SELECT x.g, count(*) AS n, sum(f.v) AS v FROM f LEFT JOIN {EXPLODING} x ON f.k2 = x.k2 "
+    "GROUP BY 1",
+    # A side on the driver (LIMIT finishes there) is broadcast whatever its estimate says.
+    "driver side": "SELECT count(*) AS n, sum(f.v) AS v, sum(x.g) AS g FROM f JOIN "
+    f"(SELECT * FROM {EXPLODING} ORDER BY k2, g LIMIT 400000) x ON f.k2 = x.k2",
+}
+# No shuffle replaces these broadcasts: a join without equi keys, an uncorrelated IN subquery.
+KEPT = [
+    f"SELECT count(*) AS n FROM f JOIN {EXPLODING} x ON f.k2 < x.k2 - 4990",
+    f"SELECT count(*) AS n, sum(v) AS v FROM f WHERE k2 IN (SELECT k2 FROM {EXPLODING} x)",
+]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("adaptive")
+    make_table(
+        root, "f", "SELECT i AS k, (i * 7919) % 5000 AS k2, i AS v FROM range(100000) t(i)", 4, "hash", ("k",)
+    )
+    make_table(root, "d", "SELECT i AS k2, 'd' || i::VARCHAR AS s, i % 10 AS g FROM range(5000) t(i)", 3)
+    return root
+
+
+@pytest.mark.parametrize(("transport", "ranks"), [("threads", 2), ("threads", 3), ("mpi", 2), ("mpi", 3)])
+def test_misjudged_broadcast_falls_back_to_a_shuffle(data, transport, ranks):
+    ref = oracle(data)
+    with duckflock.connect(str(data), ranks=ranks, transport=transport, config=CONFIG) as db:
+        assert "AdaptiveJoin" in db.explain(FALLS_BACK["inner"])
+        for name, sql in FALLS_BACK.items():
+            result = db.sql(sql, profile=True)
+            assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
+            notes = [s.note for s in result.stats if s.note]
+            assert any("hashed on the join keys" in n for n in notes), (name, notes)
+        for sql in KEPT:
+            result = db.sql(sql, profile=True)
+            assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
+            assert any("no shuffle gives the same rows" in s.note for s in result.stats)
+
+
+def test_small_broadcast_stays_a_broadcast(data):
+    sql = "SELECT d.g, count(*) AS n FROM f JOIN d ON f.k2 = d.k2 WHERE d.s LIKE 'd1%' GROUP BY 1"
+    with duckflock.connect(str(data), ranks=2, transport="threads", config=CONFIG) as db:
+        result = db.sql(sql, profile=True)
+        assert_same(result.arrow(), oracle(data).sql(sql).to_arrow_table())
+        notes = [s.note for s in result.stats if s.note]
+        assert notes and all(n.endswith(": broadcast") for n in notes), notes
