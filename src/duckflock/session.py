@@ -58,8 +58,11 @@ class Session:
     def __init__(self, backend):
         self._backend = backend
 
-    def sql(self, query: str, profile: bool = False) -> Result:
-        return Result(self._backend.run(query, profile=profile))
+    def sql(self, query: str, profile: bool = False, output: str | None = None) -> Result:
+        """Run ``query``. With ``output`` the result is written there instead of returned: one file
+        (.parquet, .csv, .arrow), streamed as it arrives; or, for a directory (trailing slash or
+        existing), a Parquet part file written by every rank (exec/result_files.py)."""
+        return Result(self._backend.run(query, profile=profile, output=output))
 
     @property
     def ranks(self) -> int:
@@ -176,8 +179,10 @@ class _MpiJobBackend:
         why = job_outcome(self._dir, code, banner) or f"exit code {code}"
         return f"the MPI job ended unexpectedly: {why}; open a new session to go on"
 
-    def run(self, query: str, profile: bool = False):
-        path, outcome = self._call("sql", query, profile)
+    def run(self, query: str, profile: bool = False, output: str | None = None):
+        if output is not None:
+            output = _absolute(output)  # the ranks may run in another directory
+        path, outcome = self._call("sql", query, profile, output)
         try:
             with pa.memory_map(path) as source:
                 outcome.table = pa.ipc.open_file(source).read_all()
@@ -257,14 +262,32 @@ class _FlightBackend:
             return reply[1:]
         return payload
 
-    def run(self, query: str, profile: bool = False):
-        outcome, ticket = self._action(
-            self._clients[0], "sql", {"session": self.sid, "query": query, "profile": profile}
-        )
+    def run(self, query: str, profile: bool = False, output: str | None = None):
+        """An ``output`` file is written here, from the result as it streams in."""
+        from duckflock.errors import DuckflockError
+        from duckflock.exec.result_files import ResultWriter, is_directory
+
+        if output is not None and is_directory(output):
+            # Parts would land on the workers' hosts, outside the data directory they confine to.
+            raise DuckflockError("with workers, --output takes a file, not a directory")
+        body = {"session": self.sid, "query": query, "profile": profile}
+        outcome, ticket = self._action(self._clients[0], "sql", body)
         reader = self._clients[0].do_get(
             self._flight.Ticket(self._json.dumps([self.sid, ticket]).encode()), options=self._auth
         )
-        outcome.table = reader.read_all()
+        if output is None:
+            outcome.table = reader.read_all()
+            return outcome
+        writer = ResultWriter(output, outcome.plan.output_schema)
+        try:
+            for chunk in reader:
+                writer.write(chunk.data)
+            writer.commit()
+        except BaseException:
+            writer.abort()
+            raise
+        outcome.table = outcome.plan.output_schema.empty_table()
+        outcome.rows_written = writer.rows
         return outcome
 
     def plan(self, query: str):
@@ -277,6 +300,11 @@ class _FlightBackend:
             with contextlib.suppress(TransportError):
                 self._action(client, "close", {"session": self.sid}, rank)
             client.close()
+
+
+def _absolute(path: str) -> str:
+    trailing = os.sep if path.endswith(("/", os.sep)) else ""
+    return os.path.abspath(path) + trailing
 
 
 def connect(

@@ -21,16 +21,15 @@ err = Console(stderr=True, soft_wrap=True)
 def _query(db, args: argparse.Namespace) -> int:
     """Run the command's query on a session and print or write its result."""
     from duckflock.cli.errors_out import print_error
-    from duckflock.cli.output import print_profile, print_table, write_result
+    from duckflock.cli.output import print_profile, print_table
 
     try:
         if args.command == "explain":
             out.print(db.explain(args.query, analyze=args.analyze), highlight=False, markup=False)
             return 0
-        result = db.sql(args.query, profile=args.profile)
+        result = db.sql(args.query, profile=args.profile, output=args.output)
         if args.output:
-            write_result(result.arrow(), args.output)
-            out.print(f"wrote {result.arrow().num_rows} rows to {args.output}")
+            out.print(f"wrote {result.outcome.rows_written} rows to {args.output}")
         else:
             print_table(result.arrow(), max_rows=args.max_rows, console=out)
         out.print(f"{result.seconds:.3f} s on {db.ranks} ranks")

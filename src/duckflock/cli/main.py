@@ -81,7 +81,12 @@ def _parser() -> argparse.ArgumentParser:
                 "--analyze", action="store_true", help="run the query; show actual rows, bytes, times"
             )
         if name == "sql":
-            s.add_argument("--output", default=None, help="write the result to .parquet/.csv/.arrow")
+            s.add_argument(
+                "--output",
+                default=None,
+                help="write the result to .parquet/.csv/.arrow, or to DIR/ as Parquet parts written by "
+                "every rank (part-<rank>-<seq>.parquet; in name order for a parallel ORDER BY)",
+            )
             s.add_argument("--profile", action="store_true", help="per-rank, per-stage timings")
             s.add_argument("--max-rows", type=int, default=20, help="rows to print (default 20)")
 

@@ -1,21 +1,14 @@
-"""Printing results and profiles with rich, and writing result files atomically."""
+"""Printing results and profiles with rich."""
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
-from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-
-from duckflock.errors import DuckflockError
 
 
 def stdout_console() -> Console:
@@ -33,32 +26,6 @@ def print_table(table: pa.Table, max_rows: int = 20, console: Console | None = N
     console.print(view)
     more = f" (showing {max_rows})" if table.num_rows > max_rows else ""
     console.print(f"{table.num_rows} row{'' if table.num_rows == 1 else 's'}{more}")
-
-
-def write_result(table: pa.Table, path: str) -> None:
-    """Write a result file atomically: a failed or interrupted write leaves no partial file."""
-    target = Path(path)
-    suffix = target.suffix.lower()
-    if suffix not in (".parquet", ".csv", ".arrow"):
-        raise DuckflockError(f"--output must end in .parquet, .csv or .arrow, not {target.name!r}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        if suffix == ".parquet":
-            pq.write_table(table, tmp)
-        elif suffix == ".csv":
-            pacsv.write_csv(table, tmp)
-        else:
-            with pa.ipc.new_file(tmp, table.schema) as w:
-                w.write_table(table)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as any new file would be, not mkstemp's owner-only mode
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def print_profile(stats, console: Console | None = None) -> None:

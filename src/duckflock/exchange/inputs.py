@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from duckflock.exchange.mux import Mux
-from duckflock.exchange.shuffle import ExchangeStats, read_exchange
+from duckflock.exchange.shuffle import ExchangeStats, read_exchange, stream_exchange
 from duckflock.exchange.spill import QuerySpill
 
 
@@ -32,16 +33,27 @@ class QueryInputs:
         self.mux, self.qid, self.spill = mux, qid, spill
         self._receiving: dict[int, _Receiving] = {}
 
-    def start(self, xid: int, senders: list[int], ordered: bool) -> None:
-        """Begin receiving exchange ``xid`` in the background."""
-        thread = threading.Thread(target=self._run, args=(xid, senders, ordered), daemon=True)
+    def start(
+        self,
+        xid: int,
+        senders: list[int],
+        ordered: bool,
+        write: Callable[[pa.RecordBatch], None] | None = None,
+    ) -> None:
+        """Begin receiving exchange ``xid`` in the background; with ``write``, each batch goes there
+        as it arrives (the result, into a file) and the stage taking ``xid`` gets no rows."""
+        thread = threading.Thread(target=self._run, args=(xid, senders, ordered, write), daemon=True)
         self._receiving[xid] = _Receiving(thread)
         thread.start()
 
-    def _run(self, xid: int, senders: list[int], ordered: bool) -> None:
+    def _run(self, xid: int, senders: list[int], ordered: bool, write) -> None:
         r = self._receiving[xid]
         try:
-            r.data = read_exchange(self.mux, self.qid, xid, senders, r.stats, ordered, self.spill)
+            if write is not None:
+                schema = stream_exchange(self.mux, self.qid, xid, senders, r.stats, ordered, write)
+                r.data = schema.empty_table()
+            else:
+                r.data = read_exchange(self.mux, self.qid, xid, senders, r.stats, ordered, self.spill)
         except BaseException as e:  # the query failed elsewhere, or this rank's transport did
             r.error = e
 

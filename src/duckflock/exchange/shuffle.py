@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import pickle
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -180,6 +181,33 @@ class ExchangeWriter:
             self.mux.send(t, self.qid, eos_channel(self.xid), eos)
 
 
+def _messages(
+    mux: Mux, qid: int, xid: int, senders: list[int], stats: ExchangeStats
+) -> Iterator[tuple[int, list[pa.RecordBatch] | None, int, pa.Schema | None]]:
+    """Exchange ``xid``'s messages to this rank as they arrive: (source, batches, 0, None) for data,
+    (source, None, its count of data messages, schema) for a sender's end-of-stream."""
+    data_ch, eos_ch = data_channel(xid), eos_channel(xid)
+    ends = expected = received_count = 0
+    while ends < len(senders) or received_count < expected:
+        channel, src, payload = mux.recv_any(qid, (data_ch, eos_ch))
+        if channel == eos_ch:
+            count, schema_bytes = pickle.loads(memoryview(payload))
+            expected += count
+            ends += 1
+            yield src, None, count, pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+            continue
+        received_count += 1
+        if isinstance(payload, Local):
+            received = payload.batches
+        elif isinstance(payload, list):
+            stats.bytes_in += sum(memoryview(f).nbytes for f in payload)
+            _, received = from_frames(payload)
+        else:
+            stats.bytes_in += memoryview(payload).nbytes
+            _, received = decode(payload)
+        yield src, received, 0, None
+
+
 def read_exchange(
     mux: Mux,
     qid: int,
@@ -196,36 +224,20 @@ def read_exchange(
     over it is returned. ``ordered``: the senders' rows in rank order (transports deliver each
     sender's messages in the order sent); such inputs are the driver's result and stay in memory."""
     t0 = time.perf_counter()
-    data_ch, eos_ch = data_channel(xid), eos_channel(xid)
-    ends = expected = received_count = 0
     schema: pa.Schema | None = None
     sink: InputSink | None = None
     by_source: dict[int, list[pa.RecordBatch]] = {}
     budget = spill if spill is not None and not ordered else QuerySpill(None, 0)
-    while ends < len(senders) or received_count < expected:
-        channel, src, payload = mux.recv_any(qid, (data_ch, eos_ch))
-        if channel == eos_ch:
-            count, schema_bytes = pickle.loads(memoryview(payload))
-            expected += count
-            ends += 1
-            schema = schema or pa.ipc.read_schema(pa.py_buffer(schema_bytes))
-            continue
-        received_count += 1
-        if isinstance(payload, Local):
-            received = payload.batches
-        elif isinstance(payload, list):
-            stats.bytes_in += sum(memoryview(f).nbytes for f in payload)
-            _, received = from_frames(payload)
-        else:
-            stats.bytes_in += memoryview(payload).nbytes
-            _, received = decode(payload)
-        if ordered:
+    for src, received, _, end_schema in _messages(mux, qid, xid, senders, stats):
+        if received is None:
+            schema = schema or end_schema
+        elif ordered:
             by_source.setdefault(src, []).extend(received)
-            continue
-        if sink is None and received:
-            sink = budget.sink(received[0].schema)
-        if sink is not None:
-            sink.add(received)
+        else:
+            if sink is None and received:
+                sink = budget.sink(received[0].schema)
+            if sink is not None:
+                sink.add(received)
     assert schema is not None
     if sink is None:
         sink = budget.sink(schema)
@@ -237,3 +249,47 @@ def read_exchange(
     stats.bytes_held = sink.held_bytes if budget is spill else 0
     stats.bytes_spilled = sink.spilled_bytes
     return data
+
+
+def stream_exchange(
+    mux: Mux,
+    qid: int,
+    xid: int,
+    senders: list[int],
+    stats: ExchangeStats,
+    ordered: bool,
+    write: Callable[[pa.RecordBatch], None],
+) -> pa.Schema:
+    """Hand every batch of exchange ``xid`` to ``write`` as it arrives (the driver writing the result
+    to a file) and return the schema. ``ordered``: in sender order — a sender's batches are written
+    as they come while it is the first unfinished sender, and held until then otherwise."""
+    t0 = time.perf_counter()
+    schema: pa.Schema | None = None
+    order = sorted(senders)
+    held: dict[int, list[pa.RecordBatch]] = {src: [] for src in order}
+    got = dict.fromkeys(order, 0)
+    expected: dict[int, int] = {}
+    current = 0  # index in ``order`` of the sender being written
+
+    def emit(batches: list[pa.RecordBatch]) -> None:
+        for batch in batches:
+            stats.rows_in += batch.num_rows
+            write(batch)
+
+    for src, received, count, end_schema in _messages(mux, qid, xid, senders, stats):
+        if received is None:
+            schema = schema or end_schema
+            expected[src] = count
+        else:
+            got[src] += 1
+            if ordered and src != order[current]:
+                held[src].extend(received)
+            else:
+                emit(received)
+        while ordered and current < len(order) and expected.get(order[current]) == got[order[current]]:
+            current += 1
+            if current < len(order):
+                emit(held.pop(order[current]))
+    assert schema is not None
+    stats.recv_wait_s += time.perf_counter() - t0
+    return schema

@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -18,9 +19,16 @@ from duckflock.exchange.mux import COLLECTIVE, CONTROL
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exec import adaptive
 from duckflock.exec.memory import release_free_memory
+from duckflock.exec.result_files import (
+    ResultWriter,
+    is_directory,
+    mark_complete,
+    part_name,
+    prepare_directory,
+)
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.stage import StageStats, run_stage
-from duckflock.plan.nodes import Scan, walk
+from duckflock.plan.nodes import ExchangeRead, Scan, walk
 from duckflock.plan.stages import StagePlan
 
 
@@ -32,6 +40,8 @@ class RunQuery:
     plan: StagePlan
     tables: dict
     profile: bool
+    # Every rank writes its share of the result to part files here (exec/result_files.py).
+    parts_dir: str | None = None
 
 
 @dataclass
@@ -40,10 +50,25 @@ class QueryOutcome:
     plan: StagePlan
     stats: list[StageStats]  # every rank's, when profiled; the driver's otherwise
     seconds: float
+    rows_written: int = 0  # rows written to the output file or directory (then ``table`` is empty)
 
 
-def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[StageStats]]:
-    """This rank's part of a query. A failure here is reported to every rank before raising."""
+def passed_on_gather(plan: StagePlan) -> int | None:
+    """The gather whose rows the final stage returns as they are, when all ranks produce them: the
+    exchange that part files replace, or that the driver streams into a result file."""
+    root = plan.stages[-1].root
+    if not isinstance(root, ExchangeRead) or plan.exchange(root.xid).kind != "gather":
+        return None
+    return None if plan.stage(plan.exchange(root.xid).producer).on_driver else root.xid
+
+
+def execute_on_rank(
+    rt: Runtime, cmd: RunQuery, result_file: ResultWriter | None = None
+) -> tuple[pa.Table | None, list[StageStats]]:
+    """This rank's part of a query. A failure here is reported to every rank before raising.
+
+    With ``cmd.parts_dir`` the ranks write the gathered rows to part files and return no result;
+    with ``result_file`` (the driver) those rows stream into it as they arrive."""
     result = None
     stats: list[StageStats] = []
     stage_id = None
@@ -54,6 +79,12 @@ def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[S
     plan = cmd.plan
     shuffled: set[int] = set()  # measured broadcasts that fell back to a shuffle
     started: set[int] = set()
+    direct = passed_on_gather(plan)
+    part = None
+    if cmd.parts_dir is not None and direct is not None:
+        part = ResultWriter(Path(cmd.parts_dir) / part_name(rt.rank), plan.output_schema)
+        started.add(direct)  # written to files instead of gathered
+    streamed = result_file.write if result_file is not None and direct is not None else None
 
     def start_inputs() -> None:
         """Receive every exchange this rank reads whose producer the plans chosen so far run."""
@@ -63,13 +94,14 @@ def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[S
             for xid in stage.inputs:
                 producer = plan.stage(plan.exchange(xid).producer)
                 if xid not in started and adaptive.runs(producer, shuffled):
-                    received.start(xid, plan.senders(xid, rt.size), plan.exchange(xid).ordered)
+                    write = streamed if xid == direct else None
+                    received.start(xid, plan.senders(xid, rt.size), plan.exchange(xid).ordered, write)
                     started.add(xid)
 
     try:
         start_inputs()  # from the start, so rows sent while earlier stages run are taken in
         for stage in plan.stages:
-            if not adaptive.runs(stage, shuffled):
+            if not adaptive.runs(stage, shuffled) or (part is not None and stage.output is None):
                 continue
             spec = stage.output
             if stage.on_driver and rt.rank != 0:
@@ -80,7 +112,8 @@ def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[S
                     start_inputs()
                 continue
             stage_id = stage.sid
-            out, st = run_stage(rt_q, cmd.qid, plan, stage, received, shuffled)
+            writes = part if stage.sid == direct else None
+            out, st = run_stage(rt_q, cmd.qid, plan, stage, received, shuffled, writes)
             stats.append(st)
             if st.fell_back:
                 shuffled.add(stage.sid)  # the id of the exchange it produces
@@ -88,6 +121,9 @@ def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[S
             if stage.output is None:
                 result = out
             release_free_memory()
+        if part is not None:
+            part.commit()
+            part = None
         rt.mux.flush(cmd.qid)
     except ExecutionError:
         raise
@@ -100,6 +136,8 @@ def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[S
         raise ExecutionError(rt.rank, stage_id, cause) from None
     finally:
         received.close()
+        if part is not None:
+            part.abort()
     return result, stats
 
 
@@ -154,27 +192,52 @@ class Driver:
             self._plans[key] = plan
         return plan
 
-    def run(self, sql: str, profile: bool = False) -> QueryOutcome:
+    def run(self, sql: str, profile: bool = False, output: str | None = None) -> QueryOutcome:
+        """Run ``sql``; with ``output`` its result goes to that file, or to part files in that
+        directory (exec/result_files.py), and the outcome's table is empty."""
         t0 = time.perf_counter()
         plan = self.plan(sql)
         qid = next(self._qids)
         catalog = self.rt.catalog
         assert catalog is not None
         used = {n.table for s in plan.stages for n in walk(s.root) if isinstance(n, Scan)}
-        cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile)
+        parts_dir = str(prepare_directory(output).resolve()) if output and is_directory(output) else None
+        result_file = ResultWriter(output, plan.output_schema) if output and not parts_dir else None
+        cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile, parts_dir)
         mux = self.rt.mux
-        for r in range(1, self.rt.size):
-            mux.send_obj(r, 0, CONTROL, ("run", cmd))
         try:
-            table, stats = execute_on_rank(self.rt, cmd)
-            if profile:
-                for _ in range(1, self.rt.size):
-                    stats.extend(mux.recv_obj(qid, COLLECTIVE)[1])
+            for r in range(1, self.rt.size):
+                mux.send_obj(r, 0, CONTROL, ("run", cmd))
+            try:
+                table, stats = execute_on_rank(self.rt, cmd, result_file)
+                if profile or parts_dir:  # with parts: the ranks have written theirs once they answer
+                    for _ in range(1, self.rt.size):
+                        stats.extend(mux.recv_obj(qid, COLLECTIVE)[1])
+            finally:
+                mux.finish(qid)
+            written = 0
+            if parts_dir and table is None:  # every rank wrote its part in the gather's producer
+                direct = passed_on_gather(plan)
+                written = sum(s.exchange.rows_out for s in stats if s.sid == direct)
+                table = plan.output_schema.empty_table()
+            elif parts_dir:  # the driver finished the result: one part
+                result_file = ResultWriter(Path(parts_dir) / part_name(0), plan.output_schema)
+            assert table is not None
+            table = _as_duckdb_returns(table, plan)
+            if result_file is not None:
+                result_file.write_table(table)
+                result_file.commit()
+                written += result_file.rows
+                table = plan.output_schema.empty_table()
+                result_file = None
+            if parts_dir:
+                mark_complete(Path(parts_dir))
         finally:
-            mux.finish(qid)
-        assert table is not None
-        table = _as_duckdb_returns(table, plan)
-        return QueryOutcome(table, plan, stats, time.perf_counter() - t0)
+            if result_file is not None:
+                result_file.abort()
+        if not profile:
+            stats = [s for s in stats if s.rank == self.rt.rank]
+        return QueryOutcome(table, plan, stats, time.perf_counter() - t0, written)
 
     @property
     def ranks(self) -> int:
@@ -203,7 +266,7 @@ def serve(rt: Runtime) -> None:
             run: RunQuery = cmd[1]
             try:
                 _, stats = execute_on_rank(rt, run)
-                if run.profile:
+                if run.profile or run.parts_dir:
                     rt.mux.send_obj(0, run.qid, COLLECTIVE, stats)
             except ExecutionError:
                 pass  # the driver reports it; this rank is ready for the next query

@@ -28,8 +28,8 @@ class LocalCluster:
         self.driver = Driver(self.runtimes[0])
 
     # The Session backend protocol: run, plan, ranks, close.
-    def run(self, query: str, profile: bool = False):
-        return self.driver.run(query, profile=profile)
+    def run(self, query: str, profile: bool = False, output: str | None = None):
+        return self.driver.run(query, profile=profile, output=output)
 
     def plan(self, query: str):
         return self.driver.plan(query)

@@ -58,7 +58,7 @@ def main() -> None:
                 break
             try:
                 if request[0] == "sql":
-                    outcome = driver.run(request[1], profile=request[2])
+                    outcome = driver.run(request[1], profile=request[2], output=request[3])
                     path = write_result_file(outcome.table)
                     outcome.table = None  # type: ignore[assignment]
                     conn.send(("ok", path, outcome))

@@ -18,6 +18,7 @@ from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
 from duckflock.exec import adaptive, range_sort
+from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
 from duckflock.plan.nodes import ExchangeRead, Scan
 from duckflock.plan.render import exchange_table, render, sql_literal
@@ -89,8 +90,10 @@ def run_stage(
     stage: Stage,
     received: QueryInputs,
     shuffled: set[int],
+    part: ResultWriter | None = None,
 ) -> tuple[pa.Table | None, StageStats]:
-    """``shuffled``: the measured broadcasts that fell back so far (which plan each AdaptiveJoin runs)."""
+    """``shuffled``: the measured broadcasts that fell back so far (which plan each AdaptiveJoin runs).
+    ``part``: this rank's result file, written instead of sending the stage's output (a gather)."""
     if rt.config.stage_gate_dir:
         _wait_at_gate(rt, qid, stage.sid)
     stats = StageStats(stage.sid, rt.rank)
@@ -162,7 +165,7 @@ def run_stage(
             if not stats.fell_back:  # drop the target column computed in case of a fall-back
                 held = [b.drop_columns(["__target"]) for b in held]
                 schema = schema.remove(len(schema) - 1)
-        writer = ExchangeWriter(
+        writer = part or ExchangeWriter(
             rt.mux,
             qid,
             spec.xid,
@@ -191,7 +194,10 @@ def run_stage(
             written += batch.nbytes
             t0 = time.perf_counter()
         stats.compute_s += time.perf_counter() - t0
-        writer.close(schema)
+        if part is None:
+            writer.close(schema)  # type: ignore[union-attr]
+        else:
+            stats.exchange.rows_out = part.rows
         if kind == "broadcast" and not measured and written > threshold:
             stats.note = (
                 f"x{spec.xid}: broadcast {_size(written)} from this rank, over the threshold of "

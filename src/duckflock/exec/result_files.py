@@ -1,0 +1,96 @@
+"""Writing a query's result to files as its batches come, instead of holding it as one table.
+
+``--output FILE`` (.parquet, .csv, .arrow): the driver streams the result into one file.
+``--output DIR/``: every rank writes its share of the final stage to ``part-<rank>-<seq>.parquet``
+itself, with no gather; when the rows are range-partitioned by ORDER BY, reading the parts in name
+order gives the sorted result. ``_SUCCESS`` marks a directory whose query completed.
+
+Files are written under hidden temporary names and renamed when complete, so a failed query leaves
+no partial file behind.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from duckflock.errors import DuckflockError
+
+SUFFIXES = (".parquet", ".csv", ".arrow")
+SUCCESS = "_SUCCESS"
+
+
+def is_directory(output: str) -> bool:
+    """``--output`` names a directory of part files: a trailing slash, or an existing directory."""
+    return output.endswith(("/", os.sep)) or Path(output).is_dir()
+
+
+def part_name(rank: int, seq: int = 0) -> str:
+    # Zero-padded: name order is rank order, which is the sort order of a range-partitioned ORDER BY.
+    return f"part-{rank:05d}-{seq:05d}.parquet"
+
+
+def prepare_directory(path: str) -> Path:
+    """Create the directory and remove what an earlier query wrote there (its parts and marker)."""
+    target = Path(path)
+    target.mkdir(parents=True, exist_ok=True)
+    for old in [*target.glob("part-*.parquet"), target / SUCCESS]:
+        old.unlink(missing_ok=True)
+    return target
+
+
+def mark_complete(directory: Path) -> None:
+    (directory / SUCCESS).touch()
+
+
+class ResultWriter:
+    """One result file, written batch by batch with the result's column names and types."""
+
+    def __init__(self, path: str | Path, schema: pa.Schema):
+        self.target = Path(path)
+        self.schema = schema
+        suffix = self.target.suffix.lower()
+        if suffix not in SUFFIXES:
+            raise DuckflockError(f"--output must end in .parquet, .csv or .arrow, not {self.target.name!r}")
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        fd, self.tmp = tempfile.mkstemp(dir=self.target.parent, prefix=f".{self.target.name}.", suffix=".tmp")
+        os.close(fd)
+        self.rows = 0
+        if suffix == ".parquet":
+            self._writer = pq.ParquetWriter(self.tmp, schema)
+        elif suffix == ".csv":
+            self._writer = pacsv.CSVWriter(self.tmp, schema)
+        else:
+            self._writer = pa.ipc.new_file(self.tmp, schema)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """A batch of the final stage's output: its columns renamed and cast to the result's."""
+        if batch.num_rows == 0:
+            return
+        batch = pa.RecordBatch.from_arrays(batch.columns, names=self.schema.names)
+        if not batch.schema.equals(self.schema):
+            batch = batch.cast(self.schema)
+        self._writer.write_batch(batch)
+        self.rows += batch.num_rows
+
+    def write_table(self, table: pa.Table) -> None:
+        for batch in table.to_batches():
+            self.write(batch)
+
+    def commit(self) -> None:
+        self._writer.close()
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.tmp, 0o666 & ~umask)  # as any new file would be, not mkstemp's owner-only mode
+        os.replace(self.tmp, self.target)
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+        finally:
+            Path(self.tmp).unlink(missing_ok=True)

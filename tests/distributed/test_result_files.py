@@ -1,0 +1,123 @@
+"""Results written to files as they are produced: with ``output=DIR/`` every rank writes its own
+Parquet part (no gather), in name order for a range-partitioned ORDER BY; with a file the driver
+streams the batches into it. Read back, both equal DuckDB's answer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+import duckflock
+from support import assert_same, make_table, oracle
+
+pytestmark = pytest.mark.dist
+
+# Every ORDER BY sorts in parallel (range-partitioned); small tables are exchanged, not read whole.
+CONFIG = {"range_sort_threshold_bytes": 0, "shared_storage": False}
+
+QUERIES = {  # name -> (SQL, ORDER BY columns whose order must hold, or None)
+    "sorted": (
+        "SELECT f.k, d.s FROM f JOIN d ON f.k2 = d.k2 WHERE f.v % 3 = 0 ORDER BY d.s DESC, f.k",
+        ["s", "k"],
+    ),
+    "sorted numeric": ("SELECT k2, v FROM f WHERE v % 5 = 0 ORDER BY k2, v", ["k2", "v"]),
+    "grouped": ("SELECT k2 % 100 AS g, count(*) AS n, sum(v) AS v FROM f GROUP BY 1", None),
+    "finished on the driver": ("SELECT k, v FROM f ORDER BY v DESC LIMIT 50", ["v"]),
+    "empty": ("SELECT k, v FROM f WHERE v < 0 ORDER BY k", ["k"]),
+}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("results")
+    make_table(
+        root, "f", "SELECT i AS k, (i * 7919) % 5000 AS k2, i AS v FROM range(100000) t(i)", 4, "hash", ("k",)
+    )
+    make_table(root, "d", "SELECT i AS k2, 'd' || i::VARCHAR AS s FROM range(5000) t(i)", 3)
+    return root
+
+
+def read_parts(directory: Path) -> pa.Table:
+    """The parts in name order, as a reader of the directory would take them."""
+    assert (directory / "_SUCCESS").exists()
+    parts = sorted(directory.glob("part-*.parquet"))
+    assert parts and not list(directory.glob(".*")), "temporary files left"
+    return pa.concat_tables([pq.read_table(p) for p in parts])
+
+
+def check_outputs(db, data: Path, tmp: Path, ranks: int) -> None:
+    ref = oracle(data)
+    for i, (name, (sql, order)) in enumerate(QUERIES.items()):
+        expected = ref.sql(sql).to_arrow_table()
+        directory = tmp / f"parts{i}"
+        result = db.sql(sql, output=f"{directory}/")
+        assert result.arrow().num_rows == 0 and result.outcome.rows_written == expected.num_rows
+        assert_same(read_parts(directory), expected, order_by=order)
+        passed_on = name not in ("finished on the driver",)
+        assert len(list(directory.glob("part-*.parquet"))) == (ranks if passed_on else 1), name
+        single = tmp / f"single{i}.parquet"
+        db.sql(sql, output=str(single))
+        assert_same(pq.read_table(single), expected, order_by=order)
+
+
+@pytest.mark.parametrize(("transport", "ranks"), [("threads", 2), ("threads", 3), ("mpi", 2), ("mpi", 3)])
+def test_results_to_files_match_duckdb(data, tmp_path, transport, ranks):
+    with duckflock.connect(str(data), ranks=ranks, transport=transport, config=CONFIG) as db:
+        check_outputs(db, data, tmp_path, ranks)
+
+
+def test_directory_replaces_earlier_parts_and_csv_streams(data, tmp_path):
+    directory = tmp_path / "out"
+    directory.mkdir()
+    (directory / "part-00007-00000.parquet").write_bytes(b"from an earlier run on more ranks")
+    sql = "SELECT k, v FROM f WHERE v % 7 = 0"
+    expected = oracle(data).sql(sql).to_arrow_table()
+    with duckflock.connect(str(data), ranks=2, transport="threads", config=CONFIG) as db:
+        db.sql(sql, output=str(directory))  # an existing directory, without the trailing slash
+        assert_same(read_parts(directory), expected)
+        db.sql(sql, output=str(tmp_path / "r.csv"))
+        assert_same(pacsv.read_csv(tmp_path / "r.csv"), expected)
+        with pytest.raises(duckflock.ExecutionError):
+            db.sql("SELECT CAST('x' || k AS INTEGER) AS n FROM f", output=str(tmp_path / "bad.parquet"))
+        with pytest.raises(duckflock.ExecutionError):
+            db.sql("SELECT CAST('x' || k AS INTEGER) AS n FROM f", output=str(tmp_path / "bad") + "/")
+    assert not (tmp_path / "bad.parquet").exists()
+    assert not list((tmp_path / "bad").iterdir()), "a failed query leaves no part and no _SUCCESS"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_cli_writes_parts_on_mpi_ranks(data, tmp_path):
+    sql, order = QUERIES["sorted"]
+    env = {**os.environ, **{f"DUCKFLOCK_{k.upper()}": str(v) for k, v in CONFIG.items()}}
+    argv = [sys.executable, "-m", "duckflock.cli.main", "sql", "--data", str(data), "--ranks", "3"]
+    proc = subprocess.run(
+        [*argv, "--output", f"{tmp_path}/out/", sql], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    expected = oracle(data).sql(sql).to_arrow_table()
+    assert f"wrote {expected.num_rows} rows" in proc.stdout
+    assert_same(read_parts(tmp_path / "out"), expected, order_by=order)
+
+
+def test_flight_caller_streams_the_result_file(data, tmp_path):
+    from flight_support import Workers
+
+    sql, order = QUERIES["sorted"]
+    with (
+        Workers(data, 2, tmp_path) as w,
+        duckflock.connect(workers=w.addresses, token=w.token, config=CONFIG) as db,
+    ):
+        result = db.sql(sql, output=str(tmp_path / "r.arrow"))
+        assert_same(
+            pa.ipc.open_file(tmp_path / "r.arrow").read_all(), oracle(data).sql(sql).to_arrow_table(), order
+        )
+        assert result.outcome.rows_written > 0
+        with pytest.raises(duckflock.DuckflockError, match="not a directory"):
+            db.sql(sql, output=f"{tmp_path}/parts/")
