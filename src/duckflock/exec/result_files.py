@@ -23,6 +23,9 @@ from duckflock.errors import DuckflockError
 
 SUFFIXES = (".parquet", ".csv", ".arrow")
 SUCCESS = "_SUCCESS"
+# Parquet batches are collected into row groups of about this size: one row group per arriving
+# chunk would make files larger and slower to read; this bounds what is held.
+ROW_GROUP_BYTES = 64 << 20
 
 
 def is_directory(output: str) -> bool:
@@ -61,6 +64,8 @@ class ResultWriter:
         fd, self.tmp = tempfile.mkstemp(dir=self.target.parent, prefix=f".{self.target.name}.", suffix=".tmp")
         os.close(fd)
         self.rows = 0
+        self._group: list[pa.RecordBatch] = []
+        self._group_bytes = 0
         if suffix == ".parquet":
             self._writer = pq.ParquetWriter(self.tmp, schema)
         elif suffix == ".csv":
@@ -75,14 +80,27 @@ class ResultWriter:
         batch = pa.RecordBatch.from_arrays(batch.columns, names=self.schema.names)
         if not batch.schema.equals(self.schema):
             batch = batch.cast(self.schema)
-        self._writer.write_batch(batch)
         self.rows += batch.num_rows
+        if not isinstance(self._writer, pq.ParquetWriter):
+            self._writer.write_batch(batch)
+            return
+        self._group.append(batch)
+        self._group_bytes += batch.nbytes
+        if self._group_bytes >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._group:
+            self._writer.write_table(pa.Table.from_batches(self._group), row_group_size=1 << 30)
+            self._group, self._group_bytes = [], 0
 
     def write_table(self, table: pa.Table) -> None:
         for batch in table.to_batches():
             self.write(batch)
 
     def commit(self) -> None:
+        if isinstance(self._writer, pq.ParquetWriter):
+            self._flush()
         self._writer.close()
         umask = os.umask(0)
         os.umask(umask)
