@@ -71,19 +71,25 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
     stages: list[Stage] = []
     stages_by_x: dict[int, ExchangeSpec] = {}
     when: list[int] = []  # the AdaptiveJoin shuffle plans being cut
-    shared: dict[int, int] = {}  # id of an exchange in an AdaptiveJoin -> its xid, cut once
+    # Both plans of an AdaptiveJoin hold the same exchange objects: each is cut once (by id).
+    shared: dict[int, int] = {}
+    adaptive_depth = 0
 
     def build(root: Node, output_of: Exchange | None) -> int:
         inputs: list[int] = []
 
         def exchange(node: Exchange) -> int:
-            if id(node) not in shared:
-                child_sid = build(node.child, node)
-                shared[id(node)] = stages[child_sid].output.xid  # type: ignore[union-attr]
-            return shared[id(node)]
+            if id(node) in shared:
+                return shared[id(node)]
+            xid = stages[build(node.child, node)].output.xid  # type: ignore[union-attr]
+            if adaptive_depth:
+                shared[id(node)] = xid
+            return xid
 
         def replace_exchanges(node: Node) -> Node:
+            nonlocal adaptive_depth
             if isinstance(node, AdaptiveJoin):
+                adaptive_depth += 1
                 # The measured side first: its size decides which stages the rest of the join needs.
                 assert isinstance(node.measured, Exchange)
                 xid = exchange(node.measured)
@@ -91,6 +97,7 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
                 when.append(xid)
                 second = replace_exchanges(node.shuffle)
                 when.pop()
+                adaptive_depth -= 1
                 return replace(node, broadcast=first, shuffle=second, measured=None, xid=xid)
             if isinstance(node, Exchange):
                 xid = exchange(node)
