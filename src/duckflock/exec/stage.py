@@ -20,6 +20,7 @@ from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
 from duckflock.exec import adaptive, range_sort
 from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
+from duckflock.plan.explain import human
 from duckflock.plan.nodes import ExchangeRead, Scan
 from duckflock.plan.render import exchange_table, render, sql_literal
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
@@ -160,8 +161,8 @@ def run_stage(
             kind = "hash" if stats.fell_back else "broadcast"
             how = "hashed on the join keys instead of broadcast" if stats.fell_back else "broadcast"
             at_least = "at least " if stats.fell_back else ""  # ranks stop reading past the threshold
-            total_s = f"{at_least}{_size(total)}"
-            stats.note = f"x{spec.xid}: {total_s} on all ranks, threshold {_size(threshold)}: {how}"
+            total_s = f"{at_least}{human(total, 'B')}"
+            stats.note = f"x{spec.xid}: {total_s} on all ranks, threshold {human(threshold, 'B')}: {how}"
             if not stats.fell_back:  # drop the target column computed in case of a fall-back
                 held = [b.drop_columns(["__target"]) for b in held]
                 schema = schema.remove(len(schema) - 1)
@@ -200,8 +201,8 @@ def run_stage(
             stats.exchange.rows_out = part.rows
         if kind == "broadcast" and not measured and written > threshold:
             stats.note = (
-                f"x{spec.xid}: broadcast {_size(written)} from this rank, over the threshold of "
-                f"{_size(threshold)}; not measured in advance: no shuffle gives the same rows"
+                f"x{spec.xid}: broadcast {human(written, 'B')} from this rank, over the threshold of "
+                f"{human(threshold, 'B')}; not measured in advance: no shuffle gives the same rows"
             )
         return None, stats
     finally:
@@ -228,11 +229,3 @@ def _drain(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     batches.reverse()
     while batches:
         yield batches.pop()
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
