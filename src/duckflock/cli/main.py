@@ -41,13 +41,19 @@ def _parser() -> argparse.ArgumentParser:
 
     ld = sub.add_parser("load", help="register Parquet/CSV files as a table, optionally repartitioned")
     ld.add_argument("--data", required=True, help="data directory")
-    ld.add_argument("--table", required=True, help="table name")
-    ld.add_argument("files", nargs="+", help="input files or glob patterns")
+    ld.add_argument("--table", default=None, help="table name")
+    ld.add_argument("files", nargs="*", help="input files or glob patterns")
     ld.add_argument("--partition-by", default=None, help="key column(s), comma separated")
     ld.add_argument("--partitions", type=int, default=None, help="number of partitions (default 12)")
     ld.add_argument("--scheme", choices=["hash", "range"], default="hash")
     ld.add_argument("--format", choices=["parquet", "csv"], default=None)
     ld.add_argument("--ranks", type=int, default=2, help="ranks that load in parallel (default 2)")
+    ld.add_argument(
+        "--repartition",
+        action="store_true",
+        help="rewrite the hash-partitioned tables placed by another DuckDB's hash (or only --table) "
+        "with this DuckDB's, so they join co-located again",
+    )
 
     w = sub.add_parser("worker", help="serve queries over Arrow Flight (for sql --workers)")
     w.add_argument("--listen", default="127.0.0.1:8815", help="HOST:PORT to bind (default 127.0.0.1:8815)")
@@ -125,6 +131,17 @@ def relaunch(ranks: int, argv: list[str]) -> int:
     return code or 1
 
 
+def _check_load_args(args: argparse.Namespace) -> None:
+    if args.repartition:
+        if args.files or args.partition_by or args.partitions is not None or args.format:
+            raise DuckflockError(
+                "--repartition rewrites stored tables as they are partitioned: "
+                "give no input files, --partition-by, --partitions or --format"
+            )
+    elif not args.table or not args.files:
+        raise DuckflockError("load needs --table and input files (or --repartition)")
+
+
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command == "datagen":
         from duckflock.ingest.tpch import generate_tpch
@@ -141,6 +158,8 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         return run_on_workers(args)
     if args.command in ("sql", "explain") and not args.data:
         raise DuckflockError("give --data DIR (MPI ranks) or --workers HOST:PORT,... (Flight workers)")
+    if args.command == "load":
+        _check_load_args(args)
     needs_ranks = args.command in ("sql", "load") or (args.command == "explain" and args.analyze)
     if needs_ranks and not under_mpi():
         if args.command != "load":
