@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from duckflock.exec.driver import QueryOutcome
+from duckflock.exec.progress import ProgressCallback
 from duckflock.exec.stage import StageStats
 from duckflock.plan.explain import explain_plan
 
@@ -58,8 +59,10 @@ class Session:
     def __init__(self, backend):
         self._backend = backend
 
-    def sql(self, query: str, profile: bool = False) -> Result:
-        return Result(self._backend.run(query, profile=profile))
+    def sql(self, query: str, profile: bool = False, progress: ProgressCallback | None = None) -> Result:
+        """Run a query. ``progress`` is called with ``duckflock.Progress`` snapshots (stages done and
+        running, rows and bytes moved) while it runs, possibly from another thread: keep it quick."""
+        return Result(self._backend.run(query, profile=profile, progress=progress))
 
     @property
     def ranks(self) -> int:
@@ -148,12 +151,16 @@ class _MpiJobBackend:
                 raise DuckflockError(f"the {ranks} ranks did not start: {why}") from None
         _, self.ranks = self._conn.recv()
 
-    def _call(self, *request):
+    def _call(self, *request, progress: ProgressCallback | None = None):
         from duckflock.errors import DuckflockError
 
         try:
             self._conn.send(request)
             reply = self._conn.recv()
+            while reply[0] == "progress":  # snapshots come ahead of the reply while the query runs
+                if progress is not None:
+                    progress(reply[1])
+                reply = self._conn.recv()
         except (EOFError, OSError):
             raise DuckflockError(self._ended()) from None
         if reply[0] == "error":
@@ -176,8 +183,8 @@ class _MpiJobBackend:
         why = job_outcome(self._dir, code, banner) or f"exit code {code}"
         return f"the MPI job ended unexpectedly: {why}; open a new session to go on"
 
-    def run(self, query: str, profile: bool = False):
-        path, outcome = self._call("sql", query, profile)
+    def run(self, query: str, profile: bool = False, progress: ProgressCallback | None = None):
+        path, outcome = self._call("sql", query, profile, progress is not None, progress=progress)
         try:
             with pa.memory_map(path) as source:
                 outcome.table = pa.ipc.open_file(source).read_all()
@@ -233,23 +240,24 @@ class _FlightBackend:
             self.close()
             raise
 
-    def _action(self, client, kind: str, body: dict, rank: int = 0):
+    def _action(self, client, kind: str, body: dict, rank: int = 0, progress: ProgressCallback | None = None):
+        """One action's reply: its last result (sql with progress streams snapshots before it)."""
         import pickle
 
         from duckflock.errors import TransportError
 
+        payload = b""
         try:
-            results = list(
-                client.do_action(
-                    self._flight.Action(kind, self._json.dumps(body).encode()), options=self._auth
-                )
-            )
+            action = self._flight.Action(kind, self._json.dumps(body).encode())
+            for result in client.do_action(action, options=self._auth):
+                payload = result.body.to_pybytes()
+                if progress is not None and (reply := pickle.loads(payload))[0] == "progress":
+                    progress(reply[1])
         except self._flight.FlightUnauthenticatedError:
             raise TransportError(f"worker {rank} at {self.locations[rank]} refused the token") from None
         except self._flight.FlightError as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise TransportError(f"worker {rank} at {self.locations[rank]}: {first}") from None
-        payload = results[0].body.to_pybytes() if results else b""
         if kind in ("sql", "plan"):
             reply = pickle.loads(payload)
             if reply[0] == "error":
@@ -257,10 +265,9 @@ class _FlightBackend:
             return reply[1:]
         return payload
 
-    def run(self, query: str, profile: bool = False):
-        outcome, ticket = self._action(
-            self._clients[0], "sql", {"session": self.sid, "query": query, "profile": profile}
-        )
+    def run(self, query: str, profile: bool = False, progress: ProgressCallback | None = None):
+        body = {"session": self.sid, "query": query, "profile": profile, "progress": progress is not None}
+        outcome, ticket = self._action(self._clients[0], "sql", body, progress=progress)
         reader = self._clients[0].do_get(
             self._flight.Ticket(self._json.dumps([self.sid, ticket]).encode()), options=self._auth
         )

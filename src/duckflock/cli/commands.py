@@ -27,7 +27,7 @@ def _query(db, args: argparse.Namespace) -> int:
         if args.command == "explain":
             out.print(db.explain(args.query, analyze=args.analyze), highlight=False, markup=False)
             return 0
-        result = db.sql(args.query, profile=args.profile)
+        result = _run_query(db, args)
         if args.output:
             write_result(result.arrow(), args.output)
             out.print(f"wrote {result.arrow().num_rows} rows to {args.output}")
@@ -40,6 +40,17 @@ def _query(db, args: argparse.Namespace) -> int:
         print_error(err, str(e))
         return 1
     return 0
+
+
+def _run_query(db, args: argparse.Namespace):
+    """The query's result; on a terminal with a live progress line while it runs."""
+    from duckflock.cli.progress import ProgressDisplay, terminal_console
+
+    console = terminal_console()
+    if console is None:
+        return db.sql(args.query, profile=args.profile)
+    with ProgressDisplay(console) as display:
+        return db.sql(args.query, profile=args.profile, progress=display)
 
 
 def run_sql(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from duckflock.cli.bench_args import add_bench_parsers
 from duckflock.cli.errors_out import print_error
+from duckflock.cli.progress import launch_env
 from duckflock.errors import DuckflockError
 from duckflock.exec.launch import (
     job_outcome,
@@ -120,7 +121,7 @@ def relaunch(ranks: int, argv: list[str]) -> int:
     killed by the OS is reported in one message naming it, instead of MPICH's banner."""
     with tempfile.TemporaryDirectory(prefix="duckflock-job-") as job:
         cmd = mpiexec_argv(ranks, ["-m", "duckflock.cli.main", *argv], job_dir=job)
-        proc = subprocess.Popen(cmd, env=os.environ.copy(), stdout=subprocess.PIPE)
+        proc = subprocess.Popen(cmd, env={**os.environ, **launch_env()}, stdout=subprocess.PIPE)
         assert proc.stdout is not None
         banner = relay_without_banner(proc.stdout, sys.stdout.buffer)
         code = proc.wait()

@@ -98,10 +98,10 @@ def print_profile(stats, console: Console | None = None) -> None:
             str(s.sid),
             *ms,
             f"{e.rows_out:,}",
-            _size(e.bytes_out),
+            size_text(e.bytes_out),
             f"{e.rows_in:,}",
-            _size(e.bytes_in),
-            _size(e.bytes_spilled),
+            size_text(e.bytes_in),
+            size_text(e.bytes_spilled),
         )
     console.print(view)
     console.print(
@@ -113,7 +113,7 @@ def print_profile(stats, console: Console | None = None) -> None:
     )
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -17,10 +17,13 @@ from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exec.memory import release_free_memory
+from duckflock.exec.progress import Follower, ProgressCallback, report
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.stage import StageStats, run_stage
 from duckflock.plan.nodes import Scan, walk
 from duckflock.plan.stages import StagePlan
+
+_LAST_REPORTS_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ def execute_on_rank(rt: Runtime, cmd: RunQuery) -> tuple[pa.Table | None, list[S
             stage_id = stage.sid
             out, st = run_stage(rt_q, cmd.qid, plan, stage, received)
             stats.append(st)
+            report(rt.mux, cmd.qid, st)
             if stage.output is None:
                 result = out
             release_free_memory()
@@ -131,7 +135,9 @@ class Driver:
             self._plans[key] = plan
         return plan
 
-    def run(self, sql: str, profile: bool = False) -> QueryOutcome:
+    def run(self, sql: str, profile: bool = False, progress: ProgressCallback | None = None) -> QueryOutcome:
+        """Run a query on every rank. ``progress`` is called with snapshots while it runs, from a
+        thread of the driver's, the last one with every stage done."""
         t0 = time.perf_counter()
         plan = self.plan(sql)
         qid = next(self._qids)
@@ -140,15 +146,23 @@ class Driver:
         used = {n.table for s in plan.stages for n in walk(s.root) if isinstance(n, Scan)}
         cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile)
         mux = self.rt.mux
+        follower = Follower(mux, qid, plan, self.rt.size, progress) if progress else None
         for r in range(1, self.rt.size):
             mux.send_obj(r, 0, CONTROL, ("run", cmd))
+        ran = False
         try:
             table, stats = execute_on_rank(self.rt, cmd)
             if profile:
                 for _ in range(1, self.rt.size):
                     stats.extend(mux.recv_obj(qid, COLLECTIVE)[1])
+            ran = True
         finally:
+            if follower is not None:
+                # After a success the other ranks' last reports are just behind their last data.
+                follower.close(_LAST_REPORTS_S if ran else 0.0)
             mux.finish(qid)
+        if follower is not None and follower.error is not None:
+            raise follower.error
         assert table is not None
         table = _as_duckdb_returns(table, plan)
         return QueryOutcome(table, plan, stats, time.perf_counter() - t0)

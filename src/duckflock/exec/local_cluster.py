@@ -8,6 +8,7 @@ import threading
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.exec.driver import Driver, serve
+from duckflock.exec.progress import ProgressCallback
 from duckflock.exec.runtime import Runtime
 from duckflock.transport.inproc import InProcTransport
 
@@ -28,8 +29,8 @@ class LocalCluster:
         self.driver = Driver(self.runtimes[0])
 
     # The Session backend protocol: run, plan, ranks, close.
-    def run(self, query: str, profile: bool = False):
-        return self.driver.run(query, profile=profile)
+    def run(self, query: str, profile: bool = False, progress: ProgressCallback | None = None):
+        return self.driver.run(query, profile=profile, progress=progress)
 
     def plan(self, query: str):
         return self.driver.plan(query)

@@ -58,7 +58,9 @@ def main() -> None:
                 break
             try:
                 if request[0] == "sql":
-                    outcome = driver.run(request[1], profile=request[2])
+                    _, query, profile, follow = request
+                    progress = (lambda p: conn.send(("progress", p))) if follow else None
+                    outcome = driver.run(query, profile=profile, progress=progress)
                     path = write_result_file(outcome.table)
                     outcome.table = None  # type: ignore[assignment]
                     conn.send(("ok", path, outcome))

@@ -18,6 +18,7 @@ import struct
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from duckflock.config import Config
 from duckflock.errors import DuckflockError, TransportError
 from duckflock.exchange.codec import write_options
 from duckflock.exec.driver import Driver, serve
+from duckflock.exec.progress import ProgressCallback
 from duckflock.exec.runtime import Runtime
 from duckflock.transport.flight import FlightTransport, unwrap
 
@@ -160,11 +162,17 @@ class Worker(flight.FlightServerBase):
             return [flight.Result(b"ok")]
         if s.driver is None:
             raise flight.FlightServerError("duckflock worker: queries go to the session's first worker")
+        if kind == "sql" and body.get("progress"):
+            return self._sql_with_progress(s, body)
+        return [flight.Result(pickle.dumps(self._reply(s, kind, body)))]
+
+    def _reply(self, s: _Session, kind: str, body: dict, progress: ProgressCallback | None = None) -> tuple:
+        assert s.driver is not None
         try:
             if kind == "plan":
                 reply = ("ok", s.driver.plan(body["query"]))
             elif kind == "sql":
-                outcome = s.driver.run(body["query"], profile=body.get("profile", False))
+                outcome = s.driver.run(body["query"], profile=body.get("profile", False), progress=progress)
                 ticket = uuid.uuid4().hex
                 s.results[ticket] = outcome.table
                 outcome.table = None
@@ -176,7 +184,24 @@ class Worker(flight.FlightServerBase):
             reply = ("error", e)
         except DuckflockError as e:
             reply = ("error", e)
-        return [flight.Result(pickle.dumps(reply))]
+        return reply
+
+    def _sql_with_progress(self, s: _Session, body: dict) -> Iterator[flight.Result]:
+        """The sql reply streamed after the query's progress snapshots, as they happen."""
+        replies: queue.Queue = queue.Queue()
+
+        def run() -> None:
+            try:
+                replies.put(self._reply(s, "sql", body, lambda p: replies.put(("progress", p))))
+            except Exception as e:  # a bug: the stream still ends with a reply
+                replies.put(("error", DuckflockError(f"internal error: {e}")))
+
+        threading.Thread(target=run, name="duckflock-sql", daemon=True).start()
+        while True:
+            reply = replies.get()
+            yield flight.Result(pickle.dumps(reply))
+            if reply[0] != "progress":
+                return
 
     def do_get(self, context, ticket):
         sid, key = json.loads(ticket.ticket)
