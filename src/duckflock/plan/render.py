@@ -74,10 +74,10 @@ def _(node: Values, source: ScanSource) -> str:
 
 @_render.register
 def _(node: DriverQuery, source: ScanSource) -> str:
-    sql = node.sql
-    for token, child in node.inputs:
-        sql = sql.replace(q(token), _sub(child, source))
-    return f"SELECT * FROM ({sql}) AS __driver({', '.join(q(c) for c in node.columns)})"
+    # Each table the text names is a CTE of that name around it: DuckDB binds the text as written.
+    tables = ", ".join(f"{q(name)} AS {_sub(child, source)}" for name, child in node.inputs)
+    with_ = f"WITH {tables} " if tables else ""
+    return f"{with_}SELECT * FROM ({node.sql}) AS __driver({', '.join(q(c) for c in node.columns)})"
 
 
 @_render.register
@@ -116,6 +116,8 @@ _JOIN_SQL = {
     "semi": "SEMI JOIN",
     "anti": "ANTI JOIN",
     "cross": "CROSS JOIN",
+    "asof": "ASOF JOIN",
+    "asof_left": "ASOF LEFT JOIN",
 }
 
 
@@ -125,7 +127,7 @@ def _(node: Join, source: ScanSource) -> str:
     cols = ", ".join(q(c) for c in node.columns)
     return (
         f"SELECT {cols} FROM {_sub(node.left, source)} AS __l "
-        f"{_JOIN_SQL[node.kind]} {_sub(node.right, source)} AS __r{on}"
+        f"{_JOIN_SQL[node.kind]}{' LATERAL' if node.lateral else ''} {_sub(node.right, source)} AS __r{on}"
     )
 
 
