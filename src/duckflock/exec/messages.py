@@ -8,7 +8,8 @@ Two conversations carry them:
     ``PlanReply``, ``ErrorReply``. The MPI job's socket pickles both ways; a Flight worker takes
     requests as JSON (``to_json``/``from_json``: it never unpickles what a caller sends) and
     pickles its replies, which the caller trusts. Over Flight the requests name their session
-    and ``PrepareSession``/``StartSession``/``ResultTicket`` set the session up and fetch rows.
+    and ``PrepareSession``/``StartSession``/``ResultTicket`` set the session up and fetch rows;
+    ``WorkerStatus`` tells whether a session holds a worker.
 """
 
 from __future__ import annotations
@@ -90,6 +91,13 @@ class ResultTicket:
 
     session: str
     key: str
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """A Flight worker's answer to ``status``: the session holding it (and its memory), if any."""
+
+    session: str | None
 
 
 @dataclass(frozen=True)

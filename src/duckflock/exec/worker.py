@@ -12,7 +12,6 @@ caller (so a caller that disappears does not leave workers holding memory).
 from __future__ import annotations
 
 import contextlib
-import json
 import pickle
 import queue
 import threading
@@ -36,7 +35,9 @@ from duckflock.exec.messages import (
     ResultTicket,
     SqlRequest,
     StartSession,
+    WorkerStatus,
     from_json,
+    to_json,
 )
 from duckflock.exec.runtime import Runtime
 from duckflock.transport.flight import FlightTransport
@@ -144,9 +145,9 @@ class Worker:
 
     # ---- the endpoint's handler (transport.flight_server.FlightHandler) --------------------------
     def action(self, kind: str, body: bytes) -> bytes:
-        if kind == "status":  # whether a session holds this worker (and its memory)
+        if kind == "status":
             s = self._session
-            return json.dumps({"session": s.sid if s else None}).encode()
+            return to_json(WorkerStatus(s.sid if s else None))
         if kind == "prepare":
             self._prepare(from_json(PrepareSession, body))
             return b"ok"
