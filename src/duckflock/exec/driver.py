@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import duckdb
@@ -17,20 +18,19 @@ from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exec.memory import release_free_memory
+from duckflock.exec.messages import (
+    PlanReply,
+    PlanRequest,
+    RankStats,
+    RunQuery,
+    SqlReply,
+    SqlRequest,
+    Stop,
+)
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.stage import StageStats, run_stage
 from duckflock.plan.nodes import Scan, walk
 from duckflock.plan.stages import StagePlan
-
-
-@dataclass(frozen=True)
-class RunQuery:
-    """What the driver sends every rank: the plan and the catalog entries it reads."""
-
-    qid: int
-    plan: StagePlan
-    tables: dict
-    profile: bool
 
 
 @dataclass
@@ -141,17 +141,30 @@ class Driver:
         cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile)
         mux = self.rt.mux
         for r in range(1, self.rt.size):
-            mux.send_obj(r, 0, CONTROL, ("run", cmd))
+            mux.send_obj(r, 0, CONTROL, cmd)
         try:
             table, stats = execute_on_rank(self.rt, cmd)
             if profile:
                 for _ in range(1, self.rt.size):
-                    stats.extend(mux.recv_obj(qid, COLLECTIVE)[1])
+                    reply: RankStats = mux.recv_obj(qid, COLLECTIVE)[1]
+                    stats.extend(reply.stats)
         finally:
             mux.finish(qid)
         assert table is not None
         table = _as_duckdb_returns(table, plan)
         return QueryOutcome(table, plan, stats, time.perf_counter() - t0)
+
+    def answer(
+        self, request: SqlRequest | PlanRequest, keep_rows: Callable[[pa.Table], str]
+    ) -> SqlReply | PlanReply:
+        """A session backend's request answered; ``keep_rows`` stores a result's rows where the
+        caller fetches them (a file, a Flight ticket) and says where."""
+        if isinstance(request, PlanRequest):
+            return PlanReply(self.plan(request.query))
+        outcome = self.run(request.query, profile=request.profile)
+        rows = keep_rows(outcome.table)
+        outcome.table = None  # type: ignore[assignment]  # the rows travel on their own
+        return SqlReply(outcome, rows)
 
     @property
     def ranks(self) -> int:
@@ -159,7 +172,7 @@ class Driver:
 
     def broadcast_stop(self) -> None:
         for r in range(1, self.rt.size):
-            self.rt.mux.send_obj(r, 0, CONTROL, ("stop",))
+            self.rt.mux.send_obj(r, 0, CONTROL, Stop())
         self.rt.mux.flush(0)
 
 
@@ -174,15 +187,15 @@ def serve(rt: Runtime) -> None:
     """A worker rank's loop: run what the driver sends until it says stop."""
     while True:
         _, cmd = rt.mux.recv_obj(0, CONTROL)
-        if cmd[0] == "stop":
+        if isinstance(cmd, Stop):
             return
-        if cmd[0] == "run":
-            run: RunQuery = cmd[1]
-            try:
-                _, stats = execute_on_rank(rt, run)
-                if run.profile:
-                    rt.mux.send_obj(0, run.qid, COLLECTIVE, stats)
-            except ExecutionError:
-                pass  # the driver reports it; this rank is ready for the next query
-            finally:
-                rt.mux.finish(run.qid)
+        if not isinstance(cmd, RunQuery):
+            raise TypeError(f"unexpected control message {cmd!r}")
+        try:
+            _, stats = execute_on_rank(rt, cmd)
+            if cmd.profile:
+                rt.mux.send_obj(0, cmd.qid, COLLECTIVE, RankStats(rt.rank, stats))
+        except ExecutionError:
+            pass  # the driver reports it; this rank is ready for the next query
+        finally:
+            rt.mux.finish(cmd.qid)

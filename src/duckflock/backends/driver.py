@@ -1,0 +1,24 @@
+"""This process is rank 0 of ranks started by someone else (``spmd``): queries go to its Driver."""
+
+from __future__ import annotations
+
+from duckflock.exec.driver import Driver, QueryOutcome
+from duckflock.plan.stages import StagePlan
+
+
+class DriverBackend:
+    def __init__(self, driver: Driver):
+        self.driver = driver
+
+    @property
+    def ranks(self) -> int:
+        return self.driver.ranks
+
+    def run(self, query: str, profile: bool = False) -> QueryOutcome:
+        return self.driver.run(query, profile=profile)
+
+    def plan(self, query: str) -> StagePlan:
+        return self.driver.plan(query)
+
+    def close(self) -> None:
+        """Nothing: whoever started the ranks stops them (``spmd`` when rank 0 leaves its block)."""
