@@ -14,7 +14,7 @@ import pyarrow as pa
 from duckflock.bench.measure import cores
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import quote_ident
-from duckflock.plan.render import sql_literal
+from duckflock.sqltext import sql_literal
 from duckflock.testing.compare import difference
 
 

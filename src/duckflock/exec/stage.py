@@ -20,8 +20,9 @@ from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
 from duckflock.exec import range_sort
 from duckflock.exec.runtime import Runtime
 from duckflock.plan.nodes import ExchangeRead, Scan
-from duckflock.plan.render import exchange_table, render, sql_literal
+from duckflock.plan.render import exchange_table, render
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
+from duckflock.sqltext import sql_literal
 
 
 @dataclass

@@ -10,7 +10,7 @@ import pyarrow as pa
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type, hash_sql
 from duckflock.catalog.partitioning import quote_ident as q
-from duckflock.plan.render import sql_literal
+from duckflock.sqltext import sql_literal
 
 
 def make_table(
