@@ -8,6 +8,8 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
+from duckflock.sqltext import sql_literal
+
 
 def open_duckdb(
     threads: int,
@@ -54,6 +56,5 @@ def fetch_as_duckdb_returns(con: duckdb.DuckDBPyConnection, sql: str, keep_order
 
 def restrict(con: duckdb.DuckDBPyConnection, dirs: list[str]) -> None:
     """No file, URL or extension outside ``dirs``; cannot be undone on this connection."""
-    listing = ", ".join("'" + d.replace("'", "''") + "'" for d in dirs)
-    con.execute(f"SET allowed_directories = [{listing}]")
+    con.execute(f"SET allowed_directories = {sql_literal(dirs)}")
     con.execute("SET enable_external_access = false")

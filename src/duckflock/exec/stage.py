@@ -21,8 +21,9 @@ from duckflock.exec import range_sort
 from duckflock.exec.runtime import Runtime
 from duckflock.local_duckdb import fetch_as_duckdb_returns
 from duckflock.plan.nodes import DriverQuery, ExchangeRead, Scan
-from duckflock.plan.render import exchange_table, render, sql_literal
+from duckflock.plan.render import exchange_table, render
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
+from duckflock.sqltext import sql_literal
 
 
 @dataclass

@@ -6,7 +6,6 @@ whole stage as one query (join order, filter and projection pushdown into the Pa
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from functools import singledispatch
 
@@ -181,23 +180,3 @@ def _(node: Sort, source: ScanSource) -> str:
 @_render.register
 def _(node: Limit, source: ScanSource) -> str:
     return f"SELECT * FROM {_sub(node.child, source)}" + _limit(node.limit, node.offset)
-
-
-def sql_literal(value: object) -> str:
-    """A DuckDB literal for a Python value: strings, numbers, bools, dates, timestamps, decimals,
-    lists and dicts (structs)."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, dt.datetime):
-        return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
-    if isinstance(value, dt.date):
-        return f"DATE '{value.isoformat()}'"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{sql_literal(str(k))}: {sql_literal(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(sql_literal(v) for v in value) + "]"
-    return "'" + str(value).replace("'", "''") + "'"
