@@ -12,7 +12,7 @@ from itertools import pairwise
 import pytest
 
 import duckflock
-from duckflock.bench.tpch import query
+from duckflock.testing.tpch import query
 from flight_support import Workers
 from support import assert_same, oracle
 

@@ -181,18 +181,28 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         return run_explain(args)
     if args.command == "bench":
-        import importlib.util
-
-        if importlib.util.find_spec("matplotlib") is None:
-            raise DuckflockError("benchmarks need the bench extra: pip install 'duckflock[bench]'")
-        from duckflock.bench import cli as bench_cli
-
-        return bench_cli.run(args)
+        return _bench(args)
     if args.command == "demo":
         from duckflock.cli.demo import run_demo
 
         return run_demo(args)
     raise DuckflockError(f"unknown command {args.command}")
+
+
+def _bench(args: argparse.Namespace) -> int:
+    """The benchmarks are their own project (``benchmarks/`` of the source tree), not part of duckflock;
+    checked before importing them, as matplotlib is only imported once a benchmark has run."""
+    import importlib.util
+
+    missing = [m for m in ("duckflock_bench", "matplotlib") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise DuckflockError(
+            f"duckflock bench needs the benchmarks project ({', '.join(missing)} not installed): "
+            "pip install -e benchmarks, from a duckflock source checkout"
+        )
+    from duckflock_bench import cli as bench_cli
+
+    return bench_cli.run(args)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from duckflock.errors import DuckflockError
+from duckflock.units import human
 
 
 def stdout_console() -> Console:
@@ -98,10 +99,10 @@ def print_profile(stats, console: Console | None = None) -> None:
             str(s.sid),
             *ms,
             f"{e.rows_out:,}",
-            size_text(e.bytes_out),
+            human(e.bytes_out, "B"),
             f"{e.rows_in:,}",
-            size_text(e.bytes_in),
-            size_text(e.bytes_spilled),
+            human(e.bytes_in, "B"),
+            human(e.bytes_spilled, "B"),
         )
     console.print(view)
     console.print(
@@ -111,11 +112,3 @@ def print_profile(stats, console: Console | None = None) -> None:
         "spilled: received bytes written to local files past the stage's memory budget",
         highlight=False,
     )
-
-
-def size_text(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)

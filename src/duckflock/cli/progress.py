@@ -43,13 +43,13 @@ def terminal_console() -> Console | None:
 
 
 def describe(p: Progress | None, seconds: float) -> str:
-    from duckflock.cli.output import size_text
+    from duckflock.units import human
 
     if p is None:
         return f"planning · {seconds:.1f} s"
     return (
         f"stages {p.done}/{p.stages} done, {p.running} running · {p.rows:,} rows, "
-        f"{size_text(p.bytes)} moved · {seconds:.1f} s"
+        f"{human(p.bytes, 'B')} moved · {seconds:.1f} s"
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import duckdb
@@ -17,6 +18,16 @@ from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exec.memory import release_free_memory
+from duckflock.exec.messages import (
+    PlanReply,
+    PlanRequest,
+    ProgressReply,
+    RankStats,
+    RunQuery,
+    SqlReply,
+    SqlRequest,
+    Stop,
+)
 from duckflock.exec.progress import Follower, ProgressCallback, report
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.stage import StageStats, run_stage
@@ -24,16 +35,6 @@ from duckflock.plan.nodes import Scan, walk
 from duckflock.plan.stages import StagePlan
 
 _LAST_REPORTS_S = 10.0
-
-
-@dataclass(frozen=True)
-class RunQuery:
-    """What the driver sends every rank: the plan and the catalog entries it reads."""
-
-    qid: int
-    plan: StagePlan
-    tables: dict
-    profile: bool
 
 
 @dataclass
@@ -148,13 +149,14 @@ class Driver:
         mux = self.rt.mux
         follower = Follower(mux, qid, plan, self.rt.size, progress) if progress else None
         for r in range(1, self.rt.size):
-            mux.send_obj(r, 0, CONTROL, ("run", cmd))
+            mux.send_obj(r, 0, CONTROL, cmd)
         ran = False
         try:
             table, stats = execute_on_rank(self.rt, cmd)
             if profile:
                 for _ in range(1, self.rt.size):
-                    stats.extend(mux.recv_obj(qid, COLLECTIVE)[1])
+                    reply: RankStats = mux.recv_obj(qid, COLLECTIVE)[1]
+                    stats.extend(reply.stats)
             ran = True
         finally:
             if follower is not None:
@@ -167,13 +169,32 @@ class Driver:
         table = _as_duckdb_returns(table, plan)
         return QueryOutcome(table, plan, stats, time.perf_counter() - t0)
 
+    def answer(
+        self,
+        request: SqlRequest | PlanRequest,
+        keep_rows: Callable[[pa.Table], str],
+        send_progress: Callable[[ProgressReply], None] | None = None,
+    ) -> SqlReply | PlanReply:
+        """A session backend's request answered; ``keep_rows`` stores a result's rows where the
+        caller fetches them (a file, a Flight ticket) and says where. A SqlRequest asking for
+        progress has its snapshots passed to ``send_progress`` while it runs, before this returns."""
+        if isinstance(request, PlanRequest):
+            return PlanReply(self.plan(request.query))
+        progress = None
+        if request.progress and send_progress is not None:
+            progress = lambda p: send_progress(ProgressReply(p))  # noqa: E731
+        outcome = self.run(request.query, profile=request.profile, progress=progress)
+        rows = keep_rows(outcome.table)
+        outcome.table = None  # type: ignore[assignment]  # the rows travel on their own
+        return SqlReply(outcome, rows)
+
     @property
     def ranks(self) -> int:
         return self.rt.size
 
     def broadcast_stop(self) -> None:
         for r in range(1, self.rt.size):
-            self.rt.mux.send_obj(r, 0, CONTROL, ("stop",))
+            self.rt.mux.send_obj(r, 0, CONTROL, Stop())
         self.rt.mux.flush(0)
 
 
@@ -188,15 +209,15 @@ def serve(rt: Runtime) -> None:
     """A worker rank's loop: run what the driver sends until it says stop."""
     while True:
         _, cmd = rt.mux.recv_obj(0, CONTROL)
-        if cmd[0] == "stop":
+        if isinstance(cmd, Stop):
             return
-        if cmd[0] == "run":
-            run: RunQuery = cmd[1]
-            try:
-                _, stats = execute_on_rank(rt, run)
-                if run.profile:
-                    rt.mux.send_obj(0, run.qid, COLLECTIVE, stats)
-            except ExecutionError:
-                pass  # the driver reports it; this rank is ready for the next query
-            finally:
-                rt.mux.finish(run.qid)
+        if not isinstance(cmd, RunQuery):
+            raise TypeError(f"unexpected control message {cmd!r}")
+        try:
+            _, stats = execute_on_rank(rt, cmd)
+            if cmd.profile:
+                rt.mux.send_obj(0, cmd.qid, COLLECTIVE, RankStats(rt.rank, stats))
+        except ExecutionError:
+            pass  # the driver reports it; this rank is ready for the next query
+        finally:
+            rt.mux.finish(cmd.qid)

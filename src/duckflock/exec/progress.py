@@ -45,6 +45,28 @@ def report(mux: Mux, qid: int, stats: StageStats) -> None:
     mux.send_obj(0, qid, PROGRESS, stats)
 
 
+class Follow:
+    """A caller's side of snapshots that arrive ahead of a reply (MPI job, Flight): the callback's
+    first exception stops the callbacks and is raised once the reply is in (``raise_error``), so the
+    session stays in step with its ranks."""
+
+    def __init__(self, callback: ProgressCallback | None):
+        self._callback = callback
+        self.error: BaseException | None = None
+
+    def __call__(self, p: Progress) -> None:
+        if self._callback is None or self.error is not None:
+            return
+        try:
+            self._callback(p)
+        except Exception as e:
+            self.error = e
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
 class Tracker:
     """Folds stage completions into snapshots."""
 

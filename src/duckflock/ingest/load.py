@@ -36,7 +36,7 @@ from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type, hash_sql, quote_ident
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
-from duckflock.plan.render import sql_literal
+from duckflock.sqltext import sql_literal
 
 DEFAULT_PARTITIONS = 12
 _PART_COLUMN = "__duckflock_part"
