@@ -10,18 +10,20 @@ DEMO_DIR ?= data/tpch-sf$(DEMO_SF)
 
 setup: $(STAMP)
 
-# Exact, hashed versions from requirements.lock (regenerate with `make lock`), then duckflock itself.
-$(STAMP): pyproject.toml requirements.lock
+# Exact, hashed versions from requirements.lock (regenerate with `make lock`), then duckflock itself
+# and the benchmarks project (benchmarks/, its own package: the core install holds no benchmark code).
+$(STAMP): pyproject.toml benchmarks/pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --require-hashes -r requirements.lock
-	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/pip install --quiet --no-deps -e . -e benchmarks
 	touch $(STAMP)
 
 lock:
 	$(PY) -m venv .lock-venv && .lock-venv/bin/pip install --quiet uv
-	.lock-venv/bin/uv pip compile pyproject.toml --extra test --extra bench --extra pandas --extra polars \
-		--generate-hashes --universal --python-version 3.11 --no-emit-package duckflock --no-header \
+	.lock-venv/bin/uv pip compile requirements.in \
+		--generate-hashes --universal --python-version 3.11 --no-header \
+		--no-emit-package duckflock --no-emit-package duckflock-bench \
 		-o requirements.lock
 	rm -rf .lock-venv
 
@@ -29,12 +31,12 @@ demo: $(STAMP)
 	$(BIN)/duckflock demo --sf $(DEMO_SF) --data $(DEMO_DIR) --ranks 4
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 
 bench: $(STAMP)
 	$(BIN)/duckflock bench seed --sf 0.1,0.5,1 --ranks 1,2,4

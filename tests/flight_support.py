@@ -1,10 +1,10 @@
-"""Starting and stopping real `duckflock worker` processes for tests (the benchmarks' launcher)."""
+"""Starting and stopping real `duckflock worker` processes for tests."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from duckflock.bench.flight_workers import FlightWorkers
+from duckflock.testing.workers import FlightWorkers
 
 
 class Workers(FlightWorkers):

@@ -1,11 +1,11 @@
-"""Hosts as network namespaces for tests: ``duckflock.bench.netns.Hosts`` that skips the test, with
+"""Hosts as network namespaces for tests: ``duckflock.testing.netns.Hosts`` that skips the test, with
 the reason, where namespaces (or the requested link shaping) cannot be built."""
 
 from __future__ import annotations
 
 import pytest
 
-from duckflock.bench import netns
+from duckflock.testing import netns
 
 
 class Hosts(netns.Hosts):

@@ -12,7 +12,13 @@ from duckflock.errors import (
 
 # The engine (DuckDB, Arrow, MPI) is imported on first use: ``duckflock`` as a launcher (the process
 # that starts mpiexec and waits) then stays small, since a node's memory is what the ranks need.
-_LAZY = {"connect": "session", "Session": "session", "Result": "session", "spmd": "spmd"}
+_LAZY = {
+    "connect": "session",
+    "Session": "session",
+    "Result": "session",
+    "spmd": "spmd",
+    "Progress": "exec.progress",
+}
 
 
 def __getattr__(name: str) -> object:
@@ -29,6 +35,7 @@ __all__ = [
     "DuckflockError",
     "ExecutionError",
     "PlanError",
+    "Progress",
     "Result",
     "Session",
     "SqlError",

@@ -43,8 +43,9 @@ class Config:
     # Sleep between polls of a transport with transfers in progress: they advance only while polled,
     # but spinning would take the core from DuckDB.
     busy_poll_s: float = 0.00005
-    # Python's GIL switch interval in rank processes: short, so the multiplexer thread gets the GIL
-    # promptly while DuckDB's result batches are split in another thread. 0 leaves Python's default.
+    # Python's GIL switch interval in processes that run ranks (the caller's own when ranks are
+    # threads): short, so the multiplexer thread gets the GIL promptly while DuckDB's result batches
+    # are split in another thread. 0 leaves the process's setting alone.
     gil_switch_interval_s: float = 0.0005
     # Seconds without any sign of life from a peer before a query fails (Flight transport).
     peer_timeout_s: float = 30.0

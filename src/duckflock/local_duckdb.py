@@ -6,6 +6,9 @@ Below every layer: the ranks (exec/), the planner's schema DuckDB (sql/) and loa
 from __future__ import annotations
 
 import duckdb
+import pyarrow as pa
+
+from duckflock.sqltext import sql_literal
 
 
 def open_duckdb(
@@ -29,13 +32,29 @@ def open_duckdb(
         settings["max_temp_directory_size"] = f"{max(max_temp_bytes >> 20, 1)}MB"
     con = duckdb.connect(config=settings)
     con.execute("SET enable_progress_bar = false")  # else every rank draws one into the terminal
+    # Between ranks every type must survive Arrow as itself: by default HUGEINT arrives as
+    # DECIMAL(38,0), UUID and JSON as VARCHAR, and a function of them downstream answers differently.
+    con.execute("SET arrow_lossless_conversion = true")
     if only_dir is not None:
         restrict(con, [only_dir, *([temp_dir] if temp_dir else [])])
     return con
 
 
+def fetch_as_duckdb_returns(con: duckdb.DuckDBPyConnection, sql: str, keep_order: bool = False) -> pa.Table:
+    """A result for the user: Arrow types as single-process DuckDB gives them (not the lossless
+    ones ranks exchange); ``keep_order`` for rows that already arrive in their final order."""
+    con.execute("SET arrow_lossless_conversion = false")
+    if keep_order:
+        con.execute("SET preserve_insertion_order = true")
+    try:
+        return con.sql(sql).to_arrow_table()
+    finally:
+        con.execute("SET arrow_lossless_conversion = true")
+        if keep_order:
+            con.execute("SET preserve_insertion_order = false")
+
+
 def restrict(con: duckdb.DuckDBPyConnection, dirs: list[str]) -> None:
     """No file, URL or extension outside ``dirs``; cannot be undone on this connection."""
-    listing = ", ".join("'" + d.replace("'", "''") + "'" for d in dirs)
-    con.execute(f"SET allowed_directories = [{listing}]")
+    con.execute(f"SET allowed_directories = {sql_literal(dirs)}")
     con.execute("SET enable_external_access = false")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 from dataclasses import dataclass
 
 import pyarrow as pa
 
+from duckflock.backends.base import Backend
 from duckflock.exec.driver import QueryOutcome
+from duckflock.exec.progress import ProgressCallback
 from duckflock.exec.stage import StageStats
 from duckflock.plan.explain import explain_plan
 
@@ -53,16 +53,24 @@ class Result:
 
 
 class Session:
-    """Runs queries on a set of warm ranks. Backed by a driver (MPI) or a remote session."""
+    """Runs queries on a set of warm ranks, through one of the backends (``backends/``)."""
 
-    def __init__(self, backend):
+    def __init__(self, backend: Backend):
         self._backend = backend
 
-    def sql(self, query: str, profile: bool = False, output: str | None = None) -> Result:
-        """Run ``query``. With ``output`` the result is written there instead of returned: one file
-        (.parquet, .csv, .arrow), streamed as it arrives; or, for a directory (trailing slash or
-        existing), a Parquet part file written by every rank (exec/result_files.py)."""
-        return Result(self._backend.run(query, profile=profile, output=output))
+    def sql(
+        self,
+        query: str,
+        profile: bool = False,
+        progress: ProgressCallback | None = None,
+        output: str | None = None,
+    ) -> Result:
+        """Run a query. ``progress`` is called with ``duckflock.Progress`` snapshots (stages done and
+        running, rows and bytes moved) while it runs, possibly from another thread: keep it quick.
+        With ``output`` the result is written there instead of returned: one file (.parquet, .csv,
+        .arrow), streamed as it arrives; or, for a directory (trailing slash or existing), a Parquet
+        part file written by every rank (exec/result_files.py)."""
+        return Result(self._backend.run(query, profile=profile, progress=progress, output=output))
 
     @property
     def ranks(self) -> int:
@@ -77,234 +85,13 @@ class Session:
         return explain_plan(outcome.plan, outcome.stats) + total
 
     def close(self) -> None:
-        close = getattr(self._backend, "close", None)
-        if close is not None:
-            close()
+        self._backend.close()
 
     def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class _MpiJobBackend:
-    """A background ``mpiexec`` job of warm ranks; this process is its client."""
-
-    def __init__(self, data: str, ranks: int, config_env: dict[str, str], start_timeout: float):
-        import os
-        import secrets
-        import shutil
-        import socket
-        import subprocess
-        import tempfile
-        import time
-        from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
-
-        from duckflock.catalog import Catalog
-        from duckflock.errors import DuckflockError
-        from duckflock.exec.launch import mpiexec_argv
-        from duckflock.exec.serve import AUTHKEY_ENV
-
-        Catalog.load(data)  # a bad data directory fails here, at once, not in every rank
-        key = secrets.token_bytes(32)
-        self._dir = tempfile.mkdtemp(prefix="duckflock-session-")
-        address = os.path.join(self._dir, "control.sock")
-        # A plain socket with a timeout (multiprocessing's Listener has none), authenticated with
-        # multiprocessing's documented challenge functions, as Listener.accept would.
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(address)
-        self._listener.listen(1)
-        self._listener.settimeout(0.2)
-        env = {**os.environ, **config_env, AUTHKEY_ENV: key.hex()}
-        argv = mpiexec_argv(
-            ranks, ["-m", "duckflock.exec.serve", "--data", str(data), "--address", address], self._dir
-        )
-        # mpiexec's own output (MPICH's banner when a rank dies) goes to a log: how a rank died is
-        # reported as one message by _call.
-        self._log = os.path.join(self._dir, "mpiexec.out")
-        with open(self._log, "wb") as log:
-            self._proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log)
-        # Wait for rank 0, but give up as soon as mpiexec ends, and after start_timeout at most.
-        deadline = time.monotonic() + start_timeout
-        while True:
-            try:
-                sock, _ = self._listener.accept()
-                sock.setblocking(True)
-                self._conn = Connection(sock.detach())
-                deliver_challenge(self._conn, key)
-                answer_challenge(self._conn, key)
-                break
-            except OSError:
-                code = self._proc.poll()
-                if code is None and time.monotonic() < deadline:
-                    continue
-                if code is None:
-                    self._proc.kill()
-                self._listener.close()
-                shutil.rmtree(self._dir, ignore_errors=True)
-                why = (
-                    f"mpiexec exited with code {code}"
-                    if code is not None
-                    else f"not within {start_timeout:.0f} s"
-                )
-                raise DuckflockError(f"the {ranks} ranks did not start: {why}") from None
-        _, self.ranks = self._conn.recv()
-
-    def _call(self, *request):
-        from duckflock.errors import DuckflockError
-
-        try:
-            self._conn.send(request)
-            reply = self._conn.recv()
-        except (EOFError, OSError):
-            raise DuckflockError(self._ended()) from None
-        if reply[0] == "error":
-            raise reply[1]
-        return reply[1:]
-
-    def _ended(self) -> str:
-        """Why the job ended under a call: the rank the OS killed, or mpiexec's exit code."""
-        import subprocess
-        from pathlib import Path
-
-        from duckflock.exec.launch import job_outcome
-
-        try:
-            code = self._proc.wait(timeout=30)  # MPICH ends the other ranks
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            code = self._proc.wait()
-        banner = Path(self._log).read_bytes() if os.path.exists(self._log) else b""
-        why = job_outcome(self._dir, code, banner) or f"exit code {code}"
-        return f"the MPI job ended unexpectedly: {why}; open a new session to go on"
-
-    def run(self, query: str, profile: bool = False, output: str | None = None):
-        if output is not None:
-            output = _absolute(output)  # the ranks may run in another directory
-        path, outcome = self._call("sql", query, profile, output)
-        try:
-            with pa.memory_map(path) as source:
-                outcome.table = pa.ipc.open_file(source).read_all()
-        finally:
-            os.unlink(path)  # the mapping stays valid; the file name is gone
-        return outcome
-
-    def plan(self, query: str):
-        return self._call("plan", query)[0]
-
-    def close(self) -> None:
-        import shutil
-
-        if self._proc.poll() is None:
-            with contextlib.suppress(OSError):
-                self._conn.send(("close",))
-            try:
-                self._proc.wait(timeout=30)
-            except Exception:
-                self._proc.kill()
-        self._conn.close()
-        self._listener.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-
-class _FlightBackend:
-    """A session on running workers over Arrow Flight. The first worker plans each query and returns
-    its result; the workers exchange data among themselves, never through this process."""
-
-    def __init__(self, workers: list[str], token: str, tls_root: bytes | None, config: dict[str, object]):
-        import json
-        import secrets
-
-        import pyarrow.flight as flight
-
-        from duckflock.errors import TransportError
-        from duckflock.transport.flight import CallAuth, client_for
-
-        scheme = "grpc+tls" if tls_root else "grpc+tcp"
-        self.locations = [w if "://" in w else f"{scheme}://{w}" for w in workers]
-        self.ranks = len(self.locations)
-        self.sid = secrets.token_hex(8)
-        self._json = json
-        self._flight = flight
-        self._auth = CallAuth(token).options
-        self._clients = [client_for(loc, tls_root) for loc in self.locations]
-        body = {"session": self.sid, "peers": self.locations, "config": config}
-        try:
-            for phase in ("prepare", "start"):
-                for rank, client in enumerate(self._clients):
-                    self._action(client, phase, {**body, "rank": rank}, rank)
-        except TransportError:
-            self.close()
-            raise
-
-    def _action(self, client, kind: str, body: dict, rank: int = 0):
-        import pickle
-
-        from duckflock.errors import TransportError
-
-        try:
-            results = list(
-                client.do_action(
-                    self._flight.Action(kind, self._json.dumps(body).encode()), options=self._auth
-                )
-            )
-        except self._flight.FlightUnauthenticatedError:
-            raise TransportError(f"worker {rank} at {self.locations[rank]} refused the token") from None
-        except self._flight.FlightError as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise TransportError(f"worker {rank} at {self.locations[rank]}: {first}") from None
-        payload = results[0].body.to_pybytes() if results else b""
-        if kind in ("sql", "plan"):
-            reply = pickle.loads(payload)
-            if reply[0] == "error":
-                raise reply[1]
-            return reply[1:]
-        return payload
-
-    def run(self, query: str, profile: bool = False, output: str | None = None):
-        """An ``output`` file is written here, from the result as it streams in."""
-        from duckflock.errors import DuckflockError
-        from duckflock.exec.result_files import ResultWriter, is_directory
-
-        if output is not None and is_directory(output):
-            # Parts would land on the workers' hosts, outside the data directory they confine to.
-            raise DuckflockError("with workers, --output takes a file, not a directory")
-        body = {"session": self.sid, "query": query, "profile": profile}
-        outcome, ticket = self._action(self._clients[0], "sql", body)
-        reader = self._clients[0].do_get(
-            self._flight.Ticket(self._json.dumps([self.sid, ticket]).encode()), options=self._auth
-        )
-        if output is None:
-            outcome.table = reader.read_all()
-            return outcome
-        writer = ResultWriter(output, outcome.plan.output_schema)
-        try:
-            for chunk in reader:
-                writer.write(chunk.data)
-            writer.commit()
-        except BaseException:
-            writer.abort()
-            raise
-        outcome.table = outcome.plan.output_schema.empty_table()
-        outcome.rows_written = writer.rows
-        return outcome
-
-    def plan(self, query: str):
-        return self._action(self._clients[0], "plan", {"session": self.sid, "query": query})[0]
-
-    def close(self) -> None:
-        from duckflock.errors import TransportError
-
-        for rank, client in enumerate(self._clients):
-            with contextlib.suppress(TransportError):
-                self._action(client, "close", {"session": self.sid}, rank)
-            client.close()
-
-
-def _absolute(path: str) -> str:
-    trailing = os.sep if path.endswith(("/", os.sep)) else ""
-    return os.path.abspath(path) + trailing
 
 
 def connect(
@@ -330,15 +117,19 @@ def connect(
     if workers is not None:
         if not token:
             raise DuckflockError("workers need the shared token (token=... or --token-file)")
-        return Session(_FlightBackend(list(workers), token, tls_root_cert, dict(config or {})))
+        from duckflock.backends.flight import FlightBackend
+
+        return Session(FlightBackend(list(workers), token, tls_root_cert, dict(config or {})))
     if data is None:
         raise DuckflockError("connect() needs a data directory, or workers=[...]")
     if transport == "threads":
+        from duckflock.backends.threads import ThreadsBackend
         from duckflock.config import Config
-        from duckflock.exec.local_cluster import LocalCluster
 
-        return Session(LocalCluster(str(data), ranks, Config.from_env(**(config or {}))))
+        return Session(ThreadsBackend(str(data), ranks, Config.from_env(**(config or {}))))
     if transport != "mpi":
         raise DuckflockError(f"unknown transport {transport!r} (use 'mpi' or 'threads')")
+    from duckflock.backends.mpi_job import MpiJobBackend
+
     env = {f"DUCKFLOCK_{k.upper()}": str(v) for k, v in (config or {}).items()}
-    return Session(_MpiJobBackend(str(data), ranks, env, start_timeout))
+    return Session(MpiJobBackend(str(data), ranks, env, start_timeout))

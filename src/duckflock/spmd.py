@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from duckflock.backends.driver import DriverBackend
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.exec.driver import Driver, serve
@@ -27,7 +28,7 @@ class spmd:
             serve(self.rt)
             return None
         self.driver = Driver(self.rt)
-        return Session(self.driver)
+        return Session(DriverBackend(self.driver))
 
     def __exit__(self, *exc) -> None:
         assert self.rt is not None

@@ -15,16 +15,11 @@ import pyarrow.flight as flight
 import pytest
 
 import duckflock
-from duckflock.bench.tpch import query
+from duckflock.testing.tpch import SEED_ORDER, SEED_QUERY, query
 from flight_support import Workers
 from support import assert_same, oracle
 
 pytestmark = pytest.mark.dist
-SEED = (
-    "SELECT c.c_custkey, c.c_name, o.o_orderkey, o.o_orderdate, o.o_totalprice "
-    "FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
-    "WHERE o.o_orderdate < DATE '1995-03-15' ORDER BY o.o_orderdate DESC"
-)
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -36,7 +31,7 @@ def test_flight_queries_match_duckdb(tpch_dir, tmp_path, n, shared):
         duckflock.connect(workers=w.addresses, token=w.token, config={"shared_storage": shared}) as db,
     ):
         for q, order in [
-            (SEED, ["o_orderdate"]),
+            (SEED_QUERY, SEED_ORDER),
             (query(3), ["revenue"]),
             (query(5), ["revenue"]),
             (query(9), ["nation", "o_year"]),

@@ -12,19 +12,14 @@ import pyarrow.flight as flight
 import pytest
 
 import duckflock
-from duckflock.bench.tpch import query
+from duckflock.testing.tpch import SEED_ORDER, SEED_QUERY, query
 from flight_support import Workers
 from netns_support import Hosts
 from support import assert_same, oracle
 
 pytestmark = pytest.mark.dist
-SEED = (
-    "SELECT c.c_custkey, c.c_name, o.o_orderkey, o.o_orderdate, o.o_totalprice "
-    "FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
-    "WHERE o.o_orderdate < DATE '1995-03-15' ORDER BY o.o_orderdate DESC"
-)
 QUERIES = [
-    (SEED, ["o_orderdate"]),
+    (SEED_QUERY, SEED_ORDER),
     (query(3), ["revenue"]),
     (query(5), ["revenue"]),
     (query(9), ["nation", "o_year"]),
@@ -64,7 +59,7 @@ def test_queries_across_hosts_match_duckdb(hosts, workers, tpch_dir, shared):
         _check_queries(db, tpch_dir)
         # The exchanges really crossed the hosts' links (not some loopback shortcut).
         before = hosts.link_tx_bytes()
-        stats = db.sql(SEED, profile=True).stats
+        stats = db.sql(SEED_QUERY, profile=True).stats
         after = hosts.link_tx_bytes()
     assert sum(s.exchange.bytes_out for s in stats) > 0
     sent = [a - b for a, b in zip(after, before, strict=True)]

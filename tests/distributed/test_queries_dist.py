@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from duckflock.testing.tpch import SEED_ORDER, SEED_QUERY
 from support import assert_same, oracle, run_on_ranks
 
 pytestmark = pytest.mark.dist
 
-SEED = (
-    "SELECT c.c_custkey, c.c_name, o.o_orderkey, o.o_orderdate, o.o_totalprice "
-    "FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
-    "WHERE o.o_orderdate < DATE '1995-03-15' ORDER BY o.o_orderdate DESC"
-)
 TPCH_JOINS: list[tuple[str, list[str]]] = [
-    (SEED, ["o_orderdate"]),
+    (SEED_QUERY, SEED_ORDER),
     (
         "SELECT l_orderkey, sum(l_extendedprice * (1 - l_discount)) AS revenue, o_orderdate, o_shippriority "
         "FROM customer, orders, lineitem WHERE c_mktsegment = 'BUILDING' AND c_custkey = o_custkey "

@@ -121,3 +121,25 @@ def test_flight_caller_streams_the_result_file(data, tmp_path):
         assert result.outcome.rows_written > 0
         with pytest.raises(duckflock.DuckflockError, match="not a directory"):
             db.sql(sql, output=f"{tmp_path}/parts/")
+
+
+@pytest.mark.parametrize("transport", ["threads", "mpi"])
+def test_files_hold_duckdb_default_types_and_progress_finishes(data, tmp_path, transport):
+    """Ranks exchange lossless Arrow types (UUID, HUGEINT, ...); the files hold DuckDB's default
+    ones, as a user's result does. Progress reaches every stage though the gather never runs."""
+    sql = (
+        "SELECT k, ('00000000-0000-4000-8000-' || lpad(k::VARCHAR, 12, '0'))::UUID AS u, "
+        "k::HUGEINT * 3 AS h, make_time(1, 2, k % 60) AS t FROM f WHERE v % 11 = 0"
+    )
+    expected = oracle(data).sql(sql).to_arrow_table()
+    seen = []
+    with duckflock.connect(str(data), ranks=3, transport=transport, config=CONFIG) as db:
+        result = db.sql(sql, output=f"{tmp_path}/parts/", progress=seen.append)
+        assert result.seconds < 8, "progress waited for stages that never run"
+        db.sql(sql, output=str(tmp_path / "one.parquet"))
+        returned = db.sql(sql).arrow()
+    assert seen and seen[-1].finished
+    for table in (read_parts(tmp_path / "parts"), pq.read_table(tmp_path / "one.parquet")):
+        assert table.schema.equals(expected.schema), (table.schema, expected.schema)
+        assert_same(table, expected)
+    assert returned.schema.equals(expected.schema)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from duckflock.bench.tpch import ORDER, queries
+from duckflock.testing.tpch import ORDER, queries
 from support import assert_same, oracle, run_on_ranks
 
 pytestmark = pytest.mark.dist

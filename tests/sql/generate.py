@@ -228,6 +228,210 @@ def combination_queries() -> list[str]:
     return out
 
 
+# Scalar functions: sqlglot parses and re-writes every expression, so each DuckDB scalar function is
+# called once over a distributed table (with NULLs) to catch a re-write that changes its meaning.
+SCALAR_SETUP = [
+    "CREATE TABLE vals AS SELECT i AS id, CASE WHEN i % 5 = 0 THEN NULL ELSE (i * 7 % 23 - 6)::INTEGER END AS x, "
+    "CASE WHEN i % 6 = 0 THEN NULL ELSE 'Ab c_' || (i % 6) || repeat('x', i % 3) END AS s, "
+    "CASE WHEN i % 7 = 0 THEN NULL ELSE (i / 3.0 - 2)::DOUBLE END AS f, "
+    "CASE WHEN i % 4 = 0 THEN NULL ELSE DATE '2024-02-27' + i::INTEGER END AS dt, "
+    "TIMESTAMP '2024-01-01 10:00:00' + INTERVAL (i * 97) MINUTE AS ts, (i * 1.25 - 5)::DECIMAL(10,2) AS d, "
+    "i % 3 = 0 AS b, [i, i % 3, NULL] AS l FROM range(1, 25) t(i)",
+]
+SCALAR_PARTITIONS = ["vals none 3"]
+_ARG = {
+    "VARCHAR": "s",
+    "BIGINT": "x",
+    "INTEGER": "x",
+    "SMALLINT": "x",
+    "TINYINT": "x",
+    "DOUBLE": "f",
+    "FLOAT": "f",
+    "DATE": "dt",
+    "TIMESTAMP": "ts",
+    "DECIMAL": "d",
+    "BOOLEAN": "b",
+    "ANY": "x",
+    "T[]": "l",
+    "BIGINT[]": "l",
+    "INTEGER[]": "l",
+    "ANY[]": "l",
+}
+# Different on every call, or not a function of the row.
+_VOLATILE = (
+    "random",
+    "uuid",
+    "gen_random_uuid",
+    "uuidv4",
+    "uuidv7",
+    "nextval",
+    "currval",
+    "setseed",
+    "now",
+    "get_current",
+    "current_",
+    "today",
+    "txid",
+    "error",
+    "version",
+    "getvariable",
+    "transaction_timestamp",
+    "to_json",
+    "sleep",
+    "make_random",
+    "write_log",
+    "duckdb_",
+)
+
+
+def scalar_queries() -> list[str]:
+    con = duckdb.connect()
+    rows = con.sql(
+        "SELECT DISTINCT function_name, parameter_types FROM duckdb_functions() "
+        "WHERE function_type = 'scalar' AND NOT starts_with(function_name, '__') "
+        "AND function_name SIMILAR TO '[a-z_0-9]+' ORDER BY ALL"
+    ).fetchall()
+    out, seen = [], set()
+    for name, params in rows:
+        if any(name.startswith(v) for v in _VOLATILE) or not params or len(params) > 3:
+            continue
+        args = [_ARG.get(t) for t in params]
+        if None in args:
+            continue
+        call = f"{name}({', '.join(args)})"
+        if call in seen:
+            continue
+        seen.add(call)
+        out.append(f"SELECT id, {call} AS v FROM vals")
+    return out
+
+
+# Window functions x window specs. Functions whose value depends on the order among peers only get
+# specs that order totally (ending in id); the rest also get peer frames and no order at all.
+ORDER_SENSITIVE = [
+    "row_number()",
+    "ntile(3)",
+    "lag(x)",
+    "lag(x, 2, -1)",
+    "lead(x)",
+    "lead(s, 1)",
+    "first_value(x)",
+    "last_value(x)",
+    "nth_value(x, 2)",
+    "first_value(x IGNORE NULLS)",
+    "string_agg(s, ',')",
+    "list(x)",
+]
+PEER_SAFE = [
+    "rank()",
+    "dense_rank()",
+    "percent_rank()",
+    "cume_dist()",
+    "count(*)",
+    "count(x)",
+    "sum(x)",
+    "avg(d)",
+    "min(s)",
+    "max(dt)",
+    "stddev(f)",
+    "bool_and(b)",
+    "median(x)",
+    "count(DISTINCT g)",
+    "sum(x) FILTER (WHERE b)",
+]
+TOTAL_SPECS = [
+    "ORDER BY id",
+    "PARTITION BY g ORDER BY id",
+    "PARTITION BY g ORDER BY x NULLS FIRST, id",
+    "PARTITION BY g, b ORDER BY id DESC",
+    "PARTITION BY g ORDER BY id ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING",
+    "PARTITION BY s ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+    "ORDER BY dt, id ROWS BETWEEN 2 PRECEDING AND 1 PRECEDING",
+    "PARTITION BY g ORDER BY id ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING",
+]
+PEER_SPECS = [
+    "",
+    "PARTITION BY g",
+    "ORDER BY x",
+    "PARTITION BY g ORDER BY x RANGE BETWEEN 3 PRECEDING AND CURRENT ROW",
+    "PARTITION BY b ORDER BY dt RANGE BETWEEN INTERVAL 5 DAY PRECEDING AND INTERVAL 1 DAY FOLLOWING",
+    "PARTITION BY g ORDER BY d GROUPS BETWEEN 1 PRECEDING AND CURRENT ROW",
+]
+
+
+def window_queries() -> list[str]:
+    out = []
+    for table in ("nums", "hashed", "empty_nums"):
+        for fn, spec in itertools.product(ORDER_SENSITIVE + PEER_SAFE, TOTAL_SPECS):
+            out.append(f"SELECT id, {fn} OVER ({spec}) AS w FROM {table}")
+        for fn, spec in itertools.product(PEER_SAFE, PEER_SPECS):
+            out.append(f"SELECT id, {fn} OVER ({spec}) AS w FROM {table}")
+    for fn in PEER_SAFE:
+        out.append(
+            f"SELECT g, sum(x) AS t, {fn.replace('(x)', '(sum(x))')} OVER (ORDER BY g) AS w FROM nums GROUP BY g"
+        )
+        out.append(f"SELECT id FROM nums QUALIFY {fn} OVER (PARTITION BY g ORDER BY id) > 1")
+    return out
+
+
+# Join forms x key types x placements: each side stored hash-partitioned on the key, range-
+# partitioned, dealt arbitrarily or empty, so every join strategy meets NULL keys and duplicates.
+JOIN_SETUP = [
+    "CREATE TABLE a AS SELECT i AS id, CASE WHEN i % 7 = 0 THEN NULL ELSE (i % 8)::INTEGER END AS ki, "
+    "CASE WHEN i % 9 = 0 THEN NULL ELSE 'k' || (i % 6) END AS ks, DATE '2024-01-01' + (i % 5)::INTEGER AS kd, "
+    "(i % 4 * 0.5)::DECIMAL(6,2) AS kn, TIMESTAMP '2024-01-01' + INTERVAL (i * 13) MINUTE AS ts FROM range(1, 49) t(i)",
+    "CREATE TABLE b AS SELECT i AS id2, CASE WHEN i % 5 = 0 THEN NULL ELSE (i % 10)::BIGINT END AS ki, "
+    "'k' || (i % 7) AS ks, DATE '2024-01-01' + (i % 3)::INTEGER AS kd, (i % 3 * 0.5)::DECIMAL(8,1) AS kn, "
+    "TIMESTAMP '2024-01-01' + INTERVAL (i * 29) MINUTE AS ts, i * 1.5 AS amount FROM range(0, 30) t(i)",
+    "CREATE TABLE a_h AS SELECT * FROM a",
+    "CREATE TABLE b_h AS SELECT * FROM b",
+    "CREATE TABLE b_r AS SELECT * FROM b",
+    "CREATE TABLE b_e AS SELECT * FROM b WHERE false",
+]
+JOIN_PARTITIONS = [
+    "a none 3",
+    "b none 4",
+    "a_h hash ki 3",
+    "b_h hash ki 3",
+    "b_r range ki 2",
+    "b_e hash ki 2",
+]
+JOIN_FORMS = [
+    "JOIN {r} ON {l}.{k} = {r}.{k}",
+    "LEFT JOIN {r} ON {l}.{k} = {r}.{k}",
+    "RIGHT JOIN {r} ON {l}.{k} = {r}.{k}",
+    "FULL JOIN {r} ON {l}.{k} = {r}.{k}",
+    "JOIN {r} ON {l}.{k} = {r}.{k} AND {l}.id > {r}.id2",
+    "LEFT JOIN {r} ON {l}.{k} = {r}.{k} AND {r}.id2 % 2 = 0",
+    "JOIN {r} ON {l}.{k} IS NOT DISTINCT FROM {r}.{k}",
+    "ASOF JOIN {r} ON {l}.{k} = {r}.{k} AND {l}.ts >= {r}.ts",
+    "ASOF LEFT JOIN {r} ON {l}.{k} = {r}.{k} AND {l}.ts < {r}.ts",
+    "JOIN LATERAL (SELECT * FROM {r} x WHERE x.{k} = {l}.{k} ORDER BY x.id2 LIMIT 2) {r} ON true",
+    "LEFT JOIN LATERAL (SELECT count(*) AS n, max(x.id2) AS id2, min(x.{k}) AS {k} FROM {r} x WHERE x.{k} = {l}.{k}) {r} ON {r}.n > 0",
+]
+JOIN_PROJECTIONS = [
+    "SELECT {l}.id, {r}.id2 FROM {l} {j}",
+    "SELECT {r}.{k}, count(*) AS n, count({l}.id) AS c FROM {l} {j} GROUP BY ALL",
+]
+
+
+def join_queries() -> list[str]:
+    out = []
+    for left, right in (("a", "b"), ("a_h", "b_h"), ("a_h", "b_r"), ("a", "b_e"), ("a_h", "b")):
+        for key, form, proj in itertools.product(("ki", "ks", "kd", "kn"), JOIN_FORMS, JOIN_PROJECTIONS):
+            join = form.format(l=left, r=right, k=key)
+            out.append(proj.format(l=left, r=right, j=join, k=key))
+    for left, right in (("a", "b"), ("a_h", "b_h"), ("a", "b_e")):
+        for key in ("ki", "ks"):
+            for form in ("SEMI JOIN", "ANTI JOIN"):
+                out.append(f"SELECT {left}.id FROM {left} {form} {right} ON {left}.{key} = {right}.{key}")
+            out.append(
+                f"SELECT DISTINCT ON ({left}.{key}) {left}.{key}, {left}.id, {right}.id2 FROM {left} "
+                f"LEFT JOIN {right} ON {left}.{key} = {right}.{key} ORDER BY {left}.{key}, {left}.id, {right}.id2"
+            )
+    return out
+
+
 def write(name: str, title: list[str], setup: list[str], partitions: list[str], queries: list[str]) -> None:
     con = duckdb.connect()
     for s in setup:
@@ -269,4 +473,32 @@ if __name__ == "__main__":
         COMBO_SETUP,
         COMBO_PARTITIONS,
         combination_queries(),
+    )
+    write(
+        "scalars.test",
+        [
+            "Every DuckDB scalar function with simple argument types, once, over a distributed table with NULLs."
+        ],
+        SCALAR_SETUP,
+        SCALAR_PARTITIONS,
+        scalar_queries(),
+    )
+    write(
+        "windows.test",
+        [
+            "Window functions x partitions, orders and frames (ROWS / RANGE / GROUPS), over NULLs and empty tables."
+        ],
+        AGG_SETUP,
+        AGG_PARTITIONS,
+        window_queries(),
+    )
+    write(
+        "join_matrix.test",
+        [
+            "Join forms (inner/outer/non-equi/ASOF/LATERAL/semi/anti/DISTINCT ON) x key types x placements:",
+            "hash-partitioned on the key, range-partitioned, dealt arbitrarily, empty; NULL keys, duplicates.",
+        ],
+        JOIN_SETUP,
+        JOIN_PARTITIONS,
+        join_queries(),
     )

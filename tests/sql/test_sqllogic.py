@@ -26,11 +26,22 @@ QUICK = [
     ("mpi", 3, "off"),
     ("threads", 4, "off"),
 ]
-COMBOS = FULL if os.environ.get("DUCKFLOCK_SLT_FULL") else QUICK
+# The widest generated files (hundreds of functions each, where distribution matters less than in
+# joins) run on fewer combinations by default, to keep `make test` short.
+WIDE = {
+    "scalars": [("threads", 3, "off")],
+    "windows": [("threads", 3, "default")],
+    "join_matrix": [("threads", 2, "off"), ("threads", 3, "default"), ("mpi", 3, "off")],
+}
 
 
-@pytest.mark.parametrize(("transport", "ranks", "config"), COMBOS, ids=lambda v: str(v))
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def _cases() -> list:
+    if os.environ.get("DUCKFLOCK_SLT_FULL"):
+        return [pytest.param(p, *c, id=f"{p.stem}-{c}") for p in FILES for c in FULL]
+    return [pytest.param(p, *c, id=f"{p.stem}-{c}") for p in FILES for c in WIDE.get(p.stem, QUICK)]
+
+
+@pytest.mark.parametrize(("path", "transport", "ranks", "config"), _cases())
 def test_sql_file(path, transport, ranks, config):
     cfg = OFF if config == "off" else {}
     outcomes = run(

@@ -454,10 +454,11 @@ def test_big_order_by_without_limit_is_a_parallel_range_sort(plan):
             "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 3) SELECT * FROM r",
             "RECURSIVE",
         ),
-        ("SELECT DISTINCT ON (k) k, v FROM ua", "DISTINCT ON"),
-        ("SELECT * FROM ua, LATERAL (SELECT ua.k + 1)", "LATERAL"),
+        ("SELECT DISTINCT ON (k) k, v FROM ua QUALIFY row_number() OVER () > 1", "DISTINCT ON with QUALIFY"),
+        ("SELECT * FROM ua, LATERAL generate_series(1, ua.k)", "LATERAL"),
         ("SELECT k FROM ua LIMIT 40 PERCENT", "PERCENT"),
-        ("SELECT ua.k FROM ua ASOF JOIN ub ON ua.k >= ub.k", "ASOF"),
+        ("SELECT ua.k FROM ua ASOF JOIN ub USING (k)", "ASOF JOIN ... USING"),
+        ("SELECT k, current_setting('threads') FROM ua", "where it runs"),
         ("SELECT ua.k FROM ua POSITIONAL JOIN ub", "POSITIONAL JOIN"),
         ("SELECT k FROM ua USING SAMPLE 10%", "SAMPLE"),
         ("SELECT k FROM ua UNION SELECT k FROM ub ORDER BY k + 1", "ORDER BY of a set operation"),
@@ -471,15 +472,37 @@ def test_unsupported_constructs_are_refused_by_name(plan, sql, named):
 
 @pytest.mark.parametrize("shared", [True, False])
 def test_what_cannot_be_distributed_runs_on_the_driver_over_whole_tables(plan, shared):
-    sql = "SELECT DISTINCT ON (k) k, v FROM ua ORDER BY k, v"
+    sql = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 3) SELECT * FROM r, ua"
     p = plan(sql, shared_storage=shared)
     assert [type(s.root).__name__ for s in p.stages][-1] == "DriverQuery"
     assert p.stages[-1].on_driver
     gathers = [s.output.kind for s in p.stages if s.output is not None]
     # Shared storage: the driver reads every partition itself; otherwise the ranks gather to it.
     assert gathers == ([] if shared else ["gather"])
-    with pytest.raises(SqlError, match=r"DISTINCT ON.*over the 0 MB limit"):
+    with pytest.raises(SqlError, match=r"RECURSIVE.*over the 0 MB limit"):
         plan(sql, driver_fallback_bytes=0)
+
+
+def test_asof_lateral_and_distinct_on_are_distributed(plan):
+    asof = plan(
+        "SELECT ua.k, ub.w FROM ua ASOF JOIN ub ON ua.k = ub.k AND ua.v >= ub.w", driver_fallback_bytes=-1
+    )
+    (join,) = nodes(asof, Join)
+    assert join.kind == "asof" and join.strategy in (
+        "co-located",
+        "shuffle right",
+        "shuffle left",
+        "shuffle both",
+        "broadcast right",
+    )
+    lateral = plan(
+        "SELECT ua.k, l.w FROM ua, LATERAL (SELECT ub.w FROM ub WHERE ub.k = ua.k LIMIT 1) l",
+        driver_fallback_bytes=-1,
+    )
+    (join,) = [j for j in nodes(lateral, Join) if j.lateral]
+    assert join.strategy == "lateral over replicated inputs"
+    don = plan("SELECT DISTINCT ON (k) k, v FROM ua ORDER BY k, v", driver_fallback_bytes=-1)
+    assert nodes(don, Window)
 
 
 @pytest.mark.parametrize(

@@ -65,9 +65,17 @@ class TableInfo:
         cols = [c for c in self.columns if columns is None or c[0] in columns]
         return sum(_TYPE_WIDTH.get(t, 16 if t.startswith("DECIMAL") else 24) for _, t in cols) or 1
 
+    def hash_key_types(self) -> tuple[str, ...]:
+        """The keys' canonical types, as the partition hash sees them."""
+        return tuple(canonical_hash_type(self.column_type(k)) for k in self.keys)
+
+    def hash_is_current(self) -> bool:
+        """Whether a hash table's rows are where this DuckDB's hash puts them (silently)."""
+        return self.kind == "hash" and self.hash_canary == canary(self.hash_key_types())
+
     def partitioning(self) -> Partitioning:
         if self.kind == "hash":
-            types = tuple(canonical_hash_type(self.column_type(k)) for k in self.keys)
+            types = self.hash_key_types()
             if not trusted(self.name, types, self.hash_canary, self.duckdb_version):
                 return Arbitrary()
             return Hashed(self.keys, types, len(self.partitions))
@@ -83,8 +91,7 @@ class TableInfo:
             return self
         import duckdb  # here, not at the top: the launcher reads catalogs without loading DuckDB
 
-        types = tuple(canonical_hash_type(self.column_type(k)) for k in self.keys)
-        return replace(self, hash_canary=canary(types), duckdb_version=duckdb.__version__)
+        return replace(self, hash_canary=canary(self.hash_key_types()), duckdb_version=duckdb.__version__)
 
     def partitions_of_rank(self, rank: int, size: int) -> list[int]:
         return [p for p in range(len(self.partitions)) if p % size == rank]

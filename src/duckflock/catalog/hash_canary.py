@@ -4,7 +4,8 @@ Rows were placed by DuckDB's hash of the keys when the table was loaded; DuckDB 
 that function across versions (it changed between 1.2 and 1.3). A co-located join over a table
 placed by another hash would silently lose rows, so each hash-partitioned table records a canary:
 the partition its function gives fixed sample keys. Where this DuckDB disagrees, the table is
-treated as not partitioned (shuffled like any other) and the user is told to reload it.
+treated as not partitioned (shuffled like any other) and the user is told to rewrite it with
+``duckflock load --repartition``, which places its rows by this DuckDB's hash again.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def _warn_once(table: str, version: str) -> None:
     made = f"DuckDB {version}" if version else "a DuckDB whose hash was not recorded"
     warnings.warn(
         f"table {table!r} was hash-partitioned by {made}, whose hash() differs from DuckDB "
-        f"{duckdb.__version__}'s: it is treated as unpartitioned (shuffled). Reload it with "
-        "`duckflock load --partition-by ...` to join it co-located again.",
+        f"{duckdb.__version__}'s: it is treated as unpartitioned (shuffled). Rewrite it with "
+        "`duckflock load --data DIR --repartition` to join it co-located again.",
         stacklevel=3,
     )

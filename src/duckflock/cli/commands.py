@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from duckflock.catalog import Catalog
+from duckflock.catalog import Catalog, TableInfo
 from duckflock.cli.output import stdout_console
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
@@ -27,7 +27,7 @@ def _query(db, args: argparse.Namespace) -> int:
         if args.command == "explain":
             out.print(db.explain(args.query, analyze=args.analyze), highlight=False, markup=False)
             return 0
-        result = db.sql(args.query, profile=args.profile, output=args.output)
+        result = _run_query(db, args)
         if args.output:
             out.print(f"wrote {result.outcome.rows_written} rows to {args.output}")
         else:
@@ -39,6 +39,17 @@ def _query(db, args: argparse.Namespace) -> int:
         print_error(err, str(e))
         return 1
     return 0
+
+
+def _run_query(db, args: argparse.Namespace):
+    """The query's result; on a terminal with a live progress line while it runs."""
+    from duckflock.cli.progress import ProgressDisplay, terminal_console
+
+    console = terminal_console()
+    if console is None:
+        return db.sql(args.query, profile=args.profile, output=args.output)
+    with ProgressDisplay(console) as display:
+        return db.sql(args.query, profile=args.profile, progress=display, output=args.output)
 
 
 def run_sql(args: argparse.Namespace) -> int:
@@ -133,32 +144,33 @@ def run_explain(args: argparse.Namespace) -> int:
 
 def run_load(args: argparse.Namespace) -> int:
     """SPMD: every rank loads its share; a failure on any rank fails all of them, and rank 0 prints
-    one message naming the rank that failed."""
+    one message naming the rank that failed. With --repartition every stale hash table is rewritten,
+    each as a load of its own."""
     from duckflock.exec.driver import describe_error
     from duckflock.exec.runtime import mpi_runtime
-    from duckflock.ingest.load import load_table
+    from duckflock.ingest.load import load_table, repartition_table
 
     qid = 1
     rt = mpi_runtime(None, Config.from_env())
     code = 0
     try:
-        keys = [k.strip() for k in args.partition_by.split(",")] if args.partition_by else None
-        info = load_table(
-            rt,
-            qid,
-            args.data,
-            args.table,
-            args.files,
-            keys,
-            args.partitions,
-            args.scheme if keys else None,
-            args.format,
-        )
-        if rt.rank == 0 and info is not None:
-            on = f" on {', '.join(info.keys)}" if info.keys else ""
-            out.print(
-                f"loaded {info.name}: {info.rows} rows in {len(info.partitions)} partitions ({info.kind}{on})"
+        if args.repartition:
+            for qid, name in enumerate(_tables_to_repartition(args, rt.rank), start=1):
+                _print_loaded("repartitioned", repartition_table(rt, qid, args.data, name))
+        else:
+            keys = [k.strip() for k in args.partition_by.split(",")] if args.partition_by else None
+            info = load_table(
+                rt,
+                qid,
+                args.data,
+                args.table,
+                args.files,
+                keys,
+                args.partitions,
+                args.scheme if keys else None,
+                args.format,
             )
+            _print_loaded("loaded", info)
     except Exception as e:
         code = 1
         failure = rt.mux.failure(qid)
@@ -173,3 +185,25 @@ def run_load(args: argparse.Namespace) -> int:
     finally:
         rt.close()
     return code
+
+
+def _tables_to_repartition(args: argparse.Namespace, rank: int) -> list[str]:
+    """--table, or every hash table placed by a hash() other than this DuckDB's. Every rank reads the
+    same catalog, so all ranks agree on the list."""
+    import duckdb
+
+    from duckflock.ingest.load import stale_hash_tables
+
+    catalog = Catalog.load(args.data)
+    names = [catalog.table(args.table).name] if args.table else stale_hash_tables(catalog)
+    if not names and rank == 0:
+        out.print(f"every hash-partitioned table already matches DuckDB {duckdb.__version__}'s hash")
+    return names
+
+
+def _print_loaded(verb: str, info: TableInfo | None) -> None:
+    """Rank 0's line about a table it loaded (other ranks get None)."""
+    if info is None:
+        return
+    on = f" on {', '.join(info.keys)}" if info.keys else ""
+    out.print(f"{verb} {info.name}: {info.rows} rows in {len(info.partitions)} partitions ({info.kind}{on})")

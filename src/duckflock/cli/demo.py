@@ -5,34 +5,13 @@ from __future__ import annotations
 import argparse
 import time
 
-import duckdb
-import pyarrow as pa
-
 import duckflock
-from duckflock.catalog import Catalog
-from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.cli.output import print_profile, print_table, stdout_console
-from duckflock.sql.seed import SEED_QUERY
+from duckflock.testing.compare import same_result
+from duckflock.testing.tables import oracle
+from duckflock.testing.tpch import SEED_ORDER, SEED_QUERY
 
 out = stdout_console()
-
-
-def single_process(catalog: Catalog) -> duckdb.DuckDBPyConnection:
-    """One DuckDB over every file of the data directory: the reference answer."""
-    con = duckdb.connect()
-    for name, info in catalog.tables.items():
-        files = ", ".join(f"'{catalog.path(f)}'" for p in info.partitions for f in p.files)
-        con.execute(f"CREATE VIEW {q(name)} AS SELECT * FROM read_parquet([{files}])")
-    return con
-
-
-def same_result(got: pa.Table, want: pa.Table, order_column: str) -> bool:
-    """Same rows (as multisets) and the same sequence of the ORDER BY column."""
-    if got.schema != want.schema or got.num_rows != want.num_rows:
-        return False
-    keys = [(n, "ascending") for n in got.column_names]
-    same_rows = got.sort_by(keys).equals(want.sort_by(keys))
-    return same_rows and got.column(order_column).equals(want.column(order_column))
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -55,11 +34,11 @@ def run_demo(args: argparse.Namespace) -> int:
     print_profile(result.stats, console=out)
 
     out.rule("3. Check against single-process DuckDB")
-    con = single_process(catalog)
+    con = oracle(data)
     t0 = time.perf_counter()
     want = con.sql(SEED_QUERY).to_arrow_table()
     single_s = time.perf_counter() - t0
-    ok = same_result(result.arrow(), want, "o_orderdate")
+    ok = same_result(result.arrow(), want, SEED_ORDER)
     verdict = "[green]identical[/]" if ok else "[red]DIFFERENT[/]"
     out.print(f"duckflock: {result.arrow().num_rows:,} rows in {result.seconds:.3f} s on {args.ranks} ranks")
     out.print(f"DuckDB:    {want.num_rows:,} rows in {single_s:.3f} s in one process")

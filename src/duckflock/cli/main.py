@@ -16,6 +16,7 @@ from rich.console import Console
 
 from duckflock.cli.bench_args import add_bench_parsers
 from duckflock.cli.errors_out import print_error
+from duckflock.cli.progress import launch_env
 from duckflock.errors import DuckflockError
 from duckflock.exec.launch import (
     job_outcome,
@@ -41,13 +42,19 @@ def _parser() -> argparse.ArgumentParser:
 
     ld = sub.add_parser("load", help="register Parquet/CSV files as a table, optionally repartitioned")
     ld.add_argument("--data", required=True, help="data directory")
-    ld.add_argument("--table", required=True, help="table name")
-    ld.add_argument("files", nargs="+", help="input files or glob patterns")
+    ld.add_argument("--table", default=None, help="table name")
+    ld.add_argument("files", nargs="*", help="input files or glob patterns")
     ld.add_argument("--partition-by", default=None, help="key column(s), comma separated")
     ld.add_argument("--partitions", type=int, default=None, help="number of partitions (default 12)")
     ld.add_argument("--scheme", choices=["hash", "range"], default="hash")
     ld.add_argument("--format", choices=["parquet", "csv"], default=None)
     ld.add_argument("--ranks", type=int, default=2, help="ranks that load in parallel (default 2)")
+    ld.add_argument(
+        "--repartition",
+        action="store_true",
+        help="rewrite the hash-partitioned tables placed by another DuckDB's hash (or only --table) "
+        "with this DuckDB's, so they join co-located again",
+    )
 
     w = sub.add_parser("worker", help="serve queries over Arrow Flight (for sql --workers)")
     w.add_argument("--listen", default="127.0.0.1:8815", help="HOST:PORT to bind (default 127.0.0.1:8815)")
@@ -119,7 +126,7 @@ def relaunch(ranks: int, argv: list[str]) -> int:
     killed by the OS is reported in one message naming it, instead of MPICH's banner."""
     with tempfile.TemporaryDirectory(prefix="duckflock-job-") as job:
         cmd = mpiexec_argv(ranks, ["-m", "duckflock.cli.main", *argv], job_dir=job)
-        proc = subprocess.Popen(cmd, env=os.environ.copy(), stdout=subprocess.PIPE)
+        proc = subprocess.Popen(cmd, env={**os.environ, **launch_env()}, stdout=subprocess.PIPE)
         assert proc.stdout is not None
         banner = relay_without_banner(proc.stdout, sys.stdout.buffer)
         code = proc.wait()
@@ -128,6 +135,17 @@ def relaunch(ranks: int, argv: list[str]) -> int:
         return code
     print_error(err, death)
     return code or 1
+
+
+def _check_load_args(args: argparse.Namespace) -> None:
+    if args.repartition:
+        if args.files or args.partition_by or args.partitions is not None or args.format:
+            raise DuckflockError(
+                "--repartition rewrites stored tables as they are partitioned: "
+                "give no input files, --partition-by, --partitions or --format"
+            )
+    elif not args.table or not args.files:
+        raise DuckflockError("load needs --table and input files (or --repartition)")
 
 
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
@@ -146,6 +164,8 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         return run_on_workers(args)
     if args.command in ("sql", "explain") and not args.data:
         raise DuckflockError("give --data DIR (MPI ranks) or --workers HOST:PORT,... (Flight workers)")
+    if args.command == "load":
+        _check_load_args(args)
     needs_ranks = args.command in ("sql", "load") or (args.command == "explain" and args.analyze)
     if needs_ranks and not under_mpi():
         if args.command != "load":
@@ -166,18 +186,28 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         return run_explain(args)
     if args.command == "bench":
-        import importlib.util
-
-        if importlib.util.find_spec("matplotlib") is None:
-            raise DuckflockError("benchmarks need the bench extra: pip install 'duckflock[bench]'")
-        from duckflock.bench import cli as bench_cli
-
-        return bench_cli.run(args)
+        return _bench(args)
     if args.command == "demo":
         from duckflock.cli.demo import run_demo
 
         return run_demo(args)
     raise DuckflockError(f"unknown command {args.command}")
+
+
+def _bench(args: argparse.Namespace) -> int:
+    """The benchmarks are their own project (``benchmarks/`` of the source tree), not part of duckflock;
+    checked before importing them, as matplotlib is only imported once a benchmark has run."""
+    import importlib.util
+
+    missing = [m for m in ("duckflock_bench", "matplotlib") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise DuckflockError(
+            f"duckflock bench needs the benchmarks project ({', '.join(missing)} not installed): "
+            "pip install -e benchmarks, from a duckflock source checkout"
+        )
+    from duckflock_bench import cli as bench_cli
+
+    return bench_cli.run(args)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from duckflock.units import human
+
 
 def stdout_console() -> Console:
     """Wide when not a terminal, so tables written to files or pipes are not squeezed."""
@@ -65,10 +67,10 @@ def print_profile(stats, console: Console | None = None) -> None:
             str(s.sid),
             *ms,
             f"{e.rows_out:,}",
-            _size(e.bytes_out),
+            human(e.bytes_out, "B"),
             f"{e.rows_in:,}",
-            _size(e.bytes_in),
-            _size(e.bytes_spilled),
+            human(e.bytes_in, "B"),
+            human(e.bytes_spilled, "B"),
         )
     console.print(view)
     for s in sorted(stats, key=lambda s: (s.rank, s.sid)):
@@ -81,11 +83,3 @@ def print_profile(stats, console: Console | None = None) -> None:
         "spilled: received bytes written to local files past the stage's memory budget",
         highlight=False,
     )
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)

@@ -23,6 +23,7 @@ from duckflock.transport.base import TAG_BITS, SendHandle, Transport
 CONTROL = 0  # driver -> workers: plans and commands (not tied to a query)
 ERROR = 1  # any rank -> all: the query failed
 COLLECTIVE = 2  # small pickled objects for allgather / bcast / gather
+PROGRESS = 3  # any rank -> driver: a stage finished on that rank (its StageStats)
 FIRST_EXCHANGE = 8  # exchange k uses channel FIRST_EXCHANGE + k
 
 _QID_BITS = 13
@@ -113,6 +114,13 @@ class Mux:
     # ---- receiving -----------------------------------------------------------------------------
     def recv(self, qid: int, channel: int, timeout: float | None = None) -> tuple[int, object]:
         """Next message on (qid, channel) as (source, payload); raises if the query failed."""
+        got = self.try_recv(qid, channel, timeout)
+        if got is None:
+            raise TransportError(f"rank {self.rank}: no message within {timeout:.0f} s")
+        return got
+
+    def try_recv(self, qid: int, channel: int, timeout: float | None) -> tuple[int, object] | None:
+        """Like ``recv``, but None when nothing arrived within ``timeout`` seconds."""
         key = (qid % (1 << _QID_BITS), channel)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
@@ -122,8 +130,8 @@ class Mux:
                     return box.popleft()
                 self._check(qid, allow_control=channel == CONTROL)
                 if deadline is not None and time.monotonic() > deadline:
-                    raise TransportError(f"rank {self.rank}: no message within {timeout:.0f} s")
-                self._cv.wait(0.05)
+                    return None
+                self._cv.wait(0.05 if deadline is None else min(0.05, max(0.0, deadline - time.monotonic())))
 
     def recv_any(self, qid: int, channels: tuple[int, ...]) -> tuple[int, int, object]:
         """Next message on any of (qid, channel) as (channel, source, payload), first channels first."""

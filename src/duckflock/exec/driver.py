@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,17 @@ from duckflock.exchange.mux import COLLECTIVE, CONTROL
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exec import adaptive
 from duckflock.exec.memory import release_free_memory
+from duckflock.exec.messages import (
+    PlanReply,
+    PlanRequest,
+    ProgressReply,
+    RankStats,
+    RunQuery,
+    SqlReply,
+    SqlRequest,
+    Stop,
+)
+from duckflock.exec.progress import Follower, ProgressCallback, report
 from duckflock.exec.result_files import (
     ResultWriter,
     is_directory,
@@ -31,17 +43,7 @@ from duckflock.exec.stage import StageStats, run_stage
 from duckflock.plan.nodes import ExchangeRead, Scan, walk
 from duckflock.plan.stages import StagePlan
 
-
-@dataclass(frozen=True)
-class RunQuery:
-    """What the driver sends every rank: the plan and the catalog entries it reads."""
-
-    qid: int
-    plan: StagePlan
-    tables: dict
-    profile: bool
-    # Every rank writes its share of the result to part files here (exec/result_files.py).
-    parts_dir: str | None = None
+_LAST_REPORTS_S = 10.0
 
 
 @dataclass
@@ -102,6 +104,8 @@ def execute_on_rank(
         start_inputs()  # from the start, so rows sent while earlier stages run are taken in
         for stage in plan.stages:
             if not adaptive.runs(stage, shuffled) or (part is not None and stage.output is None):
+                if not stage.on_driver or rt.rank == 0:  # done, for the progress display: nothing to run
+                    report(rt.mux, cmd.qid, StageStats(stage.sid, rt.rank))
                 continue
             spec = stage.output
             if stage.on_driver and rt.rank != 0:
@@ -118,6 +122,7 @@ def execute_on_rank(
             if st.fell_back:
                 shuffled.add(stage.sid)  # the id of the exchange it produces
                 start_inputs()
+            report(rt.mux, cmd.qid, st)
             if stage.output is None:
                 result = out
             release_free_memory()
@@ -192,9 +197,17 @@ class Driver:
             self._plans[key] = plan
         return plan
 
-    def run(self, sql: str, profile: bool = False, output: str | None = None) -> QueryOutcome:
-        """Run ``sql``; with ``output`` its result goes to that file, or to part files in that
-        directory (exec/result_files.py), and the outcome's table is empty."""
+    def run(
+        self,
+        sql: str,
+        profile: bool = False,
+        progress: ProgressCallback | None = None,
+        output: str | None = None,
+    ) -> QueryOutcome:
+        """Run a query on every rank. ``progress`` is called with snapshots while it runs, from a
+        thread of the driver's, the last one with every stage done. With ``output`` its result goes
+        to that file, or to part files in that directory (exec/result_files.py), and the outcome's
+        table is empty."""
         t0 = time.perf_counter()
         plan = self.plan(sql)
         qid = next(self._qids)
@@ -205,16 +218,25 @@ class Driver:
         result_file = ResultWriter(output, plan.output_schema) if output and not parts_dir else None
         cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile, parts_dir)
         mux = self.rt.mux
+        follower = Follower(mux, qid, plan, self.rt.size, progress) if progress else None
         try:
             for r in range(1, self.rt.size):
-                mux.send_obj(r, 0, CONTROL, ("run", cmd))
+                mux.send_obj(r, 0, CONTROL, cmd)
+            ran = False
             try:
                 table, stats = execute_on_rank(self.rt, cmd, result_file)
                 if profile or parts_dir:  # with parts: the ranks have written theirs once they answer
                     for _ in range(1, self.rt.size):
-                        stats.extend(mux.recv_obj(qid, COLLECTIVE)[1])
+                        reply: RankStats = mux.recv_obj(qid, COLLECTIVE)[1]
+                        stats.extend(reply.stats)
+                ran = True
             finally:
+                if follower is not None:
+                    # After a success the other ranks' last reports are just behind their last data.
+                    follower.close(_LAST_REPORTS_S if ran else 0.0)
                 mux.finish(qid)
+            if follower is not None and follower.error is not None:
+                raise follower.error
             written = 0
             if parts_dir and table is None:  # every rank wrote its part in the gather's producer
                 direct = passed_on_gather(plan)
@@ -239,13 +261,32 @@ class Driver:
             stats = [s for s in stats if s.rank == self.rt.rank]
         return QueryOutcome(table, plan, stats, time.perf_counter() - t0, written)
 
+    def answer(
+        self,
+        request: SqlRequest | PlanRequest,
+        keep_rows: Callable[[pa.Table], str],
+        send_progress: Callable[[ProgressReply], None] | None = None,
+    ) -> SqlReply | PlanReply:
+        """A session backend's request answered; ``keep_rows`` stores a result's rows where the
+        caller fetches them (a file, a Flight ticket) and says where. A SqlRequest asking for
+        progress has its snapshots passed to ``send_progress`` while it runs, before this returns."""
+        if isinstance(request, PlanRequest):
+            return PlanReply(self.plan(request.query))
+        progress = None
+        if request.progress and send_progress is not None:
+            progress = lambda p: send_progress(ProgressReply(p))  # noqa: E731
+        outcome = self.run(request.query, profile=request.profile, progress=progress, output=request.output)
+        rows = keep_rows(outcome.table)
+        outcome.table = None  # type: ignore[assignment]  # the rows travel on their own
+        return SqlReply(outcome, rows)
+
     @property
     def ranks(self) -> int:
         return self.rt.size
 
     def broadcast_stop(self) -> None:
         for r in range(1, self.rt.size):
-            self.rt.mux.send_obj(r, 0, CONTROL, ("stop",))
+            self.rt.mux.send_obj(r, 0, CONTROL, Stop())
         self.rt.mux.flush(0)
 
 
@@ -260,15 +301,15 @@ def serve(rt: Runtime) -> None:
     """A worker rank's loop: run what the driver sends until it says stop."""
     while True:
         _, cmd = rt.mux.recv_obj(0, CONTROL)
-        if cmd[0] == "stop":
+        if isinstance(cmd, Stop):
             return
-        if cmd[0] == "run":
-            run: RunQuery = cmd[1]
-            try:
-                _, stats = execute_on_rank(rt, run)
-                if run.profile or run.parts_dir:
-                    rt.mux.send_obj(0, run.qid, COLLECTIVE, stats)
-            except ExecutionError:
-                pass  # the driver reports it; this rank is ready for the next query
-            finally:
-                rt.mux.finish(run.qid)
+        if not isinstance(cmd, RunQuery):
+            raise TypeError(f"unexpected control message {cmd!r}")
+        try:
+            _, stats = execute_on_rank(rt, cmd)
+            if cmd.profile or cmd.parts_dir:
+                rt.mux.send_obj(0, cmd.qid, COLLECTIVE, RankStats(rt.rank, stats))
+        except ExecutionError:
+            pass  # the driver reports it; this rank is ready for the next query
+        finally:
+            rt.mux.finish(cmd.qid)

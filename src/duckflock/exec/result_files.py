@@ -77,6 +77,8 @@ class ResultWriter:
         """A batch of the final stage's output: its columns renamed and cast to the result's."""
         if batch.num_rows == 0:
             return
+        if any(isinstance(f.type, pa.BaseExtensionType) for f in batch.schema):
+            batch = _as_duckdb_default(batch)  # ranks exchange lossless types; files get DuckDB's defaults
         batch = pa.RecordBatch.from_arrays(batch.columns, names=self.schema.names)
         if not batch.schema.equals(self.schema):
             batch = batch.cast(self.schema)
@@ -112,3 +114,19 @@ class ResultWriter:
             self._writer.close()
         finally:
             Path(self.tmp).unlink(missing_ok=True)
+
+
+def _as_duckdb_default(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch with DuckDB's extension types (lossless exchange) in DuckDB's default Arrow types."""
+    import duckdb
+
+    from duckflock.local_duckdb import fetch_as_duckdb_returns
+
+    con = duckdb.connect()
+    try:
+        con.execute("SET arrow_lossless_conversion = true")
+        con.register("lossless_batch", pa.Table.from_batches([batch]))
+        table = fetch_as_duckdb_returns(con, "SELECT * FROM lossless_batch", keep_order=True)
+    finally:
+        con.close()
+    return table.combine_chunks().to_batches()[0]

@@ -52,7 +52,7 @@ class Runtime:
         threads = config.threads or max(1, cores // max(1, ranks_on_node))
         budget = Budget.of_rank(config, ranks_on_node)
         spill_dir = make_spill_dir(config, transport.rank)
-        if config.gil_switch_interval_s:  # process-wide: a rank process is duckflock's own
+        if config.gil_switch_interval_s:  # process-wide (the caller's, for ranks as threads): Config's say
             sys.setswitchinterval(config.gil_switch_interval_s)
         mux = Mux(transport, budget.inflight_bytes, config.busy_poll_s)
         only_dir = str(catalog.root) if config.restrict_to_data_dir and catalog is not None else None

@@ -1,5 +1,6 @@
-"""An MPI job serving one Python session: rank 0 takes queries from the client over a local socket
-(multiprocessing.connection, authenticated) and answers with results; other ranks serve rank 0.
+"""An MPI job serving one Python session (``backends.mpi_job``): rank 0 takes requests from the
+client over a local socket (multiprocessing.connection, authenticated; ``exec.messages``) and
+answers them; other ranks serve rank 0.
 
 Results travel as an Arrow IPC file in shared memory (/dev/shm when present): the client maps it,
 so a large result is not copied through the socket.
@@ -19,6 +20,7 @@ from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
 from duckflock.exec.driver import Driver, serve
+from duckflock.exec.messages import CloseRequest, ErrorReply, PlanReply, Ready, SqlReply
 from duckflock.exec.runtime import mpi_runtime
 
 AUTHKEY_ENV = "DUCKFLOCK_SESSION_KEY"
@@ -48,26 +50,24 @@ def main() -> None:
     driver = Driver(rt)
     conn = Client(args.address, authkey=bytes.fromhex(os.environ[AUTHKEY_ENV]))
     try:
-        conn.send(("ready", rt.size))
+        conn.send(Ready(rt.size))
         while True:
             try:
                 request = conn.recv()
             except EOFError:  # the client went away: shut the job down
                 break
-            if request[0] == "close":
+            if isinstance(request, CloseRequest):
                 break
             try:
-                if request[0] == "sql":
-                    outcome = driver.run(request[1], profile=request[2], output=request[3])
-                    path = write_result_file(outcome.table)
-                    outcome.table = None  # type: ignore[assignment]
-                    conn.send(("ok", path, outcome))
-                elif request[0] == "plan":
-                    conn.send(("ok", driver.plan(request[1])))
+                # Progress snapshots go from the driver's progress thread, ahead of the reply.
+                reply: SqlReply | PlanReply | ErrorReply = driver.answer(
+                    request, write_result_file, conn.send
+                )
             except DuckflockError as e:
-                conn.send(("error", e))
+                reply = ErrorReply(e)
             except Exception as e:  # a bug: report it with its traceback, keep serving
-                conn.send(("error", DuckflockError(f"internal error: {e}\n{traceback.format_exc()}")))
+                reply = ErrorReply(DuckflockError(f"internal error: {e}\n{traceback.format_exc()}"))
+            conn.send(reply)
     finally:
         driver.broadcast_stop()
         rt.close()

@@ -20,10 +20,12 @@ from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
 from duckflock.exec import adaptive, range_sort
 from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
-from duckflock.plan.explain import human
-from duckflock.plan.nodes import ExchangeRead, Scan
-from duckflock.plan.render import exchange_table, render, sql_literal
+from duckflock.local_duckdb import fetch_as_duckdb_returns
+from duckflock.plan.nodes import DriverQuery, ExchangeRead, Scan
+from duckflock.plan.render import exchange_table, render
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
+from duckflock.sqltext import sql_literal
+from duckflock.units import human
 
 
 @dataclass
@@ -113,13 +115,16 @@ def run_stage(
             registered.append(name)
         spec = stage.output
         if spec is None and isinstance(root, ExchangeRead):
-            # rows arrive in their final order: no DuckDB pass
-            return inputs[root.xid], stats
+            # rows arrive in their final order: no DuckDB pass, unless a type needs converting back
+            table = inputs[root.xid]
+            if any(isinstance(f.type, pa.BaseExtensionType) for f in table.schema):
+                table = fetch_as_duckdb_returns(con, f"SELECT * FROM {exchange_table(root.xid)}", True)
+            return table, stats
         assert rt.catalog is not None
         sql = render(root, scan_source(rt.catalog, rt.rank, rt.size))
         if spec is None:
             t0 = time.perf_counter()
-            result = con.sql(sql).to_arrow_table()
+            result = fetch_as_duckdb_returns(con, sql, keep_order=isinstance(root, DriverQuery))
             stats.compute_s += time.perf_counter() - t0
             return result, stats
         if spec.kind in ("hash", "range"):

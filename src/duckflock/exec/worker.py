@@ -1,7 +1,9 @@
-"""A duckflock worker: a Flight server that joins sessions, exchanges data with its peers and, as the
-first worker of a session, plans queries and returns their results to the caller.
+"""A duckflock worker: serves sessions over Arrow Flight. It joins a session's peers, runs the plans
+its first worker sends and, as that first worker, plans queries and returns their results to the
+caller. The Flight endpoint itself (auth, peer streams, result streams) is ``transport.flight_server``;
+this module is its handler.
 
-Session life cycle, driven by the caller (``session.FlightBackend``):
+Session life cycle, driven by the caller (``backends.flight.FlightBackend``):
   prepare (every worker) -> start (every worker) -> sql / plan (worker 0) ... -> close.
 A session ends on close, when a peer is lost, or after ``idle_timeout_s`` without a call from the
 caller (so a caller that disappears does not leave workers holding memory).
@@ -10,42 +12,40 @@ caller (so a caller that disappears does not leave workers holding memory).
 from __future__ import annotations
 
 import contextlib
-import hmac
-import json
 import pickle
 import queue
-import struct
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import pyarrow.flight as flight
+import pyarrow as pa
 
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.errors import DuckflockError, TransportError
 from duckflock.exchange.codec import write_options
 from duckflock.exec.driver import Driver, serve
+from duckflock.exec.messages import (
+    CloseRequest,
+    ErrorReply,
+    PlanReply,
+    PlanRequest,
+    PrepareSession,
+    ProgressReply,
+    ResultTicket,
+    SqlReply,
+    SqlRequest,
+    StartSession,
+    WorkerStatus,
+    from_json,
+    to_json,
+)
 from duckflock.exec.runtime import Runtime
-from duckflock.transport.flight import FlightTransport, unwrap
-
-
-class TokenAuth(flight.ServerMiddlewareFactory):
-    """Every call must carry ``authorization: Bearer <token>``."""
-
-    def __init__(self, token: str):
-        self.token = token.encode()
-
-    def start_call(self, info, headers):
-        values = headers.get("authorization") or headers.get("Authorization") or []
-        given = (
-            values[0].encode() if values and isinstance(values[0], str) else (values[0] if values else b"")
-        )
-        if not hmac.compare_digest(given, b"Bearer " + self.token):
-            raise flight.FlightUnauthenticatedError("duckflock worker: invalid or missing token")
-        return None
+from duckflock.transport.flight import FlightTransport
+from duckflock.transport.flight_server import FlightServer
 
 
 @dataclass
@@ -54,14 +54,16 @@ class _Session:
     rank: int
     peers: list[str]
     config: Config
-    inbox: queue.Queue = field(default_factory=queue.Queue)
+    inbox: queue.Queue
     runtime: Runtime | None = None
     driver: Driver | None = None
-    results: dict = field(default_factory=dict)
+    results: dict[str, pa.Table] = field(default_factory=dict)
     last_call: float = field(default_factory=time.monotonic)
 
 
-class Worker(flight.FlightServerBase):
+class Worker:
+    """One worker process's sessions (one at a time), behind its Flight endpoint."""
+
     def __init__(
         self,
         location: str,
@@ -71,8 +73,6 @@ class Worker(flight.FlightServerBase):
         tls_root: bytes | None = None,
         idle_timeout_s: float = 600.0,
     ):
-        kwargs = {"tls_certificates": [flight.CertKeyPair(cert=tls[0], key=tls[1])]} if tls else {}
-        super().__init__(location, middleware={"auth": TokenAuth(token)}, **kwargs)
         self.data = str(Path(data).resolve())
         Catalog.load(self.data)  # refuse to start on a directory that is not a data directory
         self.token = token
@@ -80,7 +80,15 @@ class Worker(flight.FlightServerBase):
         self.idle_timeout_s = idle_timeout_s
         self._lock = threading.RLock()
         self._session: _Session | None = None
+        self.server = FlightServer(location, token, self, tls)
         threading.Thread(target=self._watchdog, name="duckflock-watchdog", daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def serve(self) -> None:
+        self.server.serve()
 
     # ---- session management --------------------------------------------------------------------
     def _teardown(self, session: _Session | None) -> None:
@@ -88,6 +96,7 @@ class Worker(flight.FlightServerBase):
             if session is None or self._session is not session:
                 return
             self._session = None
+            self.server.close_inbox(session.sid)
         if session.driver is not None:
             with contextlib.suppress(DuckflockError):
                 session.driver.broadcast_stop()
@@ -101,14 +110,15 @@ class Worker(flight.FlightServerBase):
             if s is not None and s.rank == 0 and time.monotonic() - s.last_call > self.idle_timeout_s:
                 self._teardown(s)
 
-    def _prepare(self, body: dict) -> None:
+    def _prepare(self, msg: PrepareSession) -> None:
         self._teardown(self._session)
-        config = replace(Config.from_env(**body.get("config", {})), restrict_to_data_dir=True)
+        config = replace(Config.from_env(**msg.config), restrict_to_data_dir=True)
         with self._lock:
-            self._session = _Session(body["session"], body["rank"], body["peers"], config)
+            inbox = self.server.open_inbox(msg.session)
+            self._session = _Session(msg.session, msg.rank, msg.peers, config, inbox)
 
-    def _start(self, body: dict) -> None:
-        s = self._current(body["session"])
+    def _start(self, msg: StartSession) -> None:
+        s = self._current(msg.session)
         transport = FlightTransport(
             s.sid, s.rank, s.peers, self.token, self.tls_root, s.inbox, s.config.peer_timeout_s
         )
@@ -133,70 +143,80 @@ class Worker(flight.FlightServerBase):
     def _current(self, sid: str) -> _Session:
         s = self._session
         if s is None or s.sid != sid:
-            raise flight.FlightServerError(
-                f"duckflock worker: no session {sid} here (it ended or never began)"
-            )
+            raise DuckflockError(f"no session {sid} here (it ended or never began)")
         s.last_call = time.monotonic()
         return s
 
-    # ---- Flight methods --------------------------------------------------------------------------
-    def do_action(self, context, action):
-        body = json.loads(action.body.to_pybytes() or b"{}")
-        kind = action.type
-        if kind == "ping":
-            return [flight.Result(b"ok")]
-        if kind == "status":  # whether a session holds this worker (and its memory)
+    # ---- the endpoint's handler (transport.flight_server.FlightHandler) --------------------------
+    def action(self, kind: str, body: bytes) -> bytes | Iterator[bytes]:
+        if kind == "status":
             s = self._session
-            return [flight.Result(json.dumps({"session": s.sid if s else None}).encode())]
+            return to_json(WorkerStatus(s.sid if s else None))
         if kind == "prepare":
-            self._prepare(body)
-            return [flight.Result(b"ok")]
+            self._prepare(from_json(PrepareSession, body))
+            return b"ok"
         if kind == "start":
-            self._start(body)
-            return [flight.Result(b"ok")]
-        s = self._current(body["session"])
+            self._start(from_json(StartSession, body))
+            return b"ok"
         if kind == "close":
-            self._teardown(s)
-            return [flight.Result(b"ok")]
+            self._teardown(self._current(from_json(CloseRequest, body).session))
+            return b"ok"
+        if kind not in ("sql", "plan"):
+            raise DuckflockError(f"unknown action {kind}")
+        request = from_json(SqlRequest if kind == "sql" else PlanRequest, body)
+        s = self._current(request.session)
         if s.driver is None:
-            raise flight.FlightServerError("duckflock worker: queries go to the session's first worker")
+            raise DuckflockError("queries go to the session's first worker")
+        if isinstance(request, SqlRequest) and request.output is not None:
+            # Results travel to the caller, which writes them; a worker writes no files it is told to.
+            raise DuckflockError("a worker does not write results to files; the caller does")
+        if isinstance(request, SqlRequest) and request.progress:
+            return self._answer_with_progress(s, request)
+        return pickle.dumps(self._answer(s, request))
+
+    def _answer(
+        self,
+        s: _Session,
+        request: SqlRequest | PlanRequest,
+        send_progress: Callable[[ProgressReply], None] | None = None,
+    ) -> SqlReply | PlanReply | ErrorReply:
+        assert s.driver is not None
         try:
-            if kind == "plan":
-                reply = ("ok", s.driver.plan(body["query"]))
-            elif kind == "sql":
-                outcome = s.driver.run(body["query"], profile=body.get("profile", False))
-                ticket = uuid.uuid4().hex
-                s.results[ticket] = outcome.table
-                outcome.table = None
-                reply = ("ok", outcome, ticket)
-            else:
-                raise flight.FlightServerError(f"unknown action {kind}")
+            return s.driver.answer(request, lambda table: self._keep(s, table), send_progress)
         except TransportError as e:  # a peer is lost: this session cannot continue
             self._teardown(s)
-            reply = ("error", e)
+            return ErrorReply(e)
         except DuckflockError as e:
-            reply = ("error", e)
-        return [flight.Result(pickle.dumps(reply))]
+            return ErrorReply(e)
 
-    def do_get(self, context, ticket):
-        sid, key = json.loads(ticket.ticket)
-        s = self._current(sid)
-        table = s.results.pop(key, None)
-        if table is None:
-            raise flight.FlightServerError("duckflock worker: unknown or already fetched result")
-        # The result crosses the caller's link: compress it as the session's exchanges are.
-        return flight.RecordBatchStream(table, options=write_options(s.config.compression))
+    def _answer_with_progress(self, s: _Session, request: SqlRequest) -> Iterator[bytes]:
+        """The query's ProgressReply snapshots as they happen, then its reply: one streamed answer."""
+        replies: queue.Queue = queue.Queue()
 
-    def do_put(self, context, descriptor, reader, writer):
-        cmd = json.loads(descriptor.command)
-        s = self._session
-        if s is None or s.sid != cmd["session"]:
-            raise flight.FlightServerError("duckflock worker: message for a session that is not running here")
-        src = int(cmd["src"])
-        while True:
+        def run() -> None:
             try:
-                chunk = reader.read_chunk()
-            except StopIteration:
+                replies.put(self._answer(s, request, replies.put))
+            except Exception as e:  # a bug: the stream still ends with a reply
+                replies.put(ErrorReply(DuckflockError(f"internal error: {e}")))
+
+        threading.Thread(target=run, name="duckflock-sql", daemon=True).start()
+        while True:
+            reply = replies.get()
+            yield pickle.dumps(reply)
+            if not isinstance(reply, ProgressReply):
                 return
-            (tag,) = struct.unpack("<q", chunk.app_metadata.to_pybytes())
-            s.inbox.put((src, tag, unwrap(chunk.data)))
+
+    @staticmethod
+    def _keep(s: _Session, table: pa.Table) -> str:
+        key = uuid.uuid4().hex
+        s.results[key] = table
+        return key
+
+    def result(self, ticket: bytes) -> tuple[pa.Table, pa.ipc.IpcWriteOptions]:
+        t = from_json(ResultTicket, ticket)
+        s = self._current(t.session)
+        table = s.results.pop(t.key, None)
+        if table is None:
+            raise DuckflockError("unknown or already fetched result")
+        # The result crosses the caller's link: compress it as the session's exchanges are.
+        return table, write_options(s.config.compression)

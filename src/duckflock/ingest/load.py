@@ -14,16 +14,20 @@ Repartitioned tables are written as Parquet to ``DIR/<table>/part-<p>-r<rank>.pa
 is the union of the files of all ranks with that ``p``. Files are first written to a staging directory
 ``DIR/<table>/.load-<qid>/`` and only moved into place once every rank has succeeded, so a failed load
 leaves the previous table intact.
+
+``repartition_table`` rewrites a stored hash table the same way, from its own files: for a table placed
+by a DuckDB whose ``hash()`` differs from this one's (see ``catalog.hash_canary``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
 import shutil
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
@@ -32,7 +36,7 @@ from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type, hash_sql, quote_ident
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
-from duckflock.plan.render import sql_literal
+from duckflock.sqltext import sql_literal
 
 DEFAULT_PARTITIONS = 12
 _PART_COLUMN = "__duckflock_part"
@@ -367,10 +371,31 @@ def load_table(
     rank 0 saves the catalog. Errors are raised as exceptions; the caller reports them to the other
     ranks (``rt.mux.fail``), which are then released from their waits.
     """
-    try:
+    with _root_cause(rt, qid):
         return _load(rt, qid, catalog_dir, name, files, partition_by, partitions, scheme, fmt)
+
+
+def stale_hash_tables(catalog: Catalog) -> list[str]:
+    """Hash tables whose rows were placed by a hash() other than this DuckDB's."""
+    return sorted(n for n, t in catalog.tables.items() if t.kind == "hash" and not t.hash_is_current())
+
+
+def repartition_table(
+    rt: Runtime, qid: int, catalog_dir: str | os.PathLike[str], name: str
+) -> TableInfo | None:
+    """Rewrite the stored hash table ``name`` with this DuckDB's hash: same keys, same partition count,
+    its rows read from its own files; call on every rank. Returns the new TableInfo on rank 0 (which
+    saves the catalog, now with this DuckDB's canary) and None elsewhere."""
+    with _root_cause(rt, qid):
+        return _repartition_stored(rt, qid, Path(catalog_dir).resolve(), name)
+
+
+@contextlib.contextmanager
+def _root_cause(rt: Runtime, qid: int) -> Iterator[None]:
+    """Another rank's failure interrupts this rank's DuckDB query: report that root cause instead."""
+    try:
+        yield
     except Exception as e:
-        # Another rank's failure interrupts this rank's DuckDB query: report that root cause instead.
         failure = rt.mux.failure(qid)
         if failure is not None and _interrupted(e):
             raise failure.error() from e
@@ -418,10 +443,47 @@ def _load(
 
     if not keys:
         return _register(rt, qid, root, table, source, paths, mine)
+    return _staged(rt, qid, root, table, source, paths, keys, scheme, count, keep=set(paths))
+
+
+def _repartition_stored(rt: Runtime, qid: int, root: Path, name: str) -> TableInfo | None:
+    info = Catalog.load(root).table(name)
+    if info.kind != "hash":
+        raise CatalogError(f"table {info.name!r} is not hash-partitioned: there is nothing to repartition")
+    old = [(root / f).resolve() for p in info.partitions for f in p.files]
+    if not old:  # no rows: every placement is right, only the canary is stale
+        new = replace(info, hash_canary=None).stamped()
+        if rt.rank == 0:
+            _publish(rt, root, new, [], set())
+        return new if rt.rank == 0 else None
+    source = Input(info.format, info.csv_options, info.columns)
+    new = _staged(rt, qid, root, info.name, source, old, info.keys, "hash", len(info.partitions), keep=set())
+    if new is not None:  # rank 0, after the catalog names only the new files: the old ones go
+        current = {(root / f).resolve() for p in new.partitions for f in p.files}
+        for f in set(old) - current:
+            f.unlink(missing_ok=True)
+    return new
+
+
+def _staged(
+    rt: Runtime,
+    qid: int,
+    root: Path,
+    table: str,
+    source: Input,
+    paths: list[Path],
+    keys: tuple[str, ...],
+    scheme: str,
+    count: int,
+    keep: set[Path],
+) -> TableInfo | None:
+    """Repartition ``paths`` into ``table`` through a staging directory, which a failure cleans up.
+    ``keep``: files of the table's directory that stay even when the new table does not list them."""
+    mine = list(range(rt.rank, len(paths), rt.size))
     staging = root / table / f"{_STAGING_PREFIX}{qid}"
     staging.mkdir(parents=True, exist_ok=True)
     try:
-        return _repartition(rt, qid, root, table, source, paths, mine, keys, scheme, count)
+        return _repartition(rt, qid, root, table, source, paths, mine, keys, scheme, count, keep)
     except BaseException:
         # Remove what this rank staged; the previous version of the table stays as it was.
         own = re.compile(rf"part-\d+-r{rt.rank}(-\d+)?\.parquet")
@@ -479,6 +541,7 @@ def _repartition(
     keys: tuple[str, ...],
     scheme: str,
     count: int,
+    keep: set[Path],
 ) -> TableInfo | None:
     staging = root / table / f"{_STAGING_PREFIX}{qid}"
     scan = source.scan([paths[i] for i in mine]) if mine else None
@@ -517,7 +580,7 @@ def _repartition(
         kind = "none"  # a partition of only NULL keys has no interval; do not claim range bounds
     info = TableInfo(table, "parquet", out_columns, tuple(infos), kind, keys).stamped()
     moves = [(staging / fname, root / table / fname) for part in parts for fname, *_ in part]
-    _publish(rt, root, info, moves, set(paths))
+    _publish(rt, root, info, moves, keep)
     return info
 
 
@@ -536,7 +599,8 @@ def _merge(prefix: str, files: list[tuple[str, int, object, object]]) -> Partiti
 def _publish(
     rt: Runtime, root: Path, info: TableInfo, moves: list[tuple[Path, Path]], inputs: set[Path]
 ) -> None:
-    """On rank 0 after every rank succeeded: move staged files in, drop the old table's files, save."""
+    """On rank 0 after every rank succeeded: move staged files in, drop the old table's files, save.
+    ``inputs``: files to keep although the table does not list them (the load's own input files)."""
     tdir = root / info.name
     for src, dst in moves:
         os.replace(src, dst)

@@ -34,7 +34,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import quote_ident
 from duckflock.errors import DuckflockError
-from duckflock.ingest.load import describe, parquet_stats, scan_sql, sql_literal
+from duckflock.ingest.load import describe, parquet_stats, scan_sql
+from duckflock.sqltext import sql_literal
 
 # Largest first, so the thread pool starts the longest jobs early.
 RANGE_KEYS = {

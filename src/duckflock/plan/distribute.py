@@ -212,6 +212,8 @@ class _Planner:
         return Placed(node, (part,), rows, width)
 
     def join(self, node: Join) -> Placed:
+        if node.lateral:
+            return self.lateral(node)
         left, right = self.place(node.left), self.place(node.right)
         kind = node.kind
         rows = max(left.rows, right.rows) if kind not in ("semi", "anti") else left.rows
@@ -220,7 +222,9 @@ class _Planner:
         def done(lp: Placed, rp: Placed, parts: tuple[Partitioning, ...], strategy: str) -> Placed:
             return Placed(replace(node, left=lp.node, right=rp.node, strategy=strategy), parts, rows, width)
 
-        left_ok = kind in ("inner", "left", "semi", "anti", "cross")  # right side may be replicated
+        # An ASOF match is the nearest right row of the same equality keys: the right side must be whole
+        # (replicated) or placed by those keys, never split under a replicated left.
+        left_ok = kind in ("inner", "left", "semi", "anti", "cross", "asof", "asof_left")  # right replicated
         right_ok = kind in ("inner", "right", "cross")  # left side may be replicated
         if self.size == 1:
             return done(left, right, (Single(),), "local")
@@ -338,6 +342,15 @@ class _Planner:
         adaptive = AdaptiveJoin(node.columns, broadcast=first.node, shuffle=second.node, measured=exchange)
         return Placed(adaptive, both, first.rows, first.width)
 
+    def lateral(self, node: Join) -> Placed:
+        """The left rows stay where they are; the LATERAL side is planned like a correlated
+        subquery (every part that does not read the left row is whole on every rank)."""
+        left = self.place(node.left)
+        right = self.inline(node.right, set(node.left.columns))
+        joined = replace(node, left=left.node, right=right, strategy="lateral over replicated inputs")
+        width = left.width + 16 * len(node.right.columns)
+        return Placed(joined, left.parts, left.rows, width)
+
     def _target_for(self, node: Join, parts, side: str):
         """If one side is hash/range partitioned on some of its join keys: (other side's key SQL, the
         partitioning to shuffle the other side into) so that it meets the first side's rows."""
@@ -362,7 +375,7 @@ class _Planner:
     def _join_parts(kind: str, lparts, rparts) -> tuple[Partitioning, ...]:
         if kind in ("inner", "cross"):
             return tuple(lparts) + tuple(rparts)
-        if kind in ("left", "semi", "anti"):
+        if kind in ("left", "semi", "anti", "asof", "asof_left"):
             return tuple(lparts)
         if kind == "right":
             return tuple(rparts)

@@ -5,20 +5,13 @@ from __future__ import annotations
 
 from duckflock.plan.nodes import Node
 from duckflock.plan.stages import StagePlan
+from duckflock.units import human
 
 
 def _tree(node: Node, depth: int, lines: list[str]) -> None:
     lines.append("    " + "  " * depth + node.explain_line())
     for c in node.children:
         _tree(c, depth + 1, lines)
-
-
-def human(n: float, unit: str = "") -> str:
-    for suffix in ("", "K", "M", "G", "T"):
-        if abs(n) < 1000 or suffix == "T":
-            return f"{n:.0f}{suffix}{unit}" if suffix == "" else f"{n:.1f}{suffix}{unit}"
-        n /= 1000
-    return str(n)
 
 
 def explain_plan(plan: StagePlan, stats: list | None = None) -> str:

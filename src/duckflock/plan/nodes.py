@@ -114,7 +114,7 @@ class Project(WithSubqueries):
 class Join(Node):
     left: Node = field(kw_only=True)
     right: Node = field(kw_only=True)
-    kind: str = "inner"  # inner, left, right, full, semi, anti, cross
+    kind: str = "inner"  # inner, left, right, full, semi, anti, cross, asof, asof_left
     # Equi-join keys as SQL over the left / right columns, pairwise.
     left_keys: tuple[str, ...] = ()
     right_keys: tuple[str, ...] = ()
@@ -124,6 +124,9 @@ class Join(Node):
     # DuckDB types of the keys, pairwise, for hashing both sides alike.
     key_types: tuple[str, ...] = ()
     condition: str | None = None  # the full ON condition
+    # The right side is a LATERAL subquery: it reads columns of the left row, so DuckDB evaluates
+    # it per left row wherever that row is, over inputs that are whole there.
+    lateral: bool = False
     strategy: str = ""  # set by the distribution pass: co-located, broadcast-left, shuffle, ...
 
     @property
@@ -136,7 +139,7 @@ class Join(Node):
     def explain_line(self) -> str:
         on = f" on {self.condition}" if self.condition else ""
         how = f" [{self.strategy}]" if self.strategy else ""
-        return f"Join {self.kind}{on}{how}"
+        return f"Join {self.kind}{' lateral' if self.lateral else ''}{on}{how}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -275,11 +278,11 @@ class AdaptiveJoin(Node):
 @dataclass(frozen=True, eq=False)
 class DriverQuery(Node):
     """A query duckflock cannot distribute, answered exactly by DuckDB on the driver: the query's
-    own SQL with each catalog table replaced by a token whose input (the table's rows, whole on the
-    driver) is a child. Used only for tables small enough to gather (Config.driver_fallback_bytes)."""
+    own text, with each catalog table it names bound to a child (the table's rows, whole on the
+    driver). Used only for tables small enough to gather (Config.driver_fallback_bytes)."""
 
     sql: str = ""
-    inputs: tuple[tuple[str, Node], ...] = ()  # (token, the table's rows)
+    inputs: tuple[tuple[str, Node], ...] = ()  # (catalog table name, the table's rows)
     reason: str = ""  # why the query was not distributed
 
     @property

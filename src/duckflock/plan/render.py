@@ -6,7 +6,6 @@ whole stage as one query (join order, filter and projection pushdown into the Pa
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from functools import singledispatch
 
@@ -75,10 +74,10 @@ def _(node: Values, source: ScanSource) -> str:
 
 @_render.register
 def _(node: DriverQuery, source: ScanSource) -> str:
-    sql = node.sql
-    for token, child in node.inputs:
-        sql = sql.replace(q(token), _sub(child, source))
-    return f"SELECT * FROM ({sql}) AS __driver({', '.join(q(c) for c in node.columns)})"
+    # Each table the text names is a CTE of that name around it: DuckDB binds the text as written.
+    tables = ", ".join(f"{q(name)} AS {_sub(child, source)}" for name, child in node.inputs)
+    with_ = f"WITH {tables} " if tables else ""
+    return f"{with_}SELECT * FROM ({node.sql}) AS __driver({', '.join(q(c) for c in node.columns)})"
 
 
 @_render.register
@@ -123,6 +122,8 @@ _JOIN_SQL = {
     "semi": "SEMI JOIN",
     "anti": "ANTI JOIN",
     "cross": "CROSS JOIN",
+    "asof": "ASOF JOIN",
+    "asof_left": "ASOF LEFT JOIN",
 }
 
 
@@ -132,7 +133,7 @@ def _(node: Join, source: ScanSource) -> str:
     cols = ", ".join(q(c) for c in node.columns)
     return (
         f"SELECT {cols} FROM {_sub(node.left, source)} AS __l "
-        f"{_JOIN_SQL[node.kind]} {_sub(node.right, source)} AS __r{on}"
+        f"{_JOIN_SQL[node.kind]}{' LATERAL' if node.lateral else ''} {_sub(node.right, source)} AS __r{on}"
     )
 
 
@@ -186,23 +187,3 @@ def _(node: Sort, source: ScanSource) -> str:
 @_render.register
 def _(node: Limit, source: ScanSource) -> str:
     return f"SELECT * FROM {_sub(node.child, source)}" + _limit(node.limit, node.offset)
-
-
-def sql_literal(value: object) -> str:
-    """A DuckDB literal for a Python value: strings, numbers, bools, dates, timestamps, decimals,
-    lists and dicts (structs)."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, dt.datetime):
-        return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
-    if isinstance(value, dt.date):
-        return f"DATE '{value.isoformat()}'"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{sql_literal(str(k))}: {sql_literal(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(sql_literal(v) for v in value) + "]"
-    return "'" + str(value).replace("'", "''") + "'"

@@ -37,7 +37,7 @@ _CLAUSE_ARGS: dict[type, set[str]] = {
     exp.Intersect: {"this", "expression", "distinct", "by_name", "order", "limit", "offset", "with_", "with"},
     exp.Except: {"this", "expression", "distinct", "by_name", "order", "limit", "offset", "with_", "with"},
     exp.From: {"this"},
-    exp.Join: {"this", "on", "side", "kind", "using"},
+    exp.Join: {"this", "on", "side", "kind", "using", "method"},
     exp.Table: {"this", "alias", "db", "catalog"},
     exp.Subquery: {"this", "alias"},
     exp.TableAlias: {"this", "columns"},
@@ -75,7 +75,6 @@ _ARG_NAMES = {
 }
 
 _REFUSED_KINDS: dict[type, str] = {
-    exp.Lateral: "LATERAL",
     exp.Unnest: "UNNEST",
     exp.Pivot: "PIVOT / UNPIVOT",
     exp.Values: "VALUES in FROM",
@@ -98,6 +97,8 @@ def check_supported(tree: exp.Expression) -> None:
         for kind, name in _REFUSED_KINDS.items():
             if isinstance(node, kind):
                 raise unsupported(name)
+        if isinstance(node, exp.Lateral):
+            _check_lateral(node)
         allowed = _CLAUSE_ARGS.get(type(node))
         if allowed is None:
             continue
@@ -111,10 +112,26 @@ def check_supported(tree: exp.Expression) -> None:
             raise unsupported(f"{node.this.key.upper()} in FROM")
 
 
+def _check_lateral(lateral: exp.Lateral) -> None:
+    """Only a joined LATERAL subquery is planned; LATERAL VIEW, functions and CROSS APPLY are not."""
+    extra = [a for a in ("view", "outer", "cross_apply", "ordinality") if lateral.args.get(a)]
+    if extra or not isinstance(lateral.this, exp.Subquery) or not isinstance(lateral.parent, exp.Join):
+        raise unsupported("LATERAL other than a joined subquery")
+
+
 def _check_join(join: exp.Join) -> None:
     kind = (join.args.get("kind") or "").upper()
     if kind not in ("", "INNER", "OUTER", "CROSS", "SEMI", "ANTI"):
         raise unsupported(f"{kind} JOIN")
+    method = (join.args.get("method") or "").upper()
+    if method and method != "ASOF":
+        raise unsupported(f"{method} JOIN")
+    if method == "ASOF":
+        # USING's last column is an inequality for ASOF, which qualification would turn into `=`.
+        if join.args.get("using") or join.args.get("on") is None:
+            raise unsupported("ASOF JOIN ... USING")
+        if (join.args.get("side") or "").upper() not in ("", "LEFT") or kind:
+            raise unsupported(f"ASOF {join.args.get('side') or kind} JOIN")
 
 
 def _describe(node: exp.Expression, arg: str, value: object) -> str:

@@ -41,8 +41,10 @@ from duckflock.plan.nodes import (
 )
 from duckflock.sql.allowlist import check_supported, unsupported
 from duckflock.sql.decorrelate import scalar_subqueries_to_joins
+from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
+from duckflock.sql.round_trip import check_round_trip
 from duckflock.sql.schema_db import SchemaDB
 from duckflock.sql.scopes import outer_columns
 from duckflock.sql.semijoin import exists_to_semi_join
@@ -96,7 +98,7 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
         raise SqlError(f"only SELECT queries are supported, not {tree.key.upper()}")
     described = schema_db.describe(text)  # DuckDB's binder: names the missing table or column
     try:
-        plan = _distributed(tree, catalog, schema_db)
+        plan = _distributed(text, tree, catalog, schema_db)
     except SqlError as e:  # DuckDB accepts it, duckflock cannot distribute it
         plan = on_driver(text, catalog, len(described), str(e), driver_fallback_bytes)
     return BoundQuery(
@@ -104,7 +106,9 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
     )
 
 
-def _distributed(tree: exp.Expression, catalog: Catalog, schema_db: SchemaDB) -> Node:
+def _distributed(text: str, tree: exp.Expression, catalog: Catalog, schema_db: SchemaDB) -> Node:
+    check_round_trip(schema_db.con, schema_db.function_aliases, text, tree)
+    tree = distinct_on_as_qualify(tree)
     check_supported(tree)
     aggregates = Aggregates(schema_db.aggregate_names)
     schema = {n: {c: t for c, t in info.columns} for n, info in catalog.tables.items()}
@@ -500,12 +504,16 @@ class _Builder:
             rel: Node = Values(("__one",))
             return self.filter(rel, where_conj)
         joins = s.args.get("joins") or []
+        if isinstance(from_.this, exp.Lateral):
+            raise unsupported("LATERAL as the first FROM item")
         sources = [self.source(from_.this, s)] + [self.source(j.this, s) for j in joins]
+        lateral = [False] + [isinstance(j.this, exp.Lateral) for j in joins]
         kinds = ["inner"] + [_join_kind(j) for j in joins]
         ons = [[]] + [_conjuncts(self.names(j.args["on"].copy())) if j.args.get("on") else [] for j in joins]
         nullable = [False] * len(sources)
         for i, kind in enumerate(kinds):
-            if kind == "left":
+            if kind in ("left", "asof", "asof_left"):
+                # An ASOF match depends on every row of the right side: filter it only after the join.
                 nullable[i] = True
             elif kind in ("right", "full"):
                 nullable[: i + (kind == "full")] = [True] * (i + (kind == "full"))
@@ -536,7 +544,7 @@ class _Builder:
             ons[j] = keep
         rel = self.filter(sources[0], pushed[0])
         for j in range(1, len(sources)):
-            rel = self.join(rel, self.filter(sources[j], pushed[j]), kinds[j], ons[j])
+            rel = self.join(rel, self.filter(sources[j], pushed[j]), kinds[j], ons[j], lateral[j])
         return self.filter(rel, rest_where)
 
     def filter(self, rel: Node, conj: list[exp.Expression]) -> Node:
@@ -547,6 +555,8 @@ class _Builder:
 
     def source(self, item: exp.Expression, s: exp.Select) -> Node:
         alias = item.alias_or_name
+        if isinstance(item, exp.Lateral):
+            return self.lateral(item.this, alias)
         if isinstance(item, exp.Subquery):
             return self.query(item.this, prefix=alias)
         if not isinstance(item, exp.Table):
@@ -564,6 +574,17 @@ class _Builder:
             used = [info.columns[0][0]]
         return Scan(tuple(f"{alias}.{c}" for c in used), table=info.name, source_columns=tuple(used))
 
+    def lateral(self, sub: exp.Subquery, alias: str) -> Node:
+        """A LATERAL subquery's plan: it may read the columns of the FROM items before it, which
+        stay as they are for DuckDB to decorrelate where the join runs (see ``Join.lateral``)."""
+        if _outer_aggregate(sub.this, self.aggregates):
+            raise unsupported("an aggregate of outer columns inside a LATERAL subquery")
+        self._correlated_depth += 1
+        try:
+            return self.query(sub.this.copy(), prefix=alias)
+        finally:
+            self._correlated_depth -= 1
+
     def function_scan(self, item: exp.Table) -> Node:
         call = item.this.sql(dialect="duckdb")
         alias = item.args.get("alias")
@@ -574,8 +595,17 @@ class _Builder:
             tuple(f"{item.alias_or_name}.{n}" for n in names), function=call, source_columns=tuple(names)
         )
 
-    def join(self, left: Node, right: Node, jkind: str, on_conj: list[exp.Expression]) -> Node:
+    def join(
+        self, left: Node, right: Node, jkind: str, on_conj: list[exp.Expression], lateral: bool = False
+    ) -> Node:
         cols = left.columns if jkind in ("semi", "anti") else left.columns + right.columns
+        if lateral:
+            if jkind not in ("inner", "cross", "left"):
+                raise unsupported(f"{jkind.upper()} JOIN LATERAL")
+            if jkind == "cross" or (jkind == "inner" and not on_conj):
+                return Join(cols, left=left, right=right, kind="cross", lateral=True)
+            cond = _sql(exp.and_(*on_conj)) if on_conj else "true"  # LEFT ... ON true keeps its rows
+            return Join(cols, left=left, right=right, kind=jkind, condition=cond, lateral=True)
         if jkind == "cross" or not on_conj:
             if jkind not in ("cross", "inner"):
                 on_conj = [exp.true()]
@@ -653,6 +683,8 @@ def _join_kind(j: exp.Join) -> str:
     kind = (j.args.get("kind") or "").lower()
     if j.args.get("using"):
         raise unsupported("JOIN ... USING that could not be resolved")
+    if (j.args.get("method") or "").upper() == "ASOF":
+        return "asof_left" if side == "left" else "asof"
     if kind in ("asof", "positional") or j.args.get("method"):
         raise unsupported(f"{(kind or j.args.get('method')).upper()} JOIN")
     if kind in ("semi", "anti"):

@@ -1,14 +1,15 @@
-"""Answer on the driver what cannot be distributed: DuckDB runs the user's query itself, over each
-catalog table it reads gathered whole on rank 0. Exact by construction (it is single-process DuckDB
-on the same rows), so a construct the planner lacks (recursive CTEs, GROUPING SETS, LATERAL, ASOF,
-DISTINCT ON, ...) costs speed, never correctness; above a size limit the query is refused instead.
+"""Answer on the driver what cannot be distributed: DuckDB runs the user's query text as written
+(never re-written by sqlglot), each catalog table it reads gathered whole on rank 0 under its name.
+Exact by construction (it is single-process DuckDB on the same rows), so a construct the planner
+lacks (recursive CTEs, PIVOT, SAMPLE, ...) costs speed, never correctness; above a size limit the
+query is refused instead.
 """
 
 from __future__ import annotations
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ErrorLevel, SqlglotError
+from sqlglot.errors import SqlglotError
 
 from duckflock.catalog import Catalog
 from duckflock.errors import SqlError
@@ -25,19 +26,16 @@ def on_driver(text: str, catalog: Catalog, width: int, reason: str, limit_bytes:
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     inputs: list[tuple[str, Scan]] = []
     total = 0
-    for n, table in enumerate(list(tree.find_all(exp.Table)), 1):
+    for table in tree.find_all(exp.Table):
         name = table.name
         if not isinstance(table.this, exp.Identifier) or name.lower() in ctes or name not in catalog.tables:
             continue
-        if table.args.get("db") and table.args["db"].name.lower() != "main":
+        if table.args.get("db") or any(t == name for t, _ in inputs):
             continue
         info = catalog.table(name)
         cols = tuple(c for c, _ in info.columns)
-        token = f"__dq{n}"
-        inputs.append((token, Scan(cols, table=info.name, source_columns=cols)))
+        inputs.append((name, Scan(cols, table=info.name, source_columns=cols)))
         total += info.rows * info.row_width()
-        alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(name))
-        table.replace(exp.Table(this=exp.to_identifier(token, quoted=True), alias=alias))
     if limit_bytes < 0:
         raise SqlError(f"{reason} (answering such queries on the driver is off: driver_fallback_bytes)")
     if total > limit_bytes:
@@ -45,11 +43,7 @@ def on_driver(text: str, catalog: Catalog, width: int, reason: str, limit_bytes:
             f"{reason}; answering it on the driver instead would gather about {total / 1e6:.0f} MB of "
             f"tables, over the {limit_bytes / 1e6:.0f} MB limit (driver_fallback_bytes)"
         )
-    try:
-        sql = tree.sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
-    except SqlglotError:
-        raise SqlError(reason) from None
     columns = tuple(f"__d{i}" for i in range(width))
     return DriverQuery(
-        columns, sql=sql, inputs=tuple(inputs), reason=reason.removeprefix("unsupported SQL construct: ")
+        columns, sql=text, inputs=tuple(inputs), reason=reason.removeprefix("unsupported SQL construct: ")
     )

@@ -32,6 +32,14 @@ class SchemaDB:
         """DuckDB's aggregate functions (and aggregating macros), by lower-case name."""
         return aggregate_names(self.con)
 
+    @functools.cached_property
+    def function_aliases(self) -> dict[str, str]:
+        """DuckDB's function aliases to the names they stand for, lower-case."""
+        rows = self.con.execute(
+            "SELECT DISTINCT function_name, alias_of FROM duckdb_functions() WHERE alias_of IS NOT NULL"
+        ).fetchall()
+        return {a.lower(): b.lower() for a, b in rows}
+
     def describe(self, sql: str) -> list[tuple[str, str]]:
         """(name, type) of the query's result columns, or the binder's error as SqlError/CatalogError."""
         try:

@@ -1,2 +1,3 @@
 """Testing duckflock against single-process DuckDB: tables written as partitions, the oracle, result
-comparison and a sqllogictest-style runner. Used by the test suite; usable by anyone extending it."""
+comparison, a sqllogictest-style runner, the TPC-H queries, and launchers of Flight workers and
+network-namespace hosts. Used by the test suite and the benchmarks; usable by anyone extending them."""

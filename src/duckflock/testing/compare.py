@@ -68,3 +68,14 @@ def difference(
         if not all(_close(a, b) for a, b in zip(g, w, strict=True)):
             return f"order of {c} differs"
     return None
+
+
+def same_result(got: pa.Table, want: pa.Table, order_by: list[str] | None = None) -> bool:
+    """``difference`` as a yes or no. Arrow's exact comparison first: it is fast, while the tolerant
+    one compares Python rows and is slow on large results, so it runs only when the exact one fails."""
+    if got.schema == want.schema and got.num_rows == want.num_rows:
+        keys = [(c, "ascending") for c in got.column_names]
+        in_order = all(got.column(c).equals(want.column(c)) for c in order_by or [])
+        if in_order and got.sort_by(keys).equals(want.sort_by(keys)):
+            return True
+    return difference(got, want, order_by) is None

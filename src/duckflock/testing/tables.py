@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import duckdb
@@ -10,7 +11,8 @@ import pyarrow as pa
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type, hash_sql
 from duckflock.catalog.partitioning import quote_ident as q
-from duckflock.plan.render import sql_literal
+from duckflock.ingest.load import scan_sql
+from duckflock.sqltext import sql_literal
 
 
 def make_table(
@@ -62,12 +64,18 @@ def make_table(
     return info
 
 
-def oracle(data: Path) -> duckdb.DuckDBPyConnection:
-    """Single-process DuckDB over all of a data directory's files: the ground truth."""
+def oracle(data: str | os.PathLike[str], threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """Single-process DuckDB over all of a data directory's files, one view per catalog table, read
+    the way the ranks read it: the ground truth. ``threads``: DuckDB's default (every core) if None."""
     catalog = Catalog.load(data)
-    con = duckdb.connect()
+    con = duckdb.connect(config={"threads": threads} if threads else {})
     for name, info in catalog.tables.items():
         files = [catalog.path(f) for p in info.partitions for f in p.files]
-        listing = ", ".join(sql_literal(str(f)) for f in files)
-        con.execute(f"CREATE VIEW {q(name)} AS SELECT * FROM read_parquet([{listing}])")
+        if files:
+            source = scan_sql(info.format, files, info.csv_options, info.columns)
+        else:  # no file at all (zero rows loaded): the schema from the catalog
+            source = (
+                "(SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {q(c)}" for c, t in info.columns) + " LIMIT 0)"
+            )
+        con.execute(f"CREATE VIEW {q(name)} AS SELECT * FROM {source}")
     return con

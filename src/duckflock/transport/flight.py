@@ -1,8 +1,10 @@
 """Arrow Flight transport: workers on ordinary hosts exchanging messages over gRPC.
 
-Each worker runs a Flight server (``exec.worker``). A message to a peer is one record batch on a
-long-lived ``do_put`` stream from this worker to that peer: a single large_binary value holding the
-payload (already Arrow IPC from the exchange layer), with the tag in the batch's app metadata.
+Each worker runs a Flight server (``flight_server``) that puts its peers' messages into this
+transport's inbox. A message to a peer is one record batch on a long-lived ``do_put`` stream from
+this worker to that peer (``PeerStream`` names the session and the sender): a single large_binary
+value holding the payload (already Arrow IPC from the exchange layer), with the tag in the batch's
+app metadata. Callers talk to workers through ``flight_client``.
 One sender thread per peer keeps the multiplexer thread free while a slow link drains.
 
 Liveness: every worker sends a heartbeat to each peer every second on a stream of its own (so a big
@@ -17,6 +19,7 @@ import queue
 import struct
 import threading
 import time
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +30,22 @@ from duckflock.transport.base import SendHandle, Transport
 HEARTBEAT_TAG = -1
 HEARTBEAT_S = 1.0
 _SCHEMA = pa.schema([pa.field("payload", pa.large_binary())])
+
+
+@dataclass(frozen=True)
+class PeerStream:
+    """The descriptor of a do_put stream: which session's messages it carries, from which rank."""
+
+    session: str
+    src: int
+
+    def command(self) -> flight.FlightDescriptor:
+        return flight.FlightDescriptor.for_command(json.dumps(asdict(self)))
+
+    @classmethod
+    def from_command(cls, command: bytes) -> PeerStream:
+        body = json.loads(command)
+        return cls(str(body["session"]), int(body["src"]))
 
 
 def wrap(payload) -> pa.RecordBatch:
@@ -83,9 +102,7 @@ class _Peer:
         writer = None
         try:
             client = client_for(t.peers[self.dest], t.tls_root)
-            descriptor = flight.FlightDescriptor.for_command(
-                json.dumps({"session": t.session, "src": t.rank})
-            )
+            descriptor = PeerStream(t.session, t.rank).command()
             writer, _ = client.do_put(descriptor, _SCHEMA, options=t.auth.options)
             while True:
                 item = self.queue.get()
@@ -98,10 +115,10 @@ class _Peer:
             writer.done_writing()
             writer.close()
         except Exception as e:  # the peer is gone or refused us: fail the session, naming it
-            t.failed = f"worker {self.dest} at {t.peers[self.dest]} is unreachable: {_first_line(e)}"
+            t.failed = f"worker {self.dest} at {t.peers[self.dest]} is unreachable: {first_line(e)}"
 
 
-def _first_line(e: Exception) -> str:
+def first_line(e: Exception) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
 
@@ -125,7 +142,7 @@ class FlightTransport(Transport):
         self.peers = peers
         self.auth = CallAuth(token)
         self.tls_root = tls_root
-        self.inbox = inbox  # filled by this worker's server with (src, tag, payload)
+        self.inbox = inbox  # filled by this worker's FlightServer with (src, tag, payload)
         self.timeout = peer_timeout_s
         self.failed: str | None = None
         now = time.monotonic()

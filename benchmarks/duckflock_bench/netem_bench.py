@@ -1,7 +1,8 @@
-"""``duckflock bench netem``: Flight workers on "hosts" (network namespaces, ``bench.netns``) whose
-links are shaped to a rate (and delay, where the kernel has sch_netem), for each wire compression:
-where the time goes (DuckDB compute vs exchange CPU vs waiting on the network) and what compression
-saves. Writes results.json, results.md and netem.png (through ``bench.flight_bench.run``).
+"""``duckflock bench netem``: Flight workers on "hosts" (network namespaces,
+``duckflock.testing.netns``) whose links are shaped to a rate (and delay, where the kernel has
+sch_netem), for each wire compression: where the time goes (DuckDB compute vs exchange CPU vs
+waiting on the network) and what compression saves. Writes results.json, results.md and netem.png
+(through ``flight_bench.run``).
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from duckflock.bench.baseline import baseline_connection, same_or_close
-from duckflock.bench.flight_common import ORDER_BY, ensure_data, first_line, header, query_text, yes
-from duckflock.bench.flight_workers import FlightWorkers
-from duckflock.bench.jobs import err, write_json
-from duckflock.bench.measure import cores, machine_info, median, timed, versions
-from duckflock.bench.report import bytes_or_dash
+from duckflock.testing.compare import same_result
+from duckflock.testing.tables import oracle
+from duckflock.testing.workers import FlightWorkers
+from duckflock_bench.flight_common import ORDER_BY, ensure_data, first_line, header, query_text, yes
+from duckflock_bench.jobs import err, write_json
+from duckflock_bench.measure import cores, machine_info, median, timed, versions
+from duckflock_bench.report import bytes_or_dash
 
 
 def stats_split(stats: list) -> dict[str, float]:
@@ -98,7 +100,7 @@ def run_netem(
     data_root: Path,
     out: Path,
 ) -> dict:
-    from duckflock.bench.netns import Hosts, NamespacesUnavailable, parse_delay, parse_rate, unavailable
+    from duckflock.testing.netns import Hosts, NamespacesUnavailable, parse_delay, parse_rate, unavailable
 
     reason = unavailable()
     if reason:  # before generating data or starting anything
@@ -126,7 +128,7 @@ def run_netem(
         "errors": [],
     }
     t_start = time.perf_counter()
-    base = baseline_connection(data, cores())
+    base = oracle(data, cores())
     expected = {q: base.sql(query_text(q)).to_arrow_table() for q in names}
     base.close()
     with (
@@ -174,14 +176,14 @@ def _netem_point(
     order = ORDER_BY.get(name, [])
     with _session(workers, config) as db:
         warm = db.sql(sql)  # the first run of a session pays for opening streams and file metadata
-        correct = [same_or_close(warm.arrow(), expected, order)]
+        correct = [same_result(warm.arrow(), expected, order)]
         del warm
         samples = []
         for _ in range(runs):
             before = sum(hosts.link_tx_bytes())
             seconds, result = timed(lambda: db.sql(sql, profile=True))
             link = sum(hosts.link_tx_bytes()) - before
-            correct.append(same_or_close(result.arrow(), expected, order))
+            correct.append(same_result(result.arrow(), expected, order))
             samples.append({"total_s": seconds, "link_bytes": float(link), **stats_split(result.stats)})
             del result
     keys = ("total_s", "compute_s", "exchange_cpu_s", "network_wait_s", "exchange_bytes", "link_bytes")
@@ -255,7 +257,7 @@ def netem_figure(results: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from duckflock.bench.plots import stacked_bars
+    from duckflock_bench.plots import stacked_bars
 
     names = list(results["queries"])
     fig, axes = plt.subplots(1, max(1, len(names)), figsize=(5 * max(1, len(names)), 4.2), squeeze=False)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from duckflock.bench.jobs import JobFailed, err, run_json_job, write_json
-from duckflock.bench.measure import GB, machine_info, median
+from duckflock_bench.jobs import JobFailed, err, run_json_job, write_json
+from duckflock_bench.measure import GB, machine_info, median
 
 PHASE_KEYS = ("max_partition_s", "max_serialize_s", "max_send_wait_s", "max_recv_wait_s")
 
@@ -60,7 +60,7 @@ def run_exchange(
         try:
             job_s, job = run_json_job(
                 n,
-                "duckflock.bench.exchange_job",
+                "duckflock_bench.exchange_job",
                 ["--gb", str(gb), "--runs", str(runs), "--out", str(point_dir)],
                 point_dir,
                 timeout,

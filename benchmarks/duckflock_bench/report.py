@@ -5,23 +5,17 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markdown import Markdown
 
-from duckflock.bench.measure import GB
+from duckflock.units import human
+from duckflock_bench.measure import GB
 
 
 def _s(x: float) -> str:
     return f"{x:.3f}"
 
 
-def _bytes(n: float) -> str:
-    for unit, scale in (("GB", GB), ("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 def bytes_or_dash(n: float | None) -> str:
-    """``_bytes``, or ``-`` where the count is missing (None or NaN)."""
-    return "-" if n is None or n != n else _bytes(n)
+    """Bytes for people to read, or ``-`` where the count is missing (None or NaN)."""
+    return "-" if n is None or n != n else human(n, "B")
 
 
 def _mb(kb: float) -> str:
@@ -78,7 +72,7 @@ def seed_markdown(results: dict) -> str:
             lines.append(
                 f"| {p['ranks']} | {_s(p['duckflock_median_s'])} | {_s(p['duckdb_median_s'])} "
                 f"| {p['ratio']:.2f}x | {_s(ph['overhead'])} | {_s(ph['compute'])} | {_s(ph['exchange'])} "
-                f"| {_s(ph['wait'])} | {_s(ph['final'])} | {_bytes(p['bytes_exchanged'])} "
+                f"| {_s(ph['wait'])} | {_s(ph['final'])} | {human(p['bytes_exchanged'], 'B')} "
                 f"| {_mb(p['peak_rss_kb_sum'])} | {_mb(p['duckdb_peak_rss_kb'])} | {p['memory_ratio']:.2f}x "
                 f"| {p.get('node_memory_ratio', float('nan')):.2f}x | {'yes' if p['correct'] else '**NO**'} |"
             )

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from duckflock.bench.measure import GB
+from duckflock_bench.measure import GB
 
 
 def polite_barrier(comm, sleep_s: float = 0.001) -> None:

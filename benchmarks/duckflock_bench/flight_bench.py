@@ -4,7 +4,7 @@ flight: Flight workers on loopback vs the same number of MPI ranks vs single-pro
     query (seed join, TPC-H Q3/Q5/Q9/Q18). All three systems are warm and alive at once; their runs
     are interleaved (in a rotating order) so that noise on this machine hits them alike. Every
     worker/rank gets its share of the cores (``threads = cores // n``); DuckDB gets all of them.
-netem: Flight workers on "hosts" (network namespaces, ``bench.netns``) whose links are shaped to a
+netem: Flight workers on "hosts" (network namespaces, ``duckflock.testing.netns``) whose links are shaped to a
     rate (and delay, where the kernel has sch_netem), for each wire compression: see ``netem_bench``.
 
 This module holds the command line of both (``add_parser``, ``run``) and the flight comparison;
@@ -23,8 +23,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from duckflock.bench.baseline import baseline_connection, same_or_close
-from duckflock.bench.flight_common import (
+from duckflock.errors import DuckflockError
+from duckflock.testing.compare import same_result
+from duckflock.testing.tables import oracle
+from duckflock.testing.workers import FlightWorkers
+from duckflock_bench.flight_common import (
     ORDER_BY,
     ensure_data,
     first_line,
@@ -33,13 +36,11 @@ from duckflock.bench.flight_common import (
     query_text,
     yes,
 )
-from duckflock.bench.flight_workers import FlightWorkers
-from duckflock.bench.jobs import err, write_json
-from duckflock.bench.measure import cores, machine_info, median, parse_list, timed, versions
-from duckflock.bench.netem_bench import netem_figure, netem_markdown, run_netem
-from duckflock.bench.phases import summarize
-from duckflock.bench.report import bytes_or_dash, print_markdown
-from duckflock.errors import DuckflockError
+from duckflock_bench.jobs import err, write_json
+from duckflock_bench.measure import cores, machine_info, median, parse_list, timed, versions
+from duckflock_bench.netem_bench import netem_figure, netem_markdown, run_netem
+from duckflock_bench.phases import summarize
+from duckflock_bench.report import bytes_or_dash, print_markdown
 
 FLIGHT_TARGET = 1.5  # the goal: Flight on loopback within 1.5x of MPI
 
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         md = flight_markdown(results)
         figure = flight_figure(results, out / "flight_vs_mpi.png")
     elif args.bench == "netem":
-        from duckflock.bench.netns import NamespacesUnavailable
+        from duckflock.testing.netns import NamespacesUnavailable
 
         compressions = [c.strip() for c in args.compression.split(",") if c.strip()]
         bad = [c for c in compressions if c not in ("none", "lz4", "zstd")]
@@ -106,7 +107,7 @@ def run_flight(sf: float, counts: list[int], runs: int, names: list[str], data_r
         "errors": [],
     }
     t_start = time.perf_counter()
-    base = baseline_connection(data, ncores)
+    base = oracle(data, ncores)
     try:
         for n in counts:
             threads = max(1, ncores // n)
@@ -151,7 +152,7 @@ def _flight_point(name: str, fdb, mdb, base, runs: int) -> dict:
     }
     expected = systems["duckdb"]()
     warm = {k: timed(fn) for k, fn in systems.items() if k != "duckdb"}
-    correct = {k: [same_or_close(t, expected, order)] for k, (_, t) in warm.items()}
+    correct = {k: [same_result(t, expected, order)] for k, (_, t) in warm.items()}
     times: dict[str, list[float]] = {k: [] for k in systems}
     keys = list(systems)
     for r in range(runs):
@@ -159,12 +160,12 @@ def _flight_point(name: str, fdb, mdb, base, runs: int) -> dict:
             seconds, table = timed(systems[k])
             times[k].append(seconds)
             if k != "duckdb":
-                correct[k].append(same_or_close(table, expected, order))
+                correct[k].append(same_result(table, expected, order))
             del table
     profiles = {}
     for k, db in (("flight", fdb), ("mpi", mdb)):
         seconds, result = timed(lambda db=db: db.sql(sql, profile=True))
-        correct[k].append(same_or_close(result.arrow(), expected, order))
+        correct[k].append(same_result(result.arrow(), expected, order))
         profiles[k] = summarize(result.stats, seconds)
     med = {k: median(v) for k, v in times.items()}
     return {

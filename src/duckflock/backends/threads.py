@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from duckflock.backends.driver import DriverBackend
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.exec.driver import Driver, serve
@@ -12,9 +13,8 @@ from duckflock.exec.runtime import Runtime
 from duckflock.transport.inproc import InProcTransport
 
 
-class LocalCluster:
-    def __init__(self, data: str, ranks: int, config: Config | None = None):
-        config = config or Config.from_env()
+class ThreadsBackend(DriverBackend):
+    def __init__(self, data: str, ranks: int, config: Config):
         self.runtimes = [
             Runtime.create(t, Catalog.load(data), config, ranks_on_node=ranks)
             for t in InProcTransport.group(ranks)
@@ -25,18 +25,7 @@ class LocalCluster:
         ]
         for t in self._threads:
             t.start()
-        self.driver = Driver(self.runtimes[0])
-
-    # The Session backend protocol: run, plan, ranks, close.
-    def run(self, query: str, profile: bool = False, output: str | None = None):
-        return self.driver.run(query, profile=profile, output=output)
-
-    def plan(self, query: str):
-        return self.driver.plan(query)
-
-    @property
-    def ranks(self) -> int:
-        return len(self.runtimes)
+        super().__init__(Driver(self.runtimes[0]))
 
     def close(self) -> None:
         self.driver.broadcast_stop()

@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from duckflock.bench.baseline import duckdb_peak
-from duckflock.bench.jobs import JobFailed, err, rank_memory_kb, run_json_job, write_json
-from duckflock.bench.measure import machine_info, median
-from duckflock.bench.phases import EXCHANGE_PARTS, PHASES
-from duckflock.bench.seed_job import SEED
 from duckflock.ingest.tpch import generate_tpch
+from duckflock.testing.tpch import SEED_QUERY
+from duckflock_bench.baseline import duckdb_peak
+from duckflock_bench.jobs import JobFailed, err, rank_memory_kb, run_json_job, write_json
+from duckflock_bench.measure import machine_info, median
+from duckflock_bench.phases import EXCHANGE_PARTS, PHASES
 
 SUMMARY_KEYS = (*PHASES, "total", *(f"max_{p}" for p in EXCHANGE_PARTS))
 
@@ -67,7 +67,7 @@ def run_seed(
     """Run every point and return the results (also written to ``out/results.json``)."""
     results: dict[str, object] = {
         "benchmark": "seed",
-        "query": SEED,
+        "query": SEED_QUERY,
         "runs": runs,
         "machine": machine_info(memcpy=True),
         "scale_factors": [],
@@ -79,7 +79,7 @@ def run_seed(
         t0 = time.perf_counter()
         generate_tpch(sf, data, parts=12, progress=True)
         gen_s = time.perf_counter() - t0
-        base_peak = duckdb_peak(data, SEED)
+        base_peak = duckdb_peak(data, SEED_QUERY)
         entry: dict[str, object] = {
             "sf": sf,
             "data": str(data),
@@ -95,7 +95,7 @@ def run_seed(
             try:
                 job_s, job = run_json_job(
                     n,
-                    "duckflock.bench.seed_job",
+                    "duckflock_bench.seed_job",
                     ["--data", str(data), "--runs", str(runs), "--out", str(point_dir)],
                     point_dir,
                     timeout,

@@ -5,15 +5,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from duckflock.bench.seed import data_dir
-from duckflock.bench.seed_job import ORDER_BY as SEED_ORDER_BY
-from duckflock.bench.seed_job import SEED
-from duckflock.bench.tpch import ORDER, query
 from duckflock.errors import DuckflockError
+from duckflock.testing.tpch import ORDER, SEED_ORDER, SEED_QUERY, query
+from duckflock_bench.seed import data_dir
 
 # Columns whose order each query's ORDER BY fixes (the rest is compared as a multiset); other
 # queries are compared as multisets only.
-ORDER_BY = {"seed": SEED_ORDER_BY, **{f"q{n}": ORDER[n] for n in (3, 5, 9, 18)}}
+ORDER_BY = {"seed": SEED_ORDER, **{f"q{n}": ORDER[n] for n in (3, 5, 9, 18)}}
 
 
 def query_names(text: str) -> list[str]:
@@ -28,7 +26,7 @@ def query_names(text: str) -> list[str]:
 
 
 def query_text(name: str) -> str:
-    return SEED if name == "seed" else query(int(name[1:]))
+    return SEED_QUERY if name == "seed" else query(int(name[1:]))
 
 
 def ensure_data(data_root: Path, sf: float) -> Path:

@@ -1,4 +1,4 @@
-"""One MPI job of the exchange benchmark: ``mpiexec -n N python -m duckflock.bench.exchange_job ...``.
+"""One MPI job of the exchange benchmark: ``mpiexec -n N python -m duckflock_bench.exchange_job ...``.
 
 1. Reference numbers, before duckflock starts: memcpy GB/s on rank 0 and raw MPI Send/Recv GB/s
    from rank 0 to rank 1, while the other ranks wait without spinning.
@@ -27,7 +27,12 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from duckflock.bench.measure import (
+from duckflock.config import Config
+from duckflock.exchange.codec import write_options
+from duckflock.exchange.partition import split_by_target
+from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter, read_exchange
+from duckflock.exec.runtime import Runtime, mpi_runtime
+from duckflock_bench.measure import (
     GB,
     cores,
     machine_info,
@@ -36,12 +41,7 @@ from duckflock.bench.measure import (
     reset_peak_rss,
     versions,
 )
-from duckflock.bench.mpi_measure import p2p_gbps, polite_barrier
-from duckflock.config import Config
-from duckflock.exchange.codec import write_options
-from duckflock.exchange.partition import split_by_target
-from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter, read_exchange
-from duckflock.exec.runtime import Runtime, mpi_runtime
+from duckflock_bench.mpi_measure import p2p_gbps, polite_barrier
 
 TARGET = "__target"
 
@@ -140,7 +140,7 @@ def check_received(rt: Runtime, table: pa.Table) -> tuple[int, int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="duckflock.bench.exchange_job")
+    p = argparse.ArgumentParser(prog="duckflock_bench.exchange_job")
     p.add_argument("--gb", type=float, required=True)
     p.add_argument("--runs", type=int, required=True)
     p.add_argument("--out", required=True)

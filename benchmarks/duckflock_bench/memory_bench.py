@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from duckflock.bench.cgroup import Measured, available, run_in_cgroup
-from duckflock.bench.jobs import err, write_json
-from duckflock.bench.measure import machine_info, median, versions
-from duckflock.bench.tpch import ORDER, query
 from duckflock.errors import DuckflockError
 from duckflock.ingest.tpch import generate_tpch
 from duckflock.testing.compare import difference
+from duckflock.testing.tpch import ORDER, query
+from duckflock_bench.cgroup import Measured, available, run_in_cgroup
+from duckflock_bench.jobs import err, write_json
+from duckflock_bench.measure import machine_info, median, versions
 
 # The issue's join (both comment columns travel), three TPC-H queries with large joins and
 # aggregates, and a join where one key holds half of lineitem.
@@ -44,9 +44,11 @@ _DUCKDB_SCRIPT = textwrap.dedent(
     """
     import sys
     import duckdb, pyarrow.parquet as pq
-    from duckflock.bench.baseline import baseline_connection
-    con = baseline_connection(sys.argv[1])
-    con.execute("SET temp_directory = '" + sys.argv[3].replace("'", "''") + "'")
+    from duckflock.sqltext import sql_literal
+    from duckflock.testing.tables import oracle
+    from duckflock_bench.measure import cores
+    con = oracle(sys.argv[1], cores())
+    con.execute("SET temp_directory = " + sql_literal(sys.argv[3]))
     pq.write_table(con.sql(open(sys.argv[2]).read()).to_arrow_table(), sys.argv[4])
     """
 )

@@ -1,4 +1,4 @@
-"""One MPI job of the seed benchmark: ``mpiexec -n N python -m duckflock.bench.seed_job ...``.
+"""One MPI job of the seed benchmark: ``mpiexec -n N python -m duckflock_bench.seed_job ...``.
 
 Rank 0 runs, on warm ranks, 1 warm-up and then ``--runs`` profiled runs of the seed query, and
 interleaved with them (duckflock, DuckDB, duckflock, ...) the same query in a fresh single-process
@@ -15,19 +15,14 @@ import time
 from pathlib import Path
 
 import duckflock
-from duckflock.bench.baseline import baseline_connection, same_result
-from duckflock.bench.measure import cores, file_rss_kb, peak_rss_kb, versions
-from duckflock.bench.phases import stats_records, summarize
-
-SEED = (
-    "SELECT c.c_custkey, c.c_name, o.o_orderkey, o.o_orderdate, o.o_totalprice "
-    "FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
-    "WHERE o.o_orderdate < DATE '1995-03-15' ORDER BY o.o_orderdate DESC"
-)
-ORDER_BY = ["o_orderdate"]
+from duckflock.testing.compare import same_result
+from duckflock.testing.tables import oracle
+from duckflock.testing.tpch import SEED_ORDER, SEED_QUERY
+from duckflock_bench.measure import cores, file_rss_kb, peak_rss_kb, versions
+from duckflock_bench.phases import stats_records, summarize
 
 
-def drive(db: duckflock.Session, data: str, runs: int, query: str = SEED) -> dict[str, object]:
+def drive(db: duckflock.Session, data: str, runs: int, query: str = SEED_QUERY) -> dict[str, object]:
     """Rank 0's part: warm-up, then ``runs`` alternating duckflock / DuckDB runs, checked."""
     t0 = time.perf_counter()
     warm = db.sql(query, profile=True)
@@ -36,11 +31,11 @@ def drive(db: duckflock.Session, data: str, runs: int, query: str = SEED) -> dic
     rank0_peak_kb = peak_rss_kb()
     rank0_file_kb = file_rss_kb()
 
-    base = baseline_connection(data, cores())
+    base = oracle(data, cores())
     t0 = time.perf_counter()
     expected = base.sql(query).to_arrow_table()
     base_warm_s = time.perf_counter() - t0
-    correct = [same_result(warm.arrow(), expected, ORDER_BY)]
+    correct = [same_result(warm.arrow(), expected, SEED_ORDER)]
 
     flock_runs: list[dict[str, object]] = []
     duckdb_s: list[float] = []
@@ -49,7 +44,7 @@ def drive(db: duckflock.Session, data: str, runs: int, query: str = SEED) -> dic
         result = db.sql(query, profile=True)
         total = time.perf_counter() - t0
         flock_runs.append({"phases": summarize(result.stats, total), "stats": stats_records(result.stats)})
-        correct.append(same_result(result.arrow(), expected, ORDER_BY))
+        correct.append(same_result(result.arrow(), expected, SEED_ORDER))
         del result
 
         t0 = time.perf_counter()
@@ -74,7 +69,7 @@ def drive(db: duckflock.Session, data: str, runs: int, query: str = SEED) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="duckflock.bench.seed_job")
+    p = argparse.ArgumentParser(prog="duckflock_bench.seed_job")
     p.add_argument("--data", required=True)
     p.add_argument("--runs", type=int, required=True)
     p.add_argument("--out", required=True)

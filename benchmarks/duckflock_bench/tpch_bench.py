@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckflock
-from duckflock.bench.baseline import baseline_connection
-from duckflock.bench.jobs import err, write_json
-from duckflock.bench.measure import machine_info, median, timed, versions
-from duckflock.bench.phases import summarize
-from duckflock.bench.tpch import ORDER, queries
 from duckflock.ingest.tpch import generate_tpch
 from duckflock.testing.compare import difference
+from duckflock.testing.tables import oracle
+from duckflock.testing.tpch import ORDER, queries
+from duckflock_bench.jobs import err, write_json
+from duckflock_bench.measure import cores, machine_info, median, timed, versions
+from duckflock_bench.phases import summarize
 
 
 def run_tpch(
@@ -26,7 +26,7 @@ def run_tpch(
     data = Path(data_root) / f"tpch-sf{sf:g}"
     generate_tpch(sf, data, progress=True)
     qs = {n: q for n, q in queries().items() if not only or n in only}
-    baseline = baseline_connection(data)
+    baseline = oracle(data, cores())
     results: dict = {"sf": sf, "runs": runs, "machine": machine_info(), "versions": versions(), "points": []}
     for n_ranks in ranks:
         err.print(f"[bold]{n_ranks} ranks[/]")
@@ -136,7 +136,7 @@ def run(
     md = tpch_markdown(results)
     (out / "results.md").write_text(md)
     tpch_figure(results, out / "tpch_ratio.png")
-    from duckflock.bench.report import print_markdown
+    from duckflock_bench.report import print_markdown
 
     print_markdown(md)
     return 0 if all(p["correct"] is not False for p in results["points"]) else 1

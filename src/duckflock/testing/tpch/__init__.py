@@ -1,8 +1,17 @@
-"""The 22 TPC-H queries (the specification's texts with its validation parameters)."""
+"""The TPC-H workload the tests, the demo and the benchmarks share: the 22 queries (the
+specification's texts with its validation parameters, as package data) and the seed report's join."""
 
 from __future__ import annotations
 
 from importlib import resources
+
+# The seed report's workload: a simplified TPC-H Q3 join.
+SEED_QUERY = """SELECT c.c_custkey, c.c_name, o.o_orderkey, o.o_orderdate, o.o_totalprice
+FROM customer c
+JOIN orders o ON c.c_custkey = o.o_custkey
+WHERE o.o_orderdate < DATE '1995-03-15'
+ORDER BY o.o_orderdate DESC"""
+SEED_ORDER = ["o_orderdate"]
 
 # Output columns whose sequence each query's ORDER BY fixes (ties aside).
 ORDER = {

@@ -1,13 +1,13 @@
-"""``duckflock bench seed|exchange``: run a benchmark, write results.json / results.md / PNGs."""
+"""``duckflock bench ...``: run a benchmark, write results.json / results.md / PNGs."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from duckflock.bench.jobs import err
-from duckflock.bench.measure import parse_list
 from duckflock.errors import DuckflockError
+from duckflock_bench.jobs import err
+from duckflock_bench.measure import parse_list
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,11 +19,11 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "exchange":
         return _exchange(args, out)
     if args.bench in ("flight", "netem"):
-        from duckflock.bench.flight_bench import run as run_flight
+        from duckflock_bench.flight_bench import run as run_flight
 
         return run_flight(args)
     if args.bench == "tpch":
-        from duckflock.bench.tpch_bench import run as run_tpch
+        from duckflock_bench.tpch_bench import run as run_tpch
 
         only = parse_list(args.queries, int) if args.queries else None
         return run_tpch(args.sf, _ranks(args.ranks), args.runs, args.check, args.data_root, out, only)
@@ -33,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _memory(args: argparse.Namespace, out: Path) -> int:
-    from duckflock.bench.memory_bench import memory_markdown, run_memory
-    from duckflock.bench.report import print_markdown
+    from duckflock_bench.memory_bench import memory_markdown, run_memory
+    from duckflock_bench.report import print_markdown
 
     if args.runs < 1:
         raise DuckflockError("--runs must be at least 1")
@@ -56,9 +56,9 @@ def _ranks(text: str) -> list[int]:
 
 
 def _seed(args: argparse.Namespace, out: Path) -> int:
-    from duckflock.bench.plots import seed_figures
-    from duckflock.bench.report import print_markdown, seed_markdown
-    from duckflock.bench.seed import run_seed
+    from duckflock_bench.plots import seed_figures
+    from duckflock_bench.report import print_markdown, seed_markdown
+    from duckflock_bench.seed import run_seed
 
     sfs = parse_list(args.sf, float)
     if not sfs or min(sfs) <= 0:
@@ -76,9 +76,9 @@ def _seed(args: argparse.Namespace, out: Path) -> int:
 
 
 def _exchange(args: argparse.Namespace, out: Path) -> int:
-    from duckflock.bench.exchange import run_exchange
-    from duckflock.bench.plots import exchange_figures
-    from duckflock.bench.report import exchange_markdown, print_markdown
+    from duckflock_bench.exchange import run_exchange
+    from duckflock_bench.plots import exchange_figures
+    from duckflock_bench.report import exchange_markdown, print_markdown
 
     if args.gb <= 0:
         raise DuckflockError("--gb must be positive")

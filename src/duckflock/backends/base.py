@@ -1,0 +1,39 @@
+"""What a Session needs from the ranks behind it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from duckflock.exec.driver import QueryOutcome
+    from duckflock.exec.progress import ProgressCallback
+    from duckflock.plan.stages import StagePlan
+
+
+class Backend(Protocol):
+    @property
+    def ranks(self) -> int:
+        """How many ranks answer each query."""
+        ...
+
+    def run(
+        self,
+        query: str,
+        profile: bool = False,
+        progress: ProgressCallback | None = None,
+        output: str | None = None,
+    ) -> QueryOutcome:
+        """Run ``query`` on every rank; raises a DuckflockError naming the cause when it fails.
+        ``progress`` is called with snapshots while it runs (possibly from another thread); an
+        exception it raises fails the call once the query is over, not the session. With
+        ``output`` the result is written there (a file, or part files in a directory) and the
+        outcome's table is empty."""
+        ...
+
+    def plan(self, query: str) -> StagePlan:
+        """The distributed plan of ``query``, without running it."""
+        ...
+
+    def close(self) -> None:
+        """Release the ranks (stop them when this backend started them)."""
+        ...

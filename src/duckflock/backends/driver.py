@@ -1,0 +1,31 @@
+"""This process is rank 0 of ranks started by someone else (``spmd``): queries go to its Driver."""
+
+from __future__ import annotations
+
+from duckflock.exec.driver import Driver, QueryOutcome
+from duckflock.exec.progress import ProgressCallback
+from duckflock.plan.stages import StagePlan
+
+
+class DriverBackend:
+    def __init__(self, driver: Driver):
+        self.driver = driver
+
+    @property
+    def ranks(self) -> int:
+        return self.driver.ranks
+
+    def run(
+        self,
+        query: str,
+        profile: bool = False,
+        progress: ProgressCallback | None = None,
+        output: str | None = None,
+    ) -> QueryOutcome:
+        return self.driver.run(query, profile=profile, progress=progress, output=output)
+
+    def plan(self, query: str) -> StagePlan:
+        return self.driver.plan(query)
+
+    def close(self) -> None:
+        """Nothing: whoever started the ranks stops them (``spmd`` when rank 0 leaves its block)."""

@@ -1,0 +1,113 @@
+"""A session on running ``duckflock worker`` processes over Arrow Flight. The first worker plans each
+query and returns its result; the workers exchange data among themselves, never through this
+process. The worker's side is ``exec.worker``."""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import secrets
+from dataclasses import replace
+
+from duckflock.errors import DuckflockError, TransportError
+from duckflock.exec.driver import QueryOutcome
+from duckflock.exec.messages import (
+    CloseRequest,
+    ErrorReply,
+    PlanReply,
+    PlanRequest,
+    PrepareSession,
+    ProgressReply,
+    ResultTicket,
+    SqlReply,
+    SqlRequest,
+    StartSession,
+    to_json,
+)
+from duckflock.exec.progress import Follow, ProgressCallback
+from duckflock.exec.result_files import ResultWriter, is_directory
+from duckflock.plan.stages import StagePlan
+from duckflock.transport.flight_client import WorkerClient
+
+
+class FlightBackend:
+    def __init__(self, workers: list[str], token: str, tls_root: bytes | None, config: dict[str, object]):
+        scheme = "grpc+tls" if tls_root else "grpc+tcp"
+        self.locations = [w if "://" in w else f"{scheme}://{w}" for w in workers]
+        self.ranks = len(self.locations)
+        self.sid = secrets.token_hex(8)
+        self._clients = [WorkerClient(r, loc, token, tls_root) for r, loc in enumerate(self.locations)]
+        try:  # every worker knows the session before any connects to its peers
+            for client in self._clients:
+                client.call("prepare", to_json(PrepareSession(self.sid, client.rank, self.locations, config)))
+            for client in self._clients:
+                client.call("start", to_json(StartSession(self.sid)))
+        except TransportError:
+            self.close()
+            raise
+
+    def _ask(self, kind: str, request: SqlRequest | PlanRequest) -> SqlReply | PlanReply:
+        reply = pickle.loads(self._clients[0].call(kind, to_json(request)))  # workers are trusted
+        if isinstance(reply, ErrorReply):
+            raise reply.error
+        return reply
+
+    def _ask_following(self, request: SqlRequest, progress: ProgressCallback) -> SqlReply | PlanReply:
+        """Like ``_ask``, with the query's progress snapshots streamed ahead of its reply."""
+        follow = Follow(progress)
+        reply = None
+        for payload in self._clients[0].stream("sql", to_json(request)):
+            reply = pickle.loads(payload)  # workers are trusted
+            if isinstance(reply, ProgressReply):
+                follow(reply.progress)
+        if reply is None or isinstance(reply, ProgressReply):
+            raise TransportError(f"worker 0 at {self.locations[0]} ended the query's stream without a reply")
+        if isinstance(reply, ErrorReply):
+            raise reply.error
+        follow.raise_error()
+        return reply
+
+    def run(
+        self,
+        query: str,
+        profile: bool = False,
+        progress: ProgressCallback | None = None,
+        output: str | None = None,
+    ) -> QueryOutcome:
+        """An ``output`` file is written here, from the result as it streams in."""
+        if output is not None and is_directory(output):
+            # Parts would land on the workers' hosts, outside the data directory they confine to.
+            raise DuckflockError("with workers, --output takes a file, not a directory")
+        request = SqlRequest(query, profile, session=self.sid)
+        if progress is None:
+            reply = self._ask("sql", request)
+        else:
+            reply = self._ask_following(replace(request, progress=True), progress)
+        assert isinstance(reply, SqlReply)
+        ticket = to_json(ResultTicket(self.sid, reply.rows))
+        if output is None:
+            reply.outcome.table = self._clients[0].fetch(ticket)
+            return reply.outcome
+        outcome = reply.outcome
+        writer = ResultWriter(output, outcome.plan.output_schema)
+        try:
+            for batch in self._clients[0].stream_rows(ticket):
+                writer.write(batch)
+            writer.commit()
+        except BaseException:
+            writer.abort()
+            raise
+        outcome.table = outcome.plan.output_schema.empty_table()
+        outcome.rows_written = writer.rows
+        return outcome
+
+    def plan(self, query: str) -> StagePlan:
+        reply = self._ask("plan", PlanRequest(query, session=self.sid))
+        assert isinstance(reply, PlanReply)
+        return reply.plan
+
+    def close(self) -> None:
+        for client in self._clients:
+            with contextlib.suppress(TransportError):
+                client.call("close", to_json(CloseRequest(self.sid)))
+            client.close()

@@ -1,0 +1,155 @@
+"""A background ``mpiexec`` job of warm ranks; this process is its client.
+
+Rank 0 of the job (``exec.serve``) connects back to a Unix socket of ours and answers requests
+(``exec.messages``); a result's rows come as an Arrow IPC file in shared memory, mapped here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
+from pathlib import Path
+
+import pyarrow as pa
+
+from duckflock.catalog import Catalog
+from duckflock.errors import DuckflockError
+from duckflock.exec.driver import QueryOutcome
+from duckflock.exec.launch import job_outcome, mpiexec_argv
+from duckflock.exec.messages import (
+    CloseRequest,
+    ErrorReply,
+    PlanReply,
+    PlanRequest,
+    ProgressReply,
+    Ready,
+    SqlReply,
+    SqlRequest,
+)
+from duckflock.exec.progress import Follow, ProgressCallback
+from duckflock.exec.serve import AUTHKEY_ENV
+from duckflock.plan.stages import StagePlan
+
+
+class MpiJobBackend:
+    def __init__(self, data: str, ranks: int, config_env: dict[str, str], start_timeout: float):
+        Catalog.load(data)  # a bad data directory fails here, at once, not in every rank
+        key = secrets.token_bytes(32)
+        self._dir = tempfile.mkdtemp(prefix="duckflock-session-")
+        address = os.path.join(self._dir, "control.sock")
+        # A plain socket with a timeout (multiprocessing's Listener has none), authenticated with
+        # multiprocessing's documented challenge functions, as Listener.accept would.
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(address)
+        self._listener.listen(1)
+        self._listener.settimeout(0.2)
+        env = {**os.environ, **config_env, AUTHKEY_ENV: key.hex()}
+        argv = mpiexec_argv(
+            ranks, ["-m", "duckflock.exec.serve", "--data", str(data), "--address", address], self._dir
+        )
+        # mpiexec's own output (MPICH's banner when a rank dies) goes to a log: how a rank died is
+        # reported as one message by _call.
+        self._log = os.path.join(self._dir, "mpiexec.out")
+        with open(self._log, "wb") as log:
+            self._proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log)
+        # Wait for rank 0, but give up as soon as mpiexec ends, and after start_timeout at most.
+        deadline = time.monotonic() + start_timeout
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+                sock.setblocking(True)
+                self._conn = Connection(sock.detach())
+                deliver_challenge(self._conn, key)
+                answer_challenge(self._conn, key)
+                break
+            except OSError:
+                code = self._proc.poll()
+                if code is None and time.monotonic() < deadline:
+                    continue
+                if code is None:
+                    self._proc.kill()
+                self._listener.close()
+                shutil.rmtree(self._dir, ignore_errors=True)
+                why = (
+                    f"mpiexec exited with code {code}"
+                    if code is not None
+                    else f"not within {start_timeout:.0f} s"
+                )
+                raise DuckflockError(f"the {ranks} ranks did not start: {why}") from None
+        ready: Ready = self._conn.recv()
+        self.ranks = ready.ranks
+
+    def _call(
+        self, request: SqlRequest | PlanRequest, progress: ProgressCallback | None = None
+    ) -> SqlReply | PlanReply:
+        follow = Follow(progress)
+        try:
+            self._conn.send(request)
+            reply = self._conn.recv()
+            while isinstance(reply, ProgressReply):  # snapshots come ahead of the reply
+                follow(reply.progress)
+                reply = self._conn.recv()
+        except (EOFError, OSError):
+            raise DuckflockError(self._ended()) from None
+        if isinstance(reply, ErrorReply):
+            raise reply.error
+        follow.raise_error()
+        return reply
+
+    def _ended(self) -> str:
+        """Why the job ended under a call: the rank the OS killed, or mpiexec's exit code."""
+        try:
+            code = self._proc.wait(timeout=30)  # MPICH ends the other ranks
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            code = self._proc.wait()
+        banner = Path(self._log).read_bytes() if os.path.exists(self._log) else b""
+        why = job_outcome(self._dir, code, banner) or f"exit code {code}"
+        return f"the MPI job ended unexpectedly: {why}; open a new session to go on"
+
+    def run(
+        self,
+        query: str,
+        profile: bool = False,
+        progress: ProgressCallback | None = None,
+        output: str | None = None,
+    ) -> QueryOutcome:
+        if output is not None:
+            output = _absolute(output)  # the ranks may run in another directory
+        reply = self._call(SqlRequest(query, profile, progress=progress is not None, output=output), progress)
+        assert isinstance(reply, SqlReply)
+        try:
+            with pa.memory_map(reply.rows) as source:
+                reply.outcome.table = pa.ipc.open_file(source).read_all()
+        finally:
+            os.unlink(reply.rows)  # the mapping stays valid; the file name is gone
+        return reply.outcome
+
+    def plan(self, query: str) -> StagePlan:
+        reply = self._call(PlanRequest(query))
+        assert isinstance(reply, PlanReply)
+        return reply.plan
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            with contextlib.suppress(OSError):
+                self._conn.send(CloseRequest())
+            try:
+                self._proc.wait(timeout=30)
+            except Exception:
+                self._proc.kill()
+        self._conn.close()
+        self._listener.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _absolute(path: str) -> str:
+    trailing = os.sep if path.endswith(("/", os.sep)) else ""
+    return os.path.abspath(path) + trailing

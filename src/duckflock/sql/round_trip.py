@@ -1,0 +1,88 @@
+"""Does sqlglot write the query's function calls back as DuckDB parsed them?
+
+Every expression reaches the ranks as SQL that sqlglot re-wrote. Its DuckDB dialect maps some
+functions onto others with different meaning (``jaro_winkler_similarity(a, b, cutoff)`` came back as
+a case-insensitive two-argument call). DuckDB's own parser is the judge: the function calls it sees
+in the query as written and in sqlglot's rewrite must be the same (names up to DuckDB's aliases,
+argument counts, DISTINCT, FILTER, ORDER BY). Where they differ the query is not distributed; it
+runs as written on the driver, or is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import duckdb
+from sqlglot import exp
+
+from duckflock.sql.allowlist import unsupported
+
+# Functions whose value is not a function of the row: the expression's own name, storage
+# statistics, settings and variables of the user's session (each rank has its own).
+CONTEXT_FUNCTIONS = frozenset({"alias", "stats", "current_setting", "getvariable"})
+
+Call = tuple[str, int, bool, bool, int]
+
+
+# Rewrites sqlglot makes that DuckDB evaluates identically (checked value by value): (name, argument
+# count) as written -> as re-written.
+EQUIVALENT = {
+    ("range", 1): ("range", 2),  # range(n) -> range(0, n)
+    ("generate_series", 1): ("generate_series", 2),
+    ("list_has_any", 2): ("&&", 2),
+    ("log10", 1): ("log", 2),  # log(10, x) is log10(x) bit for bit; log(2, x) is not log2(x)
+}
+
+
+def check_round_trip(
+    con: duckdb.DuckDBPyConnection, aliases: dict[str, str], text: str, tree: exp.Expression
+) -> None:
+    """Raise SqlError (unsupported) when sqlglot's DuckDB SQL for ``tree`` calls other functions
+    than ``text`` does, or calls a function whose value depends on where it runs."""
+    written = _calls(con, text, aliases)
+    if written is None:
+        return  # DuckDB cannot serialize this statement; its binder has accepted it already
+    for name, *_ in written:
+        if name in CONTEXT_FUNCTIONS:
+            raise unsupported(f"{name}() (its value depends on where it runs)")
+    rewritten = _calls(con, tree.sql(dialect="duckdb"), aliases)
+    if rewritten is None:
+        return
+    expected = Counter({_equivalent(c): n for c, n in written.items()})
+    if Counter({_equivalent(c): n for c, n in rewritten.items()}) != expected:
+        changed = sorted({c[0] for c in (written - rewritten) + (rewritten - written)})
+        raise unsupported(f"function calls the SQL rewriter would change: {', '.join(changed)}")
+
+
+def _equivalent(call: Call) -> Call:
+    name, args, *rest = call
+    name, args = EQUIVALENT.get((name, args), (name, args))
+    return (name, args, *rest)
+
+
+def _calls(con: duckdb.DuckDBPyConnection, sql: str, aliases: dict[str, str]) -> Counter[Call] | None:
+    parsed = json.loads(con.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0])
+    if parsed.get("error"):
+        return None
+    out: Counter[Call] = Counter()
+    stack: list[object] = [parsed]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("class") == "FUNCTION":
+                name = str(node.get("function_name", "")).lower()
+                orders = (node.get("order_bys") or {}).get("orders") or []
+                out[
+                    (
+                        aliases.get(name, name),
+                        len(node.get("arguments") or []),
+                        bool(node.get("distinct")),
+                        node.get("filter") is not None,
+                        len(orders),
+                    )
+                ] += 1
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
