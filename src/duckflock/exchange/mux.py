@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from duckflock.errors import ExecutionError, TransportError
-from duckflock.transport.base import TAG_BITS, SendHandle, Transport
+from duckflock.transport.base import TAG_BITS, SendHandle, Transport, view
 
 CONTROL = 0  # driver -> workers: plans and commands (not tied to a query)
 ERROR = 1  # any rank -> all: the query failed
@@ -91,7 +91,7 @@ class Mux:
         if dest == self.rank:
             self._deliver(self.rank, tag, payload)
             return
-        n = nbytes if nbytes is not None else memoryview(payload).nbytes  # type: ignore[arg-type]
+        n = nbytes if nbytes is not None else view(payload).nbytes
         with self._cv:
             while check and self._queued_bytes > self.max_inflight and not self._stop:
                 self._check(qid)
@@ -148,7 +148,7 @@ class Mux:
 
     def recv_obj(self, qid: int, channel: int, timeout: float | None = None) -> tuple[int, object]:
         src, payload = self.recv(qid, channel, timeout)
-        return src, pickle.loads(memoryview(payload))
+        return src, pickle.loads(view(payload))
 
     # ---- collectives over point-to-point (polite, work on every transport) ---------------------
     def allgather(self, qid: int, obj: object) -> list[object]:
@@ -206,7 +206,7 @@ class Mux:
         with self._cv:
             if channel == ERROR:
                 if q not in self._failures:
-                    self._failures[q] = pickle.loads(memoryview(payload))
+                    self._failures[q] = pickle.loads(view(payload))
                     if self.on_failure is not None:
                         self.on_failure(q)
             elif q not in self._finished or channel == CONTROL:

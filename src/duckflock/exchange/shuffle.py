@@ -27,6 +27,7 @@ from duckflock.exchange.codec import decode, encode, frames_supported, from_fram
 from duckflock.exchange.mux import FIRST_EXCHANGE, Mux
 from duckflock.exchange.partition import split_by_target
 from duckflock.exchange.spill import InputSink, QuerySpill
+from duckflock.transport.base import view
 
 
 def data_channel(xid: int) -> int:
@@ -126,7 +127,7 @@ class ExchangeWriter:
         if self._frames is not None:
             frames = to_frames(self._frames, batches)
             message: object = frames
-            size = sum(memoryview(f).nbytes for f in frames)
+            size = sum(view(f).nbytes for f in frames)
         else:
             buf = encode(self.schema, batches, self.options)
             message, size = buf, buf.size
@@ -191,7 +192,7 @@ def _messages(
     while ends < len(senders) or received_count < expected:
         channel, src, payload = mux.recv_any(qid, (data_ch, eos_ch))
         if channel == eos_ch:
-            count, schema_bytes = pickle.loads(memoryview(payload))
+            count, schema_bytes = pickle.loads(view(payload))
             expected += count
             ends += 1
             yield src, None, count, pa.ipc.read_schema(pa.py_buffer(schema_bytes))
@@ -200,10 +201,10 @@ def _messages(
         if isinstance(payload, Local):
             received = payload.batches
         elif isinstance(payload, list):
-            stats.bytes_in += sum(memoryview(f).nbytes for f in payload)
+            stats.bytes_in += sum(view(f).nbytes for f in payload)
             _, received = from_frames(payload)
         else:
-            stats.bytes_in += memoryview(payload).nbytes
+            stats.bytes_in += view(payload).nbytes
             _, received = decode(payload)
         yield src, received, 0, None
 

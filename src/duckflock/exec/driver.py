@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import duckdb
 import pyarrow as pa
@@ -44,6 +45,9 @@ from duckflock.plan.nodes import ExchangeRead, Scan, walk
 from duckflock.plan.stages import StagePlan
 
 _LAST_REPORTS_S = 10.0
+
+if TYPE_CHECKING:
+    from duckflock.sql.schema_db import SchemaDB
 
 
 @dataclass
@@ -111,8 +115,8 @@ def execute_on_rank(
             if stage.on_driver and rt.rank != 0:
                 # A measured broadcast from the driver: this rank holds none of it but agrees too.
                 measured = spec is not None and spec.fallback_target is not None
-                if measured and adaptive.agree(rt, cmd.qid, 0) > spec.fallback_above:  # type: ignore[union-attr]
-                    shuffled.add(spec.xid)  # type: ignore[union-attr]
+                if spec is not None and measured and adaptive.agree(rt, cmd.qid, 0) > spec.fallback_above:
+                    shuffled.add(spec.xid)
                     start_inputs()
                 continue
             stage_id = stage.sid
@@ -161,7 +165,7 @@ class Driver:
 
     def __init__(self, rt: Runtime):
         self.rt = rt
-        self._schema_db = None  # a SchemaDB, made on first use
+        self._schema_db: SchemaDB | None = None  # made on first use
         self._catalog_stamp: float | None = None
         self._plans: dict[tuple[str, float | None], StagePlan] = {}
 
@@ -227,7 +231,7 @@ class Driver:
                 table, stats = execute_on_rank(self.rt, cmd, result_file)
                 if profile or parts_dir:  # with parts: the ranks have written theirs once they answer
                     for _ in range(1, self.rt.size):
-                        reply: RankStats = mux.recv_obj(qid, COLLECTIVE)[1]
+                        reply = cast(RankStats, mux.recv_obj(qid, COLLECTIVE)[1])
                         stats.extend(reply.stats)
                 ran = True
             finally:
@@ -277,7 +281,7 @@ class Driver:
             progress = lambda p: send_progress(ProgressReply(p))  # noqa: E731
         outcome = self.run(request.query, profile=request.profile, progress=progress, output=request.output)
         rows = keep_rows(outcome.table)
-        outcome.table = None  # type: ignore[assignment]  # the rows travel on their own
+        outcome.table = outcome.plan.output_schema.empty_table()  # the rows travel on their own
         return SqlReply(outcome, rows)
 
     @property

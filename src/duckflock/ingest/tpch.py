@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import duckdb
 from rich.console import Console
@@ -50,7 +51,7 @@ SINGLE_FILE = ("nation", "region")
 TABLES = (*RANGE_KEYS, *SINGLE_FILE)
 ALIGNED = {"lineitem": "orders", "partsupp": "part"}  # child -> the table whose key ranges it follows
 
-Bounds = tuple[object, object]  # (exclusive low, inclusive high); None means unbounded
+Bounds = tuple[Any, Any]  # (exclusive low, inclusive high) of one key type; None means unbounded
 
 
 def _cores() -> int:
@@ -97,10 +98,10 @@ def _run_parallel(tasks: list[Callable[[], None]], jobs: int, bar: Progress, lab
         while pending:
             done, pending = wait(pending, return_when=FIRST_EXCEPTION)
             for f in done:
-                if f.exception() is not None:
+                if (error := f.exception()) is not None:
                     for p in pending:
                         p.cancel()
-                    raise f.exception()  # type: ignore[misc]
+                    raise error
                 bar.advance(task)
 
 
@@ -181,15 +182,15 @@ def align_parts(
     stats = [by_path.get(str(f), (0, None, None)) for f in files]
     con.close()
 
-    def overlaps(s: tuple[int, object, object], b: Bounds) -> bool:
+    def overlaps(s: tuple[int, Any, Any], b: Bounds) -> bool:
         n, mn, mx = s
-        return n > 0 and (b[0] is None or mx > b[0]) and (b[1] is None or mn <= b[1])  # type: ignore[operator]
+        return n > 0 and (b[0] is None or mx > b[0]) and (b[1] is None or mn <= b[1])
 
     work: list[tuple[int, list[str]]] = []
     for i, b in enumerate(intervals):
         sources = [j for j, s in enumerate(stats) if overlaps(s, b)]
         own_inside = stats[i][0] == 0 or (
-            (b[0] is None or stats[i][1] > b[0]) and (b[1] is None or stats[i][2] <= b[1])  # type: ignore[operator]
+            (b[0] is None or stats[i][1] > b[0]) and (b[1] is None or stats[i][2] <= b[1])
         )
         if any(j != i for j in sources) or not own_inside:
             # With no source, the part becomes empty: filter its own file down to nothing.

@@ -115,7 +115,9 @@ def _rewrite(select: exp.Select, conj: exp.Expression, sub: exp.Subquery, name: 
     derived = exp.select(exp.alias_(value.copy(), "_v", quoted=True))
     for n, (i, _) in enumerate(keys):
         derived = derived.select(exp.alias_(i.copy(), f"_k{n}", quoted=True), copy=False)
-    derived.set("from_", (body.args.get("from_") or body.args.get("from")).copy())
+    from_ = body.args.get("from_") or body.args.get("from")
+    assert from_ is not None  # only SELECTs with a FROM are decorrelated
+    derived.set("from_", from_.copy())
     if body.args.get("joins"):
         derived.set("joins", [j.copy() for j in body.args["joins"]])
     if plain:

@@ -45,7 +45,9 @@ def exists_to_semi_join(expression: exp.Expression, **_: object) -> exp.Expressi
             if sub is None:
                 keep.append(conj)
                 continue
-            table = (sub.args.get("from_") or sub.args.get("from")).this.copy()
+            from_ = sub.args.get("from_") or sub.args.get("from")
+            assert from_ is not None  # _candidate only returns SELECTs with a FROM
+            table = from_.this.copy()
             inner = table.alias_or_name
             if inner in from_items(select):  # the outer query uses the alias: give the inner one its own
                 counter += 1

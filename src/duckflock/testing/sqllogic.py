@@ -219,12 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     for ranks in (int(r) for r in args.ranks.split(",")):
         total = {"correct": 0, "refused": 0, "wrong": 0, "failed": 0}
         for f in files:
-            outcomes = run(
-                parse(f),
-                lambda d, extra, n=ranks: duckflock.connect(
-                    d, ranks=n, transport=args.transport, config={**config, **extra}
-                ),
-            )
+
+            def session(d: str, extra: dict[str, int], n: int = ranks) -> duckflock.Session:
+                return duckflock.connect(d, ranks=n, transport=args.transport, config={**config, **extra})
+
+            outcomes = run(parse(f), session)
             counts = summary(outcomes)
             print(f"{ranks} ranks  {f.name:32} " + "  ".join(f"{k} {v}" for k, v in counts.items()))
             for o in outcomes:
