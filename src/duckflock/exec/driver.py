@@ -298,7 +298,12 @@ def _as_duckdb_returns(table: pa.Table, plan: StagePlan) -> pa.Table:
     """Column names and types exactly as single-process DuckDB returns them."""
     schema = plan.output_schema
     table = table.rename_columns(list(schema.names))
-    return table if table.schema.equals(schema) else table.cast(schema)
+    if table.schema.equals(schema):
+        return table
+    try:
+        return table.cast(schema)
+    except (pa.ArrowException, ValueError) as e:  # a type duckflock cannot give as DuckDB does
+        raise ExecutionError(0, None, f"the result cannot be given in DuckDB's types: {e}") from None
 
 
 def serve(rt: Runtime) -> None:

@@ -117,7 +117,7 @@ def run_stage(
         if spec is None and isinstance(root, ExchangeRead):
             # rows arrive in their final order: no DuckDB pass, unless a type needs converting back
             table = inputs[root.xid]
-            if any(isinstance(f.type, pa.BaseExtensionType) for f in table.schema):
+            if table.schema.types != plan.output_schema.types:
                 table = fetch_as_duckdb_returns(con, f"SELECT * FROM {exchange_table(root.xid)}", True)
             return table, stats
         assert rt.catalog is not None

@@ -163,6 +163,8 @@ def _check(r: Record, db, ref: duckdb.DuckDBPyConnection) -> Outcome:
         if r.kind == "error" and r.message.lower() in message.lower():
             return Outcome(r, "refused", message)
         return Outcome(r, "failed", f"refused: {message}")
+    except Exception as e:  # anything but a clear duckflock error reaching the user is a defect
+        return Outcome(r, "failed", f"{type(e).__name__}: {e}")
     if r.kind == "error":
         return Outcome(r, "failed", f"expected a refusal naming {r.message!r}, got {got.num_rows} rows")
     want = ref.sql(r.sql).to_arrow_table()

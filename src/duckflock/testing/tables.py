@@ -33,7 +33,13 @@ def make_table(
     if isinstance(source, pa.Table):
         con.register("__arrow_src", source)
         source = "SELECT * FROM __arrow_src"
-    con.execute(f"CREATE TABLE src AS {source}")
+    # Rows as Parquet gives them back (TIMESTAMP_S reads as TIMESTAMP, UNION as STRUCT, ...): the
+    # catalog must record, and hash partitioning use, the types the ranks will read.
+    (root / name).mkdir(parents=True, exist_ok=True)
+    whole = root / name / "__whole.parquet"
+    con.execute(f"COPY ({source}) TO {sql_literal(str(whole))} (FORMAT parquet)")
+    con.execute(f"CREATE TABLE src AS SELECT * FROM read_parquet({sql_literal(str(whole))})")
+    whole.unlink()
     cols = tuple((r[0], r[1]) for r in con.execute("DESCRIBE src").fetchall())
     types = dict(cols)
     (root / name).mkdir(parents=True, exist_ok=True)
