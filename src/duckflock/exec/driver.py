@@ -245,7 +245,7 @@ class Driver:
             if parts_dir and table is None:  # every rank wrote its part in the gather's producer
                 direct = passed_on_gather(plan)
                 written = sum(s.exchange.rows_out for s in stats if s.sid == direct)
-                table = plan.output_schema.empty_table()
+                table = pa.Table.from_batches([], plan.output_schema)
             elif parts_dir:  # the driver finished the result: one part
                 result_file = ResultWriter(Path(parts_dir) / part_name(0), plan.output_schema)
             assert table is not None
@@ -254,7 +254,7 @@ class Driver:
                 result_file.write_table(table)
                 result_file.commit()
                 written += result_file.rows
-                table = plan.output_schema.empty_table()
+                table = pa.Table.from_batches([], plan.output_schema)
                 result_file = None
             if parts_dir:
                 mark_complete(Path(parts_dir))
@@ -281,7 +281,7 @@ class Driver:
             progress = lambda p: send_progress(ProgressReply(p))  # noqa: E731
         outcome = self.run(request.query, profile=request.profile, progress=progress, output=request.output)
         rows = keep_rows(outcome.table)
-        outcome.table = outcome.plan.output_schema.empty_table()  # the rows travel on their own
+        outcome.table = outcome.table.slice(0, 0)  # the rows travel on their own
         return SqlReply(outcome, rows)
 
     @property
