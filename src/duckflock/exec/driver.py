@@ -40,6 +40,7 @@ from duckflock.exec.result_files import (
 )
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.stage import StageStats, run_stage
+from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import ExchangeRead, Scan, walk
 from duckflock.plan.stages import StagePlan
 
@@ -59,7 +60,7 @@ def passed_on_gather(plan: StagePlan) -> int | None:
     """The gather whose rows the final stage returns as they are, when all ranks produce them: the
     exchange that part files replace, or that the driver streams into a result file."""
     root = plan.stages[-1].root
-    if not isinstance(root, ExchangeRead) or plan.exchange(root.xid).kind != "gather":
+    if not isinstance(root, ExchangeRead) or plan.exchange(root.xid).kind is not ExchangeKind.GATHER:
         return None
     return None if plan.stage(plan.exchange(root.xid).producer).on_driver else root.xid
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from functools import singledispatch
 
 from duckflock.catalog.partitioning import quote_ident as q
+from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
     AdaptiveJoin,
     Aggregate,
@@ -115,21 +116,22 @@ def _(node: Project, source: ScanSource) -> str:
 
 
 _JOIN_SQL = {
-    "inner": "JOIN",
-    "left": "LEFT JOIN",
-    "right": "RIGHT JOIN",
-    "full": "FULL JOIN",
-    "semi": "SEMI JOIN",
-    "anti": "ANTI JOIN",
-    "cross": "CROSS JOIN",
-    "asof": "ASOF JOIN",
-    "asof_left": "ASOF LEFT JOIN",
+    JoinKind.INNER: "JOIN",
+    JoinKind.LEFT: "LEFT JOIN",
+    JoinKind.RIGHT: "RIGHT JOIN",
+    JoinKind.FULL: "FULL JOIN",
+    JoinKind.SEMI: "SEMI JOIN",
+    JoinKind.ANTI: "ANTI JOIN",
+    JoinKind.CROSS: "CROSS JOIN",
+    JoinKind.ASOF: "ASOF JOIN",
+    JoinKind.ASOF_LEFT: "ASOF LEFT JOIN",
 }
+_SET_OP_SQL = {SetOpKind.UNION: "UNION", SetOpKind.INTERSECT: "INTERSECT", SetOpKind.EXCEPT: "EXCEPT"}
 
 
 @_render.register
 def _(node: Join, source: ScanSource) -> str:
-    on = f" ON {node.condition}" if node.condition and node.kind != "cross" else ""
+    on = f" ON {node.condition}" if node.condition and node.kind is not JoinKind.CROSS else ""
     cols = ", ".join(q(c) for c in node.columns)
     return (
         f"SELECT {cols} FROM {_sub(node.left, source)} AS __l "
@@ -157,8 +159,7 @@ def _(node: Window, source: ScanSource) -> str:
 
 @_render.register
 def _(node: SetOp, source: ScanSource) -> str:
-    op = {"union": "UNION", "intersect": "INTERSECT", "except": "EXCEPT"}[node.kind]
-    op += " ALL" if node.all else ""
+    op = _SET_OP_SQL[node.kind] + (" ALL" if node.all else "")
     names = ", ".join(q(c) for c in node.columns)
     left = f"SELECT * FROM {_sub(node.left, source)}"
     right = f"SELECT * FROM {_sub(node.right, source)}"

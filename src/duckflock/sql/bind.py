@@ -21,6 +21,7 @@ from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import canonical_hash_type, common_hash_type
 from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.errors import DuckflockError, SqlError
+from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
     Aggregate,
     Distinct,
@@ -444,7 +445,9 @@ class _Builder:
         if len(left.columns) != len(right.columns):
             raise SqlError(f"{tree.key.upper()} inputs have different numbers of columns")
         cols = tuple(f"{prefix}.{n}" if prefix else self.fresh("o") for n in names)
-        kind = {exp.Union: "union", exp.Intersect: "intersect", exp.Except: "except"}[type(tree)]
+        kind = {exp.Union: SetOpKind.UNION, exp.Intersect: SetOpKind.INTERSECT, exp.Except: SetOpKind.EXCEPT}[
+            type(tree)
+        ]
         rel: Node = SetOp(
             cols,
             left=left,
@@ -508,15 +511,14 @@ class _Builder:
             raise unsupported("LATERAL as the first FROM item")
         sources = [self.source(from_.this, s)] + [self.source(j.this, s) for j in joins]
         lateral = [False] + [isinstance(j.this, exp.Lateral) for j in joins]
-        kinds = ["inner"] + [_join_kind(j) for j in joins]
+        kinds = [JoinKind.INNER] + [_join_kind(j) for j in joins]
         ons = [[]] + [_conjuncts(self.names(j.args["on"].copy())) if j.args.get("on") else [] for j in joins]
         nullable = [False] * len(sources)
         for i, kind in enumerate(kinds):
-            if kind in ("left", "asof", "asof_left"):
-                # An ASOF match depends on every row of the right side: filter it only after the join.
+            if kind.filters_right_after:
                 nullable[i] = True
-            elif kind in ("right", "full"):
-                nullable[: i + (kind == "full")] = [True] * (i + (kind == "full"))
+            if kind.filters_left_after:
+                nullable[:i] = [True] * i
         colsets = [set(src.columns) for src in sources]
         pushed: list[list[exp.Expression]] = [[] for _ in sources]
 
@@ -535,9 +537,13 @@ class _Builder:
             keep = []
             for c in ons[j]:
                 used = _cols(c)
-                if used and used <= colsets[j] and kinds[j] in ("inner", "left", "semi", "anti"):
+                if (
+                    used
+                    and used <= colsets[j]
+                    and kinds[j] in (JoinKind.INNER, JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
+                ):
                     pushed[j].append(c)
-                elif kinds[j] in ("inner", "semi") and (i := owner(c, j - 1)) is not None:
+                elif kinds[j] in (JoinKind.INNER, JoinKind.SEMI) and (i := owner(c, j - 1)) is not None:
                     pushed[i].append(c)
                 else:
                     keep.append(c)
@@ -596,21 +602,21 @@ class _Builder:
         )
 
     def join(
-        self, left: Node, right: Node, jkind: str, on_conj: list[exp.Expression], lateral: bool = False
+        self, left: Node, right: Node, jkind: JoinKind, on_conj: list[exp.Expression], lateral: bool = False
     ) -> Node:
-        cols = left.columns if jkind in ("semi", "anti") else left.columns + right.columns
+        cols = left.columns + right.columns if jkind.keeps_right_columns else left.columns
         if lateral:
-            if jkind not in ("inner", "cross", "left"):
+            if jkind not in (JoinKind.INNER, JoinKind.CROSS, JoinKind.LEFT):
                 raise unsupported(f"{jkind.upper()} JOIN LATERAL")
-            if jkind == "cross" or (jkind == "inner" and not on_conj):
-                return Join(cols, left=left, right=right, kind="cross", lateral=True)
+            if jkind is JoinKind.CROSS or (jkind is JoinKind.INNER and not on_conj):
+                return Join(cols, left=left, right=right, kind=JoinKind.CROSS, lateral=True)
             cond = _sql(exp.and_(*on_conj)) if on_conj else "true"  # LEFT ... ON true keeps its rows
             return Join(cols, left=left, right=right, kind=jkind, condition=cond, lateral=True)
-        if jkind == "cross" or not on_conj:
-            if jkind not in ("cross", "inner"):
+        if jkind is JoinKind.CROSS or not on_conj:
+            if jkind not in (JoinKind.CROSS, JoinKind.INNER):
                 on_conj = [exp.true()]
             else:
-                return Join(cols, left=left, right=right, kind="cross")
+                return Join(cols, left=left, right=right, kind=JoinKind.CROSS)
         on = exp.and_(*on_conj) if len(on_conj) > 1 else on_conj[0]
         lset, rset = set(left.columns), set(right.columns)
         lkeys, rkeys = [], []
@@ -678,20 +684,20 @@ class _Builder:
         return {"subqueries": subs, "correlated": tuple(t for t, _ in subs if t in self.correlated)}
 
 
-def _join_kind(j: exp.Join) -> str:
+def _join_kind(j: exp.Join) -> JoinKind:
     side = (j.args.get("side") or "").lower()
     kind = (j.args.get("kind") or "").lower()
     if j.args.get("using"):
         raise unsupported("JOIN ... USING that could not be resolved")
     if (j.args.get("method") or "").upper() == "ASOF":
-        return "asof_left" if side == "left" else "asof"
+        return JoinKind.ASOF_LEFT if side == "left" else JoinKind.ASOF
     if kind in ("asof", "positional") or j.args.get("method"):
         raise unsupported(f"{(kind or j.args.get('method')).upper()} JOIN")
     if kind in ("semi", "anti"):
-        return kind
+        return JoinKind(kind)
     if side in ("left", "right", "full"):
-        return side
-    return "inner" if j.args.get("on") is not None else "cross"
+        return JoinKind(side)
+    return JoinKind.INNER if j.args.get("on") is not None else JoinKind.CROSS
 
 
 def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
