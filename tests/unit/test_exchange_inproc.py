@@ -29,8 +29,8 @@ from duckflock.exchange.shuffle import (
     eos_channel,
     read_exchange,
 )
-from duckflock.exec.stage import target_sql
 from duckflock.plan.kinds import ExchangeKind
+from duckflock.plan.sql_text import target_sql
 from duckflock.plan.stages import ExchangeSpec
 from duckflock.transport.base import SendHandle
 from duckflock.transport.inproc import InProcTransport
@@ -141,7 +141,7 @@ def per_rank_tables(n: int, rows_per_rank: list[int], spec: ExchangeSpec | None)
     for count in rows_per_rank:
         sql = BASE_SQL.format(lo=lo, hi=lo + count)
         if spec is not None:
-            sql = f"SELECT *, {target_sql(spec, n)} AS __target FROM ({sql})"
+            sql = f"SELECT *, {target_sql(spec.keys, spec.target, n)} AS __target FROM ({sql})"
         out.append(_con.sql(sql).to_arrow_table())
         lo += count
     return out
@@ -424,7 +424,11 @@ def test_random_tables_through_a_hash_exchange(case, chunk_bytes):
             }
         )
         _con.register("shard", t)
-        inputs.append(_con.sql(f"SELECT *, {target_sql(spec, n)} AS __target FROM shard").to_arrow_table())
+        inputs.append(
+            _con.sql(
+                f"SELECT *, {target_sql(spec.keys, spec.target, n)} AS __target FROM shard"
+            ).to_arrow_table()
+        )
         _con.unregister("shard")
     schema = inputs[0].schema
     results = ok(

@@ -52,16 +52,6 @@ def common_hash_type(left: str, right: str) -> str:
     return "VARCHAR"
 
 
-def quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def hash_sql(key_sql: list[str], key_types: tuple[str, ...], count: int) -> str:
-    """SQL computing the partition number of a row: DuckDB's deterministic hash of the cast keys."""
-    casts = ", ".join(f"CAST({k} AS {t})" for k, t in zip(key_sql, key_types, strict=True))
-    return f"(hash({casts}) % {count})"
-
-
 @dataclass(frozen=True)
 class Hashed:
     """Row with key k is in partition hash(k cast to key_types) % count."""

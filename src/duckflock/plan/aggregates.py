@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot import exp
 
-from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.sql.functions import WRAPPERS, function_name
+from duckflock.sqltext import quote_ident as q
 
 
 @dataclass(frozen=True)

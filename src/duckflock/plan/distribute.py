@@ -24,7 +24,6 @@ from duckflock.catalog.partitioning import (
     canonical_hash_type,
     co_located,
 )
-from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.config import Config
 from duckflock.plan.aggregates import split_aggregates
 from duckflock.plan.kinds import ExchangeKind, JoinKind, JoinStrategy, SetOpKind
@@ -49,6 +48,7 @@ from duckflock.plan.nodes import (
     own_sql,
     walk,
 )
+from duckflock.sqltext import quote_ident as q
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import singledispatch
 
-from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
     AdaptiveJoin,
@@ -30,6 +29,7 @@ from duckflock.plan.nodes import (
     Values,
     Window,
 )
+from duckflock.sqltext import quote_ident as q
 
 # How a Scan is turned into a relation: (scan) -> SQL of a FROM item with the table's source columns.
 ScanSource = Callable[[Scan], str]

@@ -19,7 +19,6 @@ from sqlglot.optimizer.qualify import qualify
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import canonical_hash_type, common_hash_type
-from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.errors import DuckflockError, SqlError
 from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
@@ -49,6 +48,7 @@ from duckflock.sql.round_trip import check_round_trip
 from duckflock.sql.schema_db import SchemaDB
 from duckflock.sql.scopes import outer_columns
 from duckflock.sql.semijoin import exists_to_semi_join
+from duckflock.sqltext import quote_ident as q
 
 # sqlglot's rewrites that keep DuckDB semantics; its type annotation, canonicalization and
 # simplification are left out because DuckDB, not sqlglot, decides types and constant folding.
