@@ -140,17 +140,10 @@ class _Planner:
     def place(self, node: Node) -> Placed:
         if isinstance(node, Scan):
             return self.scan(node)
-        if isinstance(node, Values):
-            return Placed(node, (Replicated(),), 1, 8)
-        if isinstance(node, FunctionScan):
-            return Placed(node, (Replicated(),), 1000, 8 * len(node.columns))
-        if isinstance(node, Filter):
-            c = self.place(node.child)
-            return Placed(self.with_subqueries(node, c), c.parts, max(1.0, c.rows * 0.5), c.width)
-        if isinstance(node, Project):
-            c = self.place(node.child)
-            parts = _project_parts(node, c.parts)
-            return Placed(self.with_subqueries(node, c), parts, c.rows, 16 * len(node.exprs))
+        if isinstance(node, Values | FunctionScan):
+            return _generated(node)
+        if isinstance(node, Filter | Project):
+            return self.filter_or_project(node)
         if isinstance(node, Join):
             return self.join(node)
         if isinstance(node, Aggregate):
@@ -166,6 +159,14 @@ class _Planner:
         if isinstance(node, DriverQuery):
             return self.driver_query(node)
         raise TypeError(f"no distribution rule for {type(node).__name__}")
+
+    def filter_or_project(self, node: Filter | Project) -> Placed:
+        """Rows stay where they are; the subqueries' results go to them."""
+        c = self.place(node.child)
+        if isinstance(node, Filter):
+            return Placed(self.with_subqueries(node, c), c.parts, max(1.0, c.rows * 0.5), c.width)
+        parts = _project_parts(node, c.parts)
+        return Placed(self.with_subqueries(node, c), parts, c.rows, 16 * len(node.exprs))
 
     def with_subqueries(self, node: Filter | Project, child: Placed) -> Node:
         """Subquery results must be wherever the expression is evaluated: on the driver when the
@@ -536,6 +537,13 @@ class _Planner:
             node.columns, child=local, kind=ExchangeKind.GATHER, target=Single(), ordered=True, est=est
         )
         return Placed(gathered, (Single(),), child.rows, child.width)
+
+
+def _generated(node: Values | FunctionScan) -> Placed:
+    """Deterministic rows computed whole on every rank."""
+    if isinstance(node, Values):
+        return Placed(node, (Replicated(),), 1, 8)
+    return Placed(node, (Replicated(),), 1000, 8 * len(node.columns))
 
 
 Side = Literal["left", "right"]
