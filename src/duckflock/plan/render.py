@@ -1,4 +1,5 @@
-"""Render a plan subtree as one DuckDB query. The only place that writes SQL text for DuckDB.
+"""Render a plan subtree as one DuckDB query. With ``sql_text`` (the fragments around a stage's
+query), the only place that writes SQL text for DuckDB.
 
 Each node becomes a SELECT over its children's SELECTs; DuckDB flattens the nesting and optimizes the
 whole stage as one query (join order, filter and projection pushdown into the Parquet scan).
