@@ -52,33 +52,23 @@ def common_hash_type(left: str, right: str) -> str:
     return "VARCHAR"
 
 
-def quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def hash_sql(key_sql: list[str], key_types: tuple[str, ...], count: int) -> str:
-    """SQL computing the partition number of a row: DuckDB's deterministic hash of the cast keys."""
-    casts = ", ".join(f"CAST({k} AS {t})" for k, t in zip(key_sql, key_types, strict=True))
-    return f"(hash({casts}) % {count})"
-
-
 @dataclass(frozen=True)
 class Hashed:
     """Row with key k is in partition hash(k cast to key_types) % count."""
 
-    keys: tuple[str, ...]
+    keys: tuple[str | None, ...]  # the key columns; None where a key is an expression, not a column
     key_types: tuple[str, ...]
     count: int
 
     def describe(self) -> str:
-        return f"hash({', '.join(self.keys)}) % {self.count}"
+        return f"hash({', '.join(k or '?' for k in self.keys)}) % {self.count}"
 
 
 @dataclass(frozen=True)
 class Ranged:
     """Partition p holds keys in the closed interval bounds[p] (None for an empty partition)."""
 
-    key: str
+    key: str | None  # None where the key is an expression, not a column
     key_type: str
     bounds: tuple[tuple[object, object] | None, ...]
 
@@ -87,7 +77,7 @@ class Ranged:
         return len(self.bounds)
 
     def describe(self) -> str:
-        return f"range({self.key}) x {self.count}"
+        return f"range({self.key or '?'}) x {self.count}"
 
 
 @dataclass(frozen=True)

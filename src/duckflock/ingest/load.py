@@ -33,10 +33,17 @@ from pathlib import Path
 import duckdb
 
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
-from duckflock.catalog.partitioning import canonical_hash_type, hash_sql, quote_ident
+from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
-from duckflock.sqltext import sql_literal
+from duckflock.plan.sql_text import (
+    copy_partitioned,
+    copy_schema_probe,
+    hash_sql,
+    range_partition_sql,
+    read_files,
+)
+from duckflock.sqltext import quote_ident, sql_literal
 
 DEFAULT_PARTITIONS = 12
 _PART_COLUMN = "__duckflock_part"
@@ -53,26 +60,7 @@ FileStats = tuple[int, object, object]  # rows, min, max (None without a key or 
 Columns = tuple[tuple[str, str], ...]
 
 
-# ---- SQL helpers --------------------------------------------------------------------------------
-
-
-def scan_sql(
-    fmt: str,
-    paths: Iterable[str | os.PathLike[str]],
-    csv_options: dict[str, object] | None = None,
-    columns: Columns | None = None,
-) -> str:
-    """The DuckDB table function reading ``paths``, e.g. ``read_parquet(['a.parquet'])``.
-
-    CSV is read with the dialect ``csv_options`` and the column names and types ``columns``, the
-    way the executor reads a CSV table of the catalog.
-    """
-    files = sql_literal([str(p) for p in paths])
-    if fmt == "parquet":
-        return f"read_parquet({files})"
-    cols = f", columns = {sql_literal(dict(columns))}" if columns else ""
-    opts = "".join(f", {k} = {sql_literal(v)}" for k, v in (csv_options or {}).items())
-    return f"read_csv({files}{cols}{opts})"
+# ---- reading inputs ----------------------------------------------------------------------------
 
 
 def describe(con: duckdb.DuckDBPyConnection, source_sql: str) -> Columns:
@@ -213,7 +201,7 @@ class Input:
     columns: Columns
 
     def scan(self, paths: Iterable[str | os.PathLike[str]]) -> str:
-        return scan_sql(self.fmt, paths, self.csv_options, self.columns if self.fmt == "csv" else None)
+        return read_files(self.fmt, paths, self.csv_options, self.columns if self.fmt == "csv" else None)
 
 
 def _check_readable(con: duckdb.DuckDBPyConnection, source: Input, path: Path) -> None:
@@ -302,17 +290,6 @@ def _splitters(rt: Runtime, qid: int, source: str | None, key: str, key_type: st
     return out
 
 
-def _range_sql(key: str, key_type: str, splitters: list[str]) -> str:
-    """Partition of a row: the number of splitters below its key. NULL keys go to partition 0."""
-    if not splitters:
-        return "0"
-    k = quote_ident(key)
-    whens = " ".join(
-        f"WHEN {k} <= CAST({sql_literal(s)} AS {key_type}) THEN {i}" for i, s in enumerate(splitters)
-    )
-    return f"(CASE WHEN {k} IS NULL THEN 0 {whens} ELSE {len(splitters)} END)"
-
-
 def _output_columns(con: duckdb.DuckDBPyConnection, source: str, staging: Path, rank: int) -> Columns:
     """The schema as written to Parquet, which may differ from the input (HUGEINT becomes DOUBLE).
 
@@ -321,8 +298,8 @@ def _output_columns(con: duckdb.DuckDBPyConnection, source: str, staging: Path, 
     """
     probe = staging / f"schema-r{rank}.parquet"
     try:
-        con.execute(f"COPY (SELECT * FROM {source} LIMIT 0) TO {sql_literal(str(probe))} (FORMAT parquet)")
-        return describe(con, scan_sql("parquet", [probe]))
+        con.execute(copy_schema_probe(source, str(probe)))
+        return describe(con, read_files("parquet", [probe]))
     finally:
         probe.unlink(missing_ok=True)
 
@@ -333,10 +310,7 @@ def _write_partitions(
     """Write this rank's rows, split by partition, to staging/part-<p>-r<rank>.parquet (one scan)."""
     scratch = staging / f"r{rank}"
     shutil.rmtree(scratch, ignore_errors=True)
-    con.execute(
-        f"COPY (SELECT *, {part_sql} AS {_PART_COLUMN} FROM {source}) TO {sql_literal(str(scratch))} "
-        f"(FORMAT parquet, PARTITION_BY ({_PART_COLUMN}))"
-    )
+    con.execute(copy_partitioned(source, part_sql, _PART_COLUMN, str(scratch)))
     out: dict[int, list[Path]] = {}
     # DuckDB writes hive-style directories <column>=<p>/ that hold only non-empty partitions.
     for d in sorted(scratch.iterdir()) if scratch.exists() else []:
@@ -433,7 +407,7 @@ def _load(
         source = Input(fmt, *sniff_csv(con, paths[0]))
     else:
         try:
-            source = Input(fmt, {}, describe(con, scan_sql(fmt, [paths[0]])))
+            source = Input(fmt, {}, describe(con, read_files(fmt, [paths[0]])))
         except duckdb.Error as e:
             raise CatalogError(f"cannot read input file {paths[0]}: {e}") from e
     keys, scheme, count = _plan(source.columns, partition_by, partitions, scheme)
@@ -549,7 +523,7 @@ def _repartition(
     types = dict(out_columns)
     if scheme == "range":
         key = keys[0]
-        part_sql = _range_sql(key, types[key], _splitters(rt, qid, scan, key, types[key], count))
+        part_sql = range_partition_sql(key, types[key], _splitters(rt, qid, scan, key, types[key], count))
     else:
         hash_types = tuple(canonical_hash_type(types[k]) for k in keys)
         part_sql = hash_sql([quote_ident(k) for k in keys], hash_types, count)

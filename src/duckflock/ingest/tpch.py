@@ -33,10 +33,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
-from duckflock.catalog.partitioning import quote_ident
 from duckflock.errors import DuckflockError
-from duckflock.ingest.load import describe, parquet_stats, scan_sql
-from duckflock.sqltext import sql_literal
+from duckflock.ingest.load import describe, parquet_stats
+from duckflock.plan.sql_text import read_files
+from duckflock.sqltext import quote_ident, sql_literal
 
 # Largest first, so the thread pool starts the longest jobs early.
 RANGE_KEYS = {
@@ -177,7 +177,7 @@ def align_parts(
     """
     con = duckdb.connect()
     present = [str(f) for f in files if f.exists()]
-    ktype = dict(describe(con, scan_sql("parquet", present[:1])))[key] if present else "BIGINT"
+    ktype = dict(describe(con, read_files("parquet", present[:1])))[key] if present else "BIGINT"
     by_path = dict(zip(present, parquet_stats(con, present, key, ktype), strict=True))
     stats = [by_path.get(str(f), (0, None, None)) for f in files]
     con.close()
@@ -206,7 +206,7 @@ def align_parts(
             with duckdb.connect(config={"threads": threads}) as c:
                 # Insertion order is kept (DuckDB's default), so rows stay sorted by key as generated.
                 c.execute(
-                    f"COPY (SELECT * FROM {scan_sql('parquet', sources)} "
+                    f"COPY (SELECT * FROM {read_files('parquet', sources)} "
                     f"WHERE {_interval_sql(key, intervals[i])}) TO {sql_literal(str(tmp))} (FORMAT parquet)"
                 )
 
@@ -240,7 +240,7 @@ def _table_info(con: duckdb.DuckDBPyConnection, out: Path, table: str, parts: in
     present = [str(f) for f in files if f.exists()]
     if not present:
         raise DuckflockError(f"tpchgen wrote no file for table {table} in {out}")
-    columns = describe(con, scan_sql("parquet", present[:1]))
+    columns = describe(con, read_files("parquet", present[:1]))
     stats = dict(zip(present, parquet_stats(con, present, key, dict(columns).get(key or "")), strict=True))
     partitions = tuple(
         PartitionInfo((f.relative_to(out).as_posix(),), *stats[str(f)])

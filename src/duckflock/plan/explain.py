@@ -3,6 +3,7 @@ and its operator tree; with measured statistics (explain --analyze), the actual 
 
 from __future__ import annotations
 
+from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import Node
 from duckflock.plan.stages import StagePlan
 from duckflock.units import human
@@ -26,7 +27,7 @@ def explain_plan(plan: StagePlan, stats: list | None = None) -> str:
             if spec.fallback_target is not None:
                 above = human(spec.fallback_above, "B")
                 target += f", hash {spec.fallback_target.describe()} if over {above}"
-            elif spec.kind == "broadcast":
+            elif spec.kind is ExchangeKind.BROADCAST:
                 target += " (any size: no shuffle gives the same rows)"
             order = " (in rank order)" if spec.ordered else ""
             rows, size = spec.est

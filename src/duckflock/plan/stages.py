@@ -11,13 +11,14 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from duckflock.catalog.partitioning import Partitioning
+from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import AdaptiveJoin, Exchange, ExchangeRead, Node
 
 
 @dataclass(frozen=True)
 class ExchangeSpec:
     xid: int  # equal to the id of the stage that produces it
-    kind: str  # hash, range, broadcast, gather
+    kind: ExchangeKind
     keys: tuple[str, ...]
     target: Partitioning | None
     producer: int  # stage id
@@ -64,7 +65,7 @@ class StagePlan:
         return [0] if producer.on_driver else list(range(size))
 
     def receivers(self, xid: int, size: int) -> list[int]:
-        return [0] if self.exchange(xid).kind == "gather" else list(range(size))
+        return [0] if self.exchange(xid).kind is ExchangeKind.GATHER else list(range(size))
 
 
 def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> StagePlan:
@@ -108,7 +109,7 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
             return node.with_children(children) if children != node.children else node
 
         new_root = replace_exchanges(root)
-        on_driver = output_of is None or any(stages_by_x[x].kind == "gather" for x in inputs)
+        on_driver = output_of is None or any(stages_by_x[x].kind is ExchangeKind.GATHER for x in inputs)
         sid = len(stages)
         spec = None
         if output_of is not None:

@@ -19,8 +19,8 @@ from sqlglot.optimizer.qualify import qualify
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import canonical_hash_type, common_hash_type
-from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.errors import DuckflockError, SqlError
+from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
     Aggregate,
     Distinct,
@@ -48,6 +48,7 @@ from duckflock.sql.round_trip import check_round_trip
 from duckflock.sql.schema_db import SchemaDB
 from duckflock.sql.scopes import outer_columns
 from duckflock.sql.semijoin import exists_to_semi_join
+from duckflock.sqltext import quote_ident as q
 
 # sqlglot's rewrites that keep DuckDB semantics; its type annotation, canonicalization and
 # simplification are left out because DuckDB, not sqlglot, decides types and constant folding.
@@ -219,84 +220,27 @@ class _Builder:
     def select(self, s: exp.Select, prefix: str | None) -> Node:
         check_supported(s)  # sqlglot's rewrites may have built clauses of their own
         rel = self.from_(s)
-
         selects = [self.names(e.copy()) for e in s.expressions]
         out_names = [e.alias_or_name for e in s.expressions]
-        order = s.args.get("order")
-        order_keys = [self.names(o.copy()) for o in order.expressions] if order else []
-        if (
-            len(order_keys) == 1
-            and isinstance(order_keys[0].this, exp.Var)
-            and order_keys[0].name.upper() == "ALL"
-        ):
-            # ORDER BY ALL: every output column, left to right, in the given direction.
-            all_key = order_keys[0]
-            order_keys = []
-            for i in range(len(selects)):
-                o = all_key.copy()
-                o.set("this", exp.Literal.number(i + 1))
-                order_keys.append(o)
+        order_keys = self.order_keys(s, len(selects))
         having = self.names(s.args["having"].this.copy()) if s.args.get("having") else None
         qualify_ = self.names(s.args["qualify"].this.copy()) if s.args.get("qualify") else None
-        group = s.args.get("group")
-        units = self.aggregates.units
         scoped = [*selects, *order_keys, *(e for e in (having, qualify_) if e is not None)]
-        has_agg = any(units(e) for e in scoped)
-        if group is not None or has_agg:
-            sets = None
-            if group is not None and any(
-                isinstance(g, exp.Rollup | exp.Cube | exp.GroupingSets) for g in group.expressions
-            ):
-                if any(_calls(e, ("grouping", "grouping_id")) for e in scoped):
-                    raise unsupported("GROUPING() over GROUPING SETS / ROLLUP / CUBE")
-                groups, sets = self.grouping_sets(group)
-            elif group is not None and group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs
-                groups = [e.unalias().copy() for e in selects if not units(e)]
-            else:
-                groups = [self.names(g.copy()) for g in (group.expressions if group else [])]
+        if s.args.get("group") is not None or any(self.aggregates.units(e) for e in scoped):
+            groups, sets = self.group_keys(s.args.get("group"), selects, scoped)
             rel, selects, order_keys, having, qualify_ = self.aggregate(
                 rel, groups, selects, order_keys, having, qualify_, sets
             )
             if having is not None:
                 rel = self.filter(rel, [having])
-
         rel, selects, order_keys, qualify_ = self.windows(rel, selects, order_keys, qualify_)
         if qualify_ is not None:  # QUALIFY: a filter over the window functions' results
             rel = self.filter(rel, [qualify_])
-
-        # Output columns, plus hidden ones for ORDER BY keys that are not among them.
         names = [f"{prefix}.{n}" if prefix else self.fresh("o") for n in out_names]
         exprs = [_sql(e.unalias() if isinstance(e, exp.Alias) else e) for e in selects]
-        sort_keys: list[str] = []
         aliases = {n: selects[i].unalias() for i, n in enumerate(out_names) if out_names.count(n) == 1}
-        for o in order_keys:
-            key = o.this
-            hit = None
-            for c in [key, *key.find_all(exp.Column)]:
-                if isinstance(c, exp.Column) and not c.table and out_names.count(c.name) > 1:
-                    raise SqlError(f"ORDER BY {c.name} is ambiguous: several output columns have that name")
-            if isinstance(key, exp.Column) and not key.table and key.name in out_names:
-                hit = names[out_names.index(key.name)]
-            elif isinstance(key, exp.Literal) and key.is_int:
-                hit = names[int(key.this) - 1]
-            else:  # an expression, maybe over output aliases: write them out
-                key = key.transform(
-                    lambda n: (
-                        aliases[n.name].copy()
-                        if isinstance(n, exp.Column) and not n.table and n.name in aliases
-                        else n
-                    )
-                )
-                hit = names[exprs.index(_sql(key))] if _sql(key) in exprs else None
-            if hit is None:
-                if s.args.get("distinct"):
-                    raise SqlError("for SELECT DISTINCT, ORDER BY expressions must appear in the select list")
-                hit = self.fresh("s")
-                names.append(hit)
-                exprs.append(_sql(key))
-            o = o.copy()
-            o.set("this", _col(hit))
-            sort_keys.append(_sql(o))
+        # Output columns, plus hidden ones for ORDER BY keys that are not among them.
+        sort_keys = [self.sort_key(s, o, out_names, aliases, names, exprs) for o in order_keys]
         rel = Project(tuple(names), child=rel, exprs=tuple(exprs), **self.attach(" ".join(exprs)))
         if s.args.get("distinct"):
             if s.args["distinct"].args.get("on"):
@@ -305,12 +249,78 @@ class _Builder:
                 rel.columns, child=rel, key_types=self.hash_types(rel, [q(c) for c in rel.columns])
             )
         limit, offset = _int_arg(s, "limit"), _int_arg(s, "offset") or 0
-        visible = tuple(names[: len(out_names)])
         if sort_keys:
-            rel = Sort(visible, child=rel, keys=tuple(sort_keys), limit=limit, offset=offset)
-        elif limit is not None or offset:
-            rel = Limit(rel.columns, child=rel, limit=limit, offset=offset)
+            visible = tuple(names[: len(out_names)])
+            return Sort(visible, child=rel, keys=tuple(sort_keys), limit=limit, offset=offset)
+        if limit is not None or offset:
+            return Limit(rel.columns, child=rel, limit=limit, offset=offset)
         return rel
+
+    def order_keys(self, s: exp.Select, outputs: int) -> list[exp.Expression]:
+        """The ORDER BY keys in plan names; ORDER BY ALL is every output column, left to right, in
+        the given direction."""
+        order = s.args.get("order")
+        keys = [self.names(o.copy()) for o in order.expressions] if order else []
+        if len(keys) != 1 or not isinstance(keys[0].this, exp.Var) or keys[0].name.upper() != "ALL":
+            return keys
+        expanded = []
+        for i in range(outputs):
+            o = keys[0].copy()
+            o.set("this", exp.Literal.number(i + 1))
+            expanded.append(o)
+        return expanded
+
+    def group_keys(
+        self, group: exp.Group | None, selects: list[exp.Expression], scoped: list[exp.Expression]
+    ) -> tuple[list[exp.Expression], tuple[tuple[int, ...], ...] | None]:
+        """The group expressions and, for GROUPING SETS / ROLLUP / CUBE, the sets over them."""
+        if group is None:
+            return [], None
+        if any(isinstance(g, exp.Rollup | exp.Cube | exp.GroupingSets) for g in group.expressions):
+            if any(_calls(e, ("grouping", "grouping_id")) for e in scoped):
+                raise unsupported("GROUPING() over GROUPING SETS / ROLLUP / CUBE")
+            return self.grouping_sets(group)
+        if group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs
+            return [e.unalias().copy() for e in selects if not self.aggregates.units(e)], None
+        return [self.names(g.copy()) for g in group.expressions], None
+
+    def sort_key(
+        self,
+        s: exp.Select,
+        o: exp.Expression,
+        out_names: list[str],
+        aliases: dict[str, exp.Expression],
+        names: list[str],
+        exprs: list[str],
+    ) -> str:
+        """One ORDER BY key as SQL over the output column it sorts by: an output named or numbered,
+        an output expression written again, or else a hidden column appended to ``names``/``exprs``."""
+        key = o.this
+        for c in [key, *key.find_all(exp.Column)]:
+            if isinstance(c, exp.Column) and not c.table and out_names.count(c.name) > 1:
+                raise SqlError(f"ORDER BY {c.name} is ambiguous: several output columns have that name")
+        if isinstance(key, exp.Column) and not key.table and key.name in out_names:
+            hit: str | None = names[out_names.index(key.name)]
+        elif isinstance(key, exp.Literal) and key.is_int:
+            hit = names[int(key.this) - 1]
+        else:  # an expression, maybe over output aliases: write them out
+            key = key.transform(
+                lambda n: (
+                    aliases[n.name].copy()
+                    if isinstance(n, exp.Column) and not n.table and n.name in aliases
+                    else n
+                )
+            )
+            hit = names[exprs.index(_sql(key))] if _sql(key) in exprs else None
+        if hit is None:
+            if s.args.get("distinct"):
+                raise SqlError("for SELECT DISTINCT, ORDER BY expressions must appear in the select list")
+            hit = self.fresh("s")
+            names.append(hit)
+            exprs.append(_sql(key))
+        o = o.copy()
+        o.set("this", _col(hit))
+        return _sql(o)
 
     def grouping_sets(self, group: exp.Group) -> tuple[list[exp.Expression], tuple[tuple[int, ...], ...]]:
         """Every group expression once, and each grouping set as indices into them: ROLLUP and
@@ -444,7 +454,9 @@ class _Builder:
         if len(left.columns) != len(right.columns):
             raise SqlError(f"{tree.key.upper()} inputs have different numbers of columns")
         cols = tuple(f"{prefix}.{n}" if prefix else self.fresh("o") for n in names)
-        kind = {exp.Union: "union", exp.Intersect: "intersect", exp.Except: "except"}[type(tree)]
+        kind = {exp.Union: SetOpKind.UNION, exp.Intersect: SetOpKind.INTERSECT, exp.Except: SetOpKind.EXCEPT}[
+            type(tree)
+        ]
         rel: Node = SetOp(
             cols,
             left=left,
@@ -501,47 +513,15 @@ class _Builder:
         where = s.args.get("where")
         where_conj = _conjuncts(self.names(where.this.copy())) if where is not None else []
         if from_ is None:
-            rel: Node = Values(("__one",))
-            return self.filter(rel, where_conj)
+            return self.filter(Values(("__one",)), where_conj)
         joins = s.args.get("joins") or []
         if isinstance(from_.this, exp.Lateral):
             raise unsupported("LATERAL as the first FROM item")
         sources = [self.source(from_.this, s)] + [self.source(j.this, s) for j in joins]
         lateral = [False] + [isinstance(j.this, exp.Lateral) for j in joins]
-        kinds = ["inner"] + [_join_kind(j) for j in joins]
+        kinds = [JoinKind.INNER] + [_join_kind(j) for j in joins]
         ons = [[]] + [_conjuncts(self.names(j.args["on"].copy())) if j.args.get("on") else [] for j in joins]
-        nullable = [False] * len(sources)
-        for i, kind in enumerate(kinds):
-            if kind in ("left", "asof", "asof_left"):
-                # An ASOF match depends on every row of the right side: filter it only after the join.
-                nullable[i] = True
-            elif kind in ("right", "full"):
-                nullable[: i + (kind == "full")] = [True] * (i + (kind == "full"))
-        colsets = [set(src.columns) for src in sources]
-        pushed: list[list[exp.Expression]] = [[] for _ in sources]
-
-        def owner(c: exp.Expression, upto: int) -> int | None:
-            used = _cols(c)
-            for i in range(upto + 1):
-                if used and used <= colsets[i] and not nullable[i]:
-                    return i
-            return None
-
-        rest_where = []
-        for c in where_conj:
-            i = owner(c, len(sources) - 1)
-            (pushed[i] if i is not None else rest_where).append(c)
-        for j in range(1, len(sources)):
-            keep = []
-            for c in ons[j]:
-                used = _cols(c)
-                if used and used <= colsets[j] and kinds[j] in ("inner", "left", "semi", "anti"):
-                    pushed[j].append(c)
-                elif kinds[j] in ("inner", "semi") and (i := owner(c, j - 1)) is not None:
-                    pushed[i].append(c)
-                else:
-                    keep.append(c)
-            ons[j] = keep
+        pushed, rest_where = _push_down(sources, kinds, where_conj, ons)
         rel = self.filter(sources[0], pushed[0])
         for j in range(1, len(sources)):
             rel = self.join(rel, self.filter(sources[j], pushed[j]), kinds[j], ons[j], lateral[j])
@@ -596,21 +576,21 @@ class _Builder:
         )
 
     def join(
-        self, left: Node, right: Node, jkind: str, on_conj: list[exp.Expression], lateral: bool = False
+        self, left: Node, right: Node, jkind: JoinKind, on_conj: list[exp.Expression], lateral: bool = False
     ) -> Node:
-        cols = left.columns if jkind in ("semi", "anti") else left.columns + right.columns
+        cols = left.columns + right.columns if jkind.keeps_right_columns else left.columns
         if lateral:
-            if jkind not in ("inner", "cross", "left"):
+            if jkind not in (JoinKind.INNER, JoinKind.CROSS, JoinKind.LEFT):
                 raise unsupported(f"{jkind.upper()} JOIN LATERAL")
-            if jkind == "cross" or (jkind == "inner" and not on_conj):
-                return Join(cols, left=left, right=right, kind="cross", lateral=True)
+            if jkind is JoinKind.CROSS or (jkind is JoinKind.INNER and not on_conj):
+                return Join(cols, left=left, right=right, kind=JoinKind.CROSS, lateral=True)
             cond = _sql(exp.and_(*on_conj)) if on_conj else "true"  # LEFT ... ON true keeps its rows
             return Join(cols, left=left, right=right, kind=jkind, condition=cond, lateral=True)
-        if jkind == "cross" or not on_conj:
-            if jkind not in ("cross", "inner"):
+        if jkind is JoinKind.CROSS or not on_conj:
+            if jkind not in (JoinKind.CROSS, JoinKind.INNER):
                 on_conj = [exp.true()]
             else:
-                return Join(cols, left=left, right=right, kind="cross")
+                return Join(cols, left=left, right=right, kind=JoinKind.CROSS)
         on = exp.and_(*on_conj) if len(on_conj) > 1 else on_conj[0]
         lset, rset = set(left.columns), set(right.columns)
         lkeys, rkeys = [], []
@@ -678,20 +658,67 @@ class _Builder:
         return {"subqueries": subs, "correlated": tuple(t for t, _ in subs if t in self.correlated)}
 
 
-def _join_kind(j: exp.Join) -> str:
+def _push_down(
+    sources: list[Node],
+    kinds: list[JoinKind],
+    where_conj: list[exp.Expression],
+    ons: list[list[exp.Expression]],
+) -> tuple[list[list[exp.Expression]], list[exp.Expression]]:
+    """The conjuncts each source filters by itself, and the WHERE conjuncts left above the joins.
+    ``ons`` (each join's ON conjuncts) keeps only those the join must evaluate."""
+    nullable = [False] * len(sources)
+    for i, kind in enumerate(kinds):
+        if kind.filters_right_after:
+            nullable[i] = True
+        if kind.filters_left_after:
+            nullable[:i] = [True] * i
+    colsets = [set(src.columns) for src in sources]
+    pushed: list[list[exp.Expression]] = [[] for _ in sources]
+
+    def owner(c: exp.Expression, upto: int) -> int | None:
+        used = _cols(c)
+        for i in range(upto + 1):
+            if used and used <= colsets[i] and not nullable[i]:
+                return i
+        return None
+
+    rest_where = []
+    for c in where_conj:
+        i = owner(c, len(sources) - 1)
+        (pushed[i] if i is not None else rest_where).append(c)
+    for j in range(1, len(sources)):
+        keep = []
+        for c in ons[j]:
+            used = _cols(c)
+            if used and used <= colsets[j] and kinds[j] in _ON_PUSHED_RIGHT:
+                pushed[j].append(c)
+            elif kinds[j] in _ON_PUSHED_LEFT and (i := owner(c, j - 1)) is not None:
+                pushed[i].append(c)
+            else:
+                keep.append(c)
+        ons[j] = keep
+    return pushed, rest_where
+
+
+# Joins whose ON conjunct over one side alone filters that side's rows before the join.
+_ON_PUSHED_RIGHT = (JoinKind.INNER, JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
+_ON_PUSHED_LEFT = (JoinKind.INNER, JoinKind.SEMI)
+
+
+def _join_kind(j: exp.Join) -> JoinKind:
     side = (j.args.get("side") or "").lower()
     kind = (j.args.get("kind") or "").lower()
     if j.args.get("using"):
         raise unsupported("JOIN ... USING that could not be resolved")
     if (j.args.get("method") or "").upper() == "ASOF":
-        return "asof_left" if side == "left" else "asof"
+        return JoinKind.ASOF_LEFT if side == "left" else JoinKind.ASOF
     if kind in ("asof", "positional") or j.args.get("method"):
         raise unsupported(f"{(kind or j.args.get('method')).upper()} JOIN")
     if kind in ("semi", "anti"):
-        return kind
+        return JoinKind(kind)
     if side in ("left", "right", "full"):
-        return side
-    return "inner" if j.args.get("on") is not None else "cross"
+        return JoinKind(side)
+    return JoinKind.INNER if j.args.get("on") is not None else JoinKind.CROSS
 
 
 def _conjuncts(e: exp.Expression) -> list[exp.Expression]:

@@ -70,17 +70,49 @@ def _exactly_comparable(a: str | None, b: str | None) -> bool:
 
 def _rewrite(select: exp.Select, conj: exp.Expression, sub: exp.Subquery, name: str, table_types) -> bool:
     body = sub.this
+    value = _single_value(body)
+    if value is None:
+        return False
+    found = _equi_correlation(select, body, table_types)
+    if found is None:
+        return False
+    keys, plain = found
+    on = exp.and_(
+        *[
+            exp.EQ(this=exp.column(f"_k{n}", table=name, quoted=True), expression=o.copy())
+            for n, (_, o) in enumerate(keys)
+        ]
+    )
+    derived = _grouped_by_keys(body, value, keys, plain)
+    select.append(
+        "joins",
+        exp.Join(this=exp.Subquery(this=derived, alias=exp.TableAlias(this=exp.to_identifier(name))), on=on),
+    )
+    sub.replace(exp.column("_v", table=name, quoted=True))
+    return True
+
+
+def _single_value(body: exp.Expression) -> exp.Expression | None:
+    """The one strict value a plain SELECT ... FROM ... [inner joins] subquery computes, or None."""
     if not isinstance(body, exp.Select) or any(body.args.get(a) for a in _BLOCKING):
-        return False
+        return None
     if len(body.expressions) != 1 or not (body.args.get("from_") or body.args.get("from")):
-        return False
+        return None
     value = body.expressions[0].unalias()
     if not _strict(value) or any(True for _ in value.find_all(exp.Query, exp.Window)):
-        return False
+        return None
     if any(
         j.args.get("side") or j.args.get("kind") or j.args.get("method") for j in body.args.get("joins") or []
     ):
-        return False
+        return None
+    return value
+
+
+def _equi_correlation(
+    select: exp.Select, body: exp.Select, table_types
+) -> tuple[list[tuple[exp.Column, exp.Column]], list[exp.Expression]] | None:
+    """The subquery's (inner column, outer column) equalities of exactly comparable types and its
+    uncorrelated WHERE conjuncts; None when it refers to the outer query in any other way."""
     inner = from_items(body)
     outer = from_items(select)
     defined = defined_aliases(body)
@@ -93,25 +125,31 @@ def _rewrite(select: exp.Select, conj: exp.Expression, sub: exp.Subquery, name: 
             plain.append(c)
             continue
         if not isinstance(c, exp.EQ) or not all(isinstance(s, exp.Column) for s in (c.this, c.expression)):
-            return False
+            return None
         a, b = c.this, c.expression
         i, o = (a, b) if a.table in inner else (b, a)
         if i.table not in inner or o.table not in outer or o.table in inner:
-            return False
+            return None
         if not _exactly_comparable(_column_type(i, inner, table_types), _column_type(o, outer, table_types)):
-            return False
+            return None
         keys.append((i, o))
     if not keys:
-        return False
+        return None
     # No other reference to an enclosing scope anywhere in the subquery.
     rest = body.copy()
     rest.set("where", None)
     if any(col.table and col.table not in defined for col in rest.find_all(exp.Column)):
-        return False
-    for c in plain:
-        if any(col.table not in defined for col in c.find_all(exp.Column)):
-            return False
+        return None
+    return keys, plain
 
+
+def _grouped_by_keys(
+    body: exp.Select,
+    value: exp.Expression,
+    keys: list[tuple[exp.Column, exp.Column]],
+    plain: list[exp.Expression],
+) -> exp.Select:
+    """The subquery as a derived table: its value ``_v`` per inner key ``_k0``, ``_k1``, ..."""
     derived = exp.select(exp.alias_(value.copy(), "_v", quoted=True))
     for n, (i, _) in enumerate(keys):
         derived = derived.select(exp.alias_(i.copy(), f"_k{n}", quoted=True), copy=False)
@@ -123,18 +161,7 @@ def _rewrite(select: exp.Select, conj: exp.Expression, sub: exp.Subquery, name: 
     if plain:
         derived.set("where", exp.Where(this=exp.and_(*[c.copy() for c in plain])))
     derived.set("group", exp.Group(expressions=[i.copy() for i, _ in keys]))
-    on = exp.and_(
-        *[
-            exp.EQ(this=exp.column(f"_k{n}", table=name, quoted=True), expression=o.copy())
-            for n, (_, o) in enumerate(keys)
-        ]
-    )
-    select.append(
-        "joins",
-        exp.Join(this=exp.Subquery(this=derived, alias=exp.TableAlias(this=exp.to_identifier(name))), on=on),
-    )
-    sub.replace(exp.column("_v", table=name, quoted=True))
-    return True
+    return derived
 
 
 def scalar_subqueries_to_joins(expression: exp.Expression, table_types=None) -> exp.Expression:
