@@ -9,6 +9,7 @@ two tables meet on the same rank for any rank count.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 _SMALL_INTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
 _BIG_INTS = {"UBIGINT", "HUGEINT", "UHUGEINT"}
@@ -70,7 +71,7 @@ class Ranged:
 
     key: str | None  # None where the key is an expression, not a column
     key_type: str
-    bounds: tuple[tuple[object, object] | None, ...]
+    bounds: tuple[tuple[Any, Any] | None, ...]  # values of the key's type
 
     @property
     def count(self) -> int:
@@ -115,7 +116,7 @@ def ranges_aligned(a: Ranged, b: Ranged) -> bool:
         for q, rb in enumerate(b.bounds):
             if p == q or ra is None or rb is None:
                 continue
-            if not (ra[1] < rb[0] or rb[1] < ra[0]):  # type: ignore[operator]
+            if not (ra[1] < rb[0] or rb[1] < ra[0]):
                 return False
     return True
 

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from duckflock.errors import ExecutionError, TransportError
 from duckflock.transport.base import TAG_BITS, SendHandle, Transport, view
@@ -28,6 +29,8 @@ FIRST_EXCHANGE = 8  # exchange k uses channel FIRST_EXCHANGE + k
 
 _QID_BITS = 13
 _CHANNEL_BITS = TAG_BITS - _QID_BITS
+
+T = TypeVar("T")  # what every rank contributes to a collective: the same type on each
 
 
 def make_tag(qid: int, channel: int) -> int:
@@ -151,22 +154,22 @@ class Mux:
         return src, pickle.loads(view(payload))
 
     # ---- collectives over point-to-point (polite, work on every transport) ---------------------
-    def allgather(self, qid: int, obj: object) -> list[object]:
+    def allgather(self, qid: int, obj: T) -> list[T]:
         """Every rank's ``obj``, in rank order. A fast rank may already have sent its value for the
         next collective; such early values are kept for that call instead of being taken as this one's."""
         for dest in range(self.size):
             self.send_obj(dest, qid, COLLECTIVE, obj)
-        out: dict[int, object] = {}
+        out: dict[int, T] = {}
         for src in range(self.size):
             early = self._early.get((qid, src))
             if early:
-                out[src] = early.popleft()
+                out[src] = cast(T, early.popleft())
         while len(out) < self.size:
             src, value = self.recv_obj(qid, COLLECTIVE)
             if src in out:
                 self._early.setdefault((qid, src), collections.deque()).append(value)
             else:
-                out[src] = value
+                out[src] = cast(T, value)
         return [out[r] for r in range(self.size)]
 
     # ---- failures and query lifecycle ------------------------------------------------------------

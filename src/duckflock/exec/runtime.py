@@ -85,7 +85,7 @@ class Runtime:
                 open_duckdb(
                     self.driver_threads,
                     self.budget.duckdb_bytes,
-                    str(self.catalog.root) if restrict else None,  # type: ignore[union-attr]
+                    str(self.catalog.root) if restrict and self.catalog is not None else None,
                     str(self.spill_dir / "driver"),
                     self.config.max_temp_bytes,
                 )

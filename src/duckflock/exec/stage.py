@@ -165,10 +165,10 @@ def _send(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, root: Node, part:
         stats.exchange,
     )
     written = _write(run, writer, out, reader, t0)
-    if part is None:
-        writer.close(out.schema)  # type: ignore[union-attr]
+    if isinstance(writer, ExchangeWriter):
+        writer.close(out.schema)
     else:
-        stats.exchange.rows_out = part.rows
+        stats.exchange.rows_out = writer.rows
     threshold = rt.config.broadcast_threshold_bytes
     if out.kind is ExchangeKind.BROADCAST and spec.fallback_target is None and written > threshold:
         stats.note = (

@@ -29,6 +29,7 @@ import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -275,11 +276,11 @@ def _splitters(rt: Runtime, qid: int, source: str | None, key: str, key_type: st
             f"SELECT k, CAST(k AS VARCHAR) FROM (SELECT {k} AS k FROM {source} WHERE {valid}) "
             f"USING SAMPLE reservoir({size} ROWS) REPEATABLE (42)"
         ).fetchall()
-    entries: list[tuple[object, str, float]] = []
-    for n, values in rt.mux.allgather(qid, (rows, sample)):  # type: ignore[misc]
+    entries: list[tuple[Any, str, float]] = []  # (a key value of the column's type, its text, weight)
+    for n, values in rt.mux.allgather(qid, (rows, sample)):
         entries.extend((v, text, n / len(values)) for v, text in values)
     # Python orders numbers, dates and strings (by code point = UTF-8 byte order) as DuckDB does.
-    entries.sort(key=lambda e: e[0])  # type: ignore[arg-type, return-value]
+    entries.sort(key=lambda e: e[0])
     total = sum(w for _, _, w in entries)
     out: list[str] = []
     cum = 0.0
@@ -426,10 +427,10 @@ def _repartition_stored(rt: Runtime, qid: int, root: Path, name: str) -> TableIn
         raise CatalogError(f"table {info.name!r} is not hash-partitioned: there is nothing to repartition")
     old = [(root / f).resolve() for p in info.partitions for f in p.files]
     if not old:  # no rows: every placement is right, only the canary is stale
-        new = replace(info, hash_canary=None).stamped()
+        emptied = replace(info, hash_canary=None).stamped()
         if rt.rank == 0:
-            _publish(rt, root, new, [], set())
-        return new if rt.rank == 0 else None
+            _publish(rt, root, emptied, [], set())
+        return emptied if rt.rank == 0 else None
     source = Input(info.format, info.csv_options, info.columns)
     new = _staged(rt, qid, root, info.name, source, old, info.keys, "hash", len(info.partitions), keep=set())
     if new is not None:  # rank 0, after the catalog names only the new files: the old ones go
@@ -492,7 +493,7 @@ def _register(
     gathered = rt.mux.allgather(qid, counts)
     if rt.rank != 0:
         return None
-    rows = dict(pair for part in gathered for pair in part)  # type: ignore[union-attr]
+    rows = dict(pair for part in gathered for pair in part)
     info = TableInfo(
         name=table,
         format=source.fmt,
@@ -536,9 +537,9 @@ def _repartition(
             names = ", ".join(str(paths[i]) for i in mine)
             raise CatalogError(f"rank {rt.rank}: loading {names} failed: {e}") from e
     report: list[tuple[int, str, int, object, object]] = []
-    key = keys[0] if scheme == "range" else None
+    range_key = keys[0] if scheme == "range" else None
     for p, fs in sorted(written.items()):
-        stats = parquet_stats(rt.con, [str(f) for f in fs], key, types[keys[0]])
+        stats = parquet_stats(rt.con, [str(f) for f in fs], range_key, types[keys[0]])
         report.extend((p, f.name, n, mn, mx) for f, (n, mn, mx) in zip(fs, stats, strict=True))
 
     gathered = rt.mux.allgather(qid, report)
@@ -546,7 +547,7 @@ def _repartition(
         return None
     parts: list[list[tuple[str, int, object, object]]] = [[] for _ in range(count)]
     for rank_report in gathered:
-        for p, fname, n, mn, mx in rank_report:  # type: ignore[union-attr]
+        for p, fname, n, mn, mx in rank_report:
             parts[p].append((fname, n, mn, mx))
     infos = [_merge(f"{table}/", part) for part in parts]
     kind = scheme
@@ -558,15 +559,15 @@ def _repartition(
     return info
 
 
-def _merge(prefix: str, files: list[tuple[str, int, object, object]]) -> PartitionInfo:
+def _merge(prefix: str, files: list[tuple[str, int, Any, Any]]) -> PartitionInfo:
     """One partition from the files all ranks wrote for it (min/max over the non-empty ones)."""
     mins = [mn for _, _, mn, _ in files if mn is not None]
     maxs = [mx for _, _, _, mx in files if mx is not None]
     return PartitionInfo(
         files=tuple(prefix + f for f, *_ in files),
         rows=sum(n for _, n, _, _ in files),
-        min=min(mins) if mins else None,  # type: ignore[type-var]
-        max=max(maxs) if maxs else None,  # type: ignore[type-var]
+        min=min(mins) if mins else None,
+        max=max(maxs) if maxs else None,
     )
 
 

@@ -52,8 +52,8 @@ _SELF_COMBINING = {
     "bit_or": "integer",
     "bit_xor": "integer",
 }
-_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER")
-_INTEGERS += ("UBIGINT", "UHUGEINT")
+_INTEGERS: tuple[str, ...] = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT")
+_INTEGERS += ("UINTEGER", "UBIGINT", "UHUGEINT")
 
 
 def _takes(arg_type: str, kind: str) -> bool:
@@ -67,11 +67,11 @@ def _takes(arg_type: str, kind: str) -> bool:
     return t in _INTEGERS or t in ("FLOAT", "DOUBLE") or t.startswith("DECIMAL")
 
 
-def _arguments(call: exp.Expression) -> list[exp.Expression]:
+def _arguments(call: exp.Expr) -> list[exp.Expr]:
     return [a for a in call.iter_expressions() if not isinstance(a, exp.Identifier)]
 
 
-def _distinct_split(nodes: list[exp.Expression], fresh) -> Split | None:
+def _distinct_split(nodes: list[exp.Expr], fresh) -> Split | None:
     """All aggregates DISTINCT over one and the same argument: dedupe before the shuffle."""
     args = set()
     for node in nodes:

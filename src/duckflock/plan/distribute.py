@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, TypeVar
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import (
@@ -212,8 +212,8 @@ class _Planner:
             return Placed(node, (Single(),), rows, width)  # partition 0 lives on rank 0, the driver
         rename = dict(zip(node.source_columns, node.columns, strict=True))
         part = info.partitioning()
-        if isinstance(part, Hashed) and all(k in rename for k in part.keys):
-            part = Hashed(tuple(rename[k] for k in part.keys), part.key_types, part.count)
+        if isinstance(part, Hashed) and all(k is not None and k in rename for k in part.keys):
+            part = Hashed(tuple(rename[k] for k in part.keys if k is not None), part.key_types, part.count)
         elif isinstance(part, Ranged) and part.key in rename:
             part = Ranged(rename[part.key], part.key_type, part.bounds)
         else:
@@ -547,6 +547,7 @@ def _generated(node: Values | FunctionScan) -> Placed:
 
 
 Side = Literal["left", "right"]
+T = TypeVar("T")
 
 
 def _joined(
@@ -559,7 +560,7 @@ def _joined(
     return Placed(replace(node, left=left.node, right=right.node, strategy=strategy), parts, rows, width)
 
 
-def _by_side(small: Side, big_item, small_item) -> tuple:
+def _by_side(small: Side, big_item: T, small_item: T) -> tuple[T, T]:
     """(left, right) of a pair given as the big side's item and the ``small`` side's."""
     return (big_item, small_item) if small == "right" else (small_item, big_item)
 
@@ -605,15 +606,15 @@ def _keys_within(p: Partitioning, cols: set[str]) -> bool:
 
 def _project_parts(node: Project, parts) -> tuple[Partitioning, ...]:
     """Carry partitionings through a projection that passes the key columns on (maybe renamed)."""
-    renames = {}
+    renames: dict[str, str] = {}
     for e, c in zip(node.exprs, node.columns, strict=True):
         if _is_column(e):
             renames.setdefault(e[1:-1], c)
     out: list[Partitioning] = []
     for p in parts:
         if isinstance(p, Hashed):
-            if all(k in renames for k in p.keys):
-                out.append(Hashed(tuple(renames[k] for k in p.keys), p.key_types, p.count))
+            if all(k is not None and k in renames for k in p.keys):
+                out.append(Hashed(tuple(renames[k] for k in p.keys if k is not None), p.key_types, p.count))
         elif isinstance(p, Ranged):
             if p.key in renames:
                 out.append(Ranged(renames[p.key], p.key_type, p.bounds))

@@ -82,7 +82,9 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
         def exchange(node: Exchange) -> int:
             if id(node) in shared:
                 return shared[id(node)]
-            xid = stages[build(node.child, node)].output.xid  # type: ignore[union-attr]
+            output = stages[build(node.child, node)].output
+            assert output is not None  # a stage built for an exchange produces it
+            xid = output.xid
             if adaptive_depth:
                 shared[id(node)] = xid
             return xid

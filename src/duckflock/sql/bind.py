@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
+from typing import cast
 
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, SqlglotError
 from sqlglot.optimizer import RULES, optimize
+from sqlglot.optimizer.optimizer import OptimizerFn
 from sqlglot.optimizer.qualify import qualify
 
 from duckflock.catalog import Catalog
@@ -66,11 +68,11 @@ _KEPT = {
     "eliminate_ctes",
     "quote_identifiers",
 }
-_RULES = (
+_RULES: tuple[OptimizerFn, ...] = (
     qualify,
     exists_to_semi_join,
     scalar_subqueries_to_joins,
-    *(rule for rule in RULES if rule.__name__ in _KEPT),
+    *(rule for rule in RULES if getattr(rule, "__name__", "") in _KEPT),
 )
 
 
@@ -107,7 +109,7 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
     )
 
 
-def _distributed(text: str, tree: exp.Expression, catalog: Catalog, schema_db: SchemaDB) -> Node:
+def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaDB) -> Node:
     check_round_trip(schema_db.con, schema_db.function_aliases, text, tree)
     tree = distinct_on_as_qualify(tree)
     check_supported(tree)
@@ -115,7 +117,7 @@ def _distributed(text: str, tree: exp.Expression, catalog: Catalog, schema_db: S
     schema = {n: {c: t for c, t in info.columns} for n, info in catalog.tables.items()}
     try:
         tree = _normalize(tree, aggregates)
-        tree = optimize(tree, schema=schema, dialect="duckdb", rules=_RULES, table_types=schema)
+        tree = optimize(tree, schema=cast(dict, schema), dialect="duckdb", rules=_RULES, table_types=schema)
         builder = _Builder(catalog, schema_db, aggregates)
         plan = builder.query(tree, prefix=None)
     except (SqlglotError, AssertionError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -129,13 +131,13 @@ def _distributed(text: str, tree: exp.Expression, catalog: Catalog, schema_db: S
     return plan
 
 
-def _normalize(tree: exp.Expression, aggregates: Aggregates) -> exp.Expression:
+def _normalize(tree: exp.Expr, aggregates: Aggregates) -> exp.Expr:
     """Rewrite what sqlglot's rules and the builder would misread, keeping DuckDB's meaning:
     DuckDB aggregates sqlglot does not know become aggregate nodes (so no rule moves them as if
     scalar); named windows are written out; ORDER BY * is ORDER BY ALL; ANY / ALL get a subquery."""
-    for node in list(tree.find_all(exp.Anonymous)):
-        if aggregates.is_call(node):
-            node.replace(exp.AnonymousAggFunc(this=node.this, expressions=node.expressions))
+    for call in list(tree.find_all(exp.Anonymous)):
+        if aggregates.is_call(call):
+            call.replace(exp.AnonymousAggFunc(this=call.this, expressions=call.expressions))
     for select in list(tree.find_all(exp.Select)):
         _expand_named_windows(select)
     for ordered in list(tree.find_all(exp.Ordered)):
@@ -171,7 +173,7 @@ def _inherit(w: exp.Window, defs: dict[str, exp.Window]) -> None:
     w.set("alias", None)
 
 
-def _scope_of(node: exp.Expression) -> exp.Expression | None:
+def _scope_of(node: exp.Expr) -> exp.Expr | None:
     p = node.parent
     while p is not None and not isinstance(p, exp.Query):
         p = p.parent
@@ -182,7 +184,7 @@ def _col(name: str) -> exp.Column:
     return exp.column(name, quoted=True)
 
 
-def _sql(e: exp.Expression) -> str:
+def _sql(e: exp.Expr) -> str:
     # Raise, rather than write SQL that means something else, where sqlglot cannot render a node.
     return e.sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
 
@@ -192,7 +194,7 @@ class _Builder:
         self.catalog = catalog
         self.schema_db = schema_db
         self.aggregates = aggregates
-        self.ctes: dict[str, exp.Expression] = {}
+        self.ctes: dict[str, exp.Expr] = {}
         self.subplans: dict[str, Node] = {}  # token -> plan of a subquery
         self.correlated: set[str] = set()  # tokens of subqueries that refer to an outer row
         self._correlated_depth = 0  # > 0 while building a correlated subquery's plan
@@ -203,7 +205,7 @@ class _Builder:
         return f"__{stem}{self._n}"
 
     # ---- queries -----------------------------------------------------------------------------------
-    def query(self, tree: exp.Expression, prefix: str | None) -> Node:
+    def query(self, tree: exp.Expr, prefix: str | None) -> Node:
         """A SELECT (or set operation) as a node whose columns are named prefix.name (or fresh)."""
         with_ = tree.args.get("with_") or tree.args.get("with")
         if with_ is not None:
@@ -256,7 +258,7 @@ class _Builder:
             return Limit(rel.columns, child=rel, limit=limit, offset=offset)
         return rel
 
-    def order_keys(self, s: exp.Select, outputs: int) -> list[exp.Expression]:
+    def order_keys(self, s: exp.Select, outputs: int) -> list[exp.Expr]:
         """The ORDER BY keys in plan names; ORDER BY ALL is every output column, left to right, in
         the given direction."""
         order = s.args.get("order")
@@ -271,8 +273,8 @@ class _Builder:
         return expanded
 
     def group_keys(
-        self, group: exp.Group | None, selects: list[exp.Expression], scoped: list[exp.Expression]
-    ) -> tuple[list[exp.Expression], tuple[tuple[int, ...], ...] | None]:
+        self, group: exp.Group | None, selects: list[exp.Expr], scoped: list[exp.Expr]
+    ) -> tuple[list[exp.Expr], tuple[tuple[int, ...], ...] | None]:
         """The group expressions and, for GROUPING SETS / ROLLUP / CUBE, the sets over them."""
         if group is None:
             return [], None
@@ -287,9 +289,9 @@ class _Builder:
     def sort_key(
         self,
         s: exp.Select,
-        o: exp.Expression,
+        o: exp.Expr,
         out_names: list[str],
-        aliases: dict[str, exp.Expression],
+        aliases: dict[str, exp.Expr],
         names: list[str],
         exprs: list[str],
     ) -> str:
@@ -322,10 +324,10 @@ class _Builder:
         o.set("this", _col(hit))
         return _sql(o)
 
-    def grouping_sets(self, group: exp.Group) -> tuple[list[exp.Expression], tuple[tuple[int, ...], ...]]:
+    def grouping_sets(self, group: exp.Group) -> tuple[list[exp.Expr], tuple[tuple[int, ...], ...]]:
         """Every group expression once, and each grouping set as indices into them: ROLLUP and
         CUBE written out, several items combined as their cross product (as SQL defines it)."""
-        items: list[list[list[exp.Expression]]] = []
+        items: list[list[list[exp.Expr]]] = []
         for g in group.expressions:
             if isinstance(g, exp.Rollup):
                 items.append([g.expressions[:i] for i in range(len(g.expressions), -1, -1)])
@@ -337,7 +339,7 @@ class _Builder:
                 items.append([_set_members(s) for s in g.expressions])
             else:
                 items.append([[g]])
-        groups: list[exp.Expression] = []
+        groups: list[exp.Expr] = []
         keys: list[str] = []
         sets = []
         for combo in itertools.product(*items):
@@ -360,8 +362,8 @@ class _Builder:
         aggs: dict[str, str] = {}  # agg SQL -> column name
         args: dict[str, str | None] = {}  # agg SQL -> SQL of its first argument
 
-        def replace(e: exp.Expression) -> exp.Expression:
-            def fn(node: exp.Expression) -> exp.Expression:
+        def replace(e: exp.Expr) -> exp.Expr:
+            def fn(node: exp.Expr) -> exp.Expr:
                 if self._is_unit(node):
                     key = _sql(node)
                     if key not in aggs:
@@ -392,7 +394,7 @@ class _Builder:
         # Columns not grouped and not aggregated would be a binder error; DuckDB already checked.
         return node, selects, order_keys, having, qualify_
 
-    def _is_unit(self, node: exp.Expression) -> bool:
+    def _is_unit(self, node: exp.Expr) -> bool:
         """An aggregate call with its wrappers, used for grouping (not as a window function)."""
         if isinstance(node.parent, WRAPPERS) and node.parent.this is node:
             return False
@@ -421,7 +423,7 @@ class _Builder:
         found: dict[str, str] = {}
         partitions: list[list[str]] = []
 
-        def fn(node: exp.Expression) -> exp.Expression:
+        def fn(node: exp.Expr) -> exp.Expr:
             if isinstance(node, exp.Window):
                 key = _sql(node)
                 if key not in found:
@@ -466,7 +468,7 @@ class _Builder:
         )
         # Hash in the set operation's result types: that is how DuckDB compares its rows.
         result_types = self.node_types(rel)
-        rel = replace(rel, key_types=tuple(canonical_hash_type(t) for t in result_types))
+        rel = replace(cast(SetOp, rel), key_types=tuple(canonical_hash_type(t) for t in result_types))
         keys = []
         order = tree.args.get("order")
         for o in order.expressions if order else []:
@@ -490,7 +492,8 @@ class _Builder:
     def by_name(self, tree: exp.SetOperation, left: Node, right: Node) -> tuple[Node, Node, list[str]]:
         """UNION [ALL] BY NAME: both sides projected onto every name (left's first, then the
         right's new ones; matched case-insensitively), NULL where a side lacks the column."""
-        lnames, rnames = _unparen(tree.left).named_selects, _unparen(tree.right).named_selects
+        lnames = cast(exp.Query, _unparen(tree.left)).named_selects
+        rnames = cast(exp.Query, _unparen(tree.right)).named_selects
         names = list(lnames) + [n for n in rnames if n.lower() not in {m.lower() for m in lnames}]
 
         def onto(side: Node, side_names: list[str]) -> Node:
@@ -520,20 +523,21 @@ class _Builder:
         sources = [self.source(from_.this, s)] + [self.source(j.this, s) for j in joins]
         lateral = [False] + [isinstance(j.this, exp.Lateral) for j in joins]
         kinds = [JoinKind.INNER] + [_join_kind(j) for j in joins]
-        ons = [[]] + [_conjuncts(self.names(j.args["on"].copy())) if j.args.get("on") else [] for j in joins]
+        ons: list[list[exp.Expr]] = [[]]
+        ons += [_conjuncts(self.names(j.args["on"].copy())) if j.args.get("on") else [] for j in joins]
         pushed, rest_where = _push_down(sources, kinds, where_conj, ons)
         rel = self.filter(sources[0], pushed[0])
         for j in range(1, len(sources)):
             rel = self.join(rel, self.filter(sources[j], pushed[j]), kinds[j], ons[j], lateral[j])
         return self.filter(rel, rest_where)
 
-    def filter(self, rel: Node, conj: list[exp.Expression]) -> Node:
+    def filter(self, rel: Node, conj: list[exp.Expr]) -> Node:
         if not conj:
             return rel
         cond = _sql(exp.and_(*conj) if len(conj) > 1 else conj[0])
         return Filter(rel.columns, child=rel, condition=cond, **self.attach(cond))
 
-    def source(self, item: exp.Expression, s: exp.Select) -> Node:
+    def source(self, item: exp.Expr, s: exp.Select) -> Node:
         alias = item.alias_or_name
         if isinstance(item, exp.Lateral):
             return self.lateral(item.this, alias)
@@ -576,7 +580,7 @@ class _Builder:
         )
 
     def join(
-        self, left: Node, right: Node, jkind: JoinKind, on_conj: list[exp.Expression], lateral: bool = False
+        self, left: Node, right: Node, jkind: JoinKind, on_conj: list[exp.Expr], lateral: bool = False
     ) -> Node:
         cols = left.columns + right.columns if jkind.keeps_right_columns else left.columns
         if lateral:
@@ -621,11 +625,11 @@ class _Builder:
         )
 
     # ---- expressions --------------------------------------------------------------------------------
-    def names(self, e: exp.Expression) -> exp.Expression:
+    def names(self, e: exp.Expr) -> exp.Expr:
         """Rewrite qualified columns ``t.c`` to the plan's unique column names ``"t.c"``, and plan each
         uncorrelated subquery separately, leaving a token table in its place."""
 
-        def fn(node: exp.Expression) -> exp.Expression:
+        def fn(node: exp.Expr) -> exp.Expr:
             if isinstance(node, exp.Subquery | exp.Exists) and isinstance(node.this, exp.Query):
                 return self.subquery(node)
             if isinstance(node, exp.Column) and node.table:
@@ -634,7 +638,7 @@ class _Builder:
 
         return e.transform(fn, copy=False) if not isinstance(e, exp.Column) else fn(e)
 
-    def subquery(self, node: exp.Subquery | exp.Exists) -> exp.Expression:
+    def subquery(self, node: exp.Subquery | exp.Exists) -> exp.Expr:
         """Plan a subquery on its own; a token stands for it in the expression. A correlated one
         (it reads a column of the outer row) is evaluated by DuckDB itself, inline, wherever the
         outer row is: the distribution pass gives it every rank's inputs whole (replicated)."""
@@ -661,9 +665,9 @@ class _Builder:
 def _push_down(
     sources: list[Node],
     kinds: list[JoinKind],
-    where_conj: list[exp.Expression],
-    ons: list[list[exp.Expression]],
-) -> tuple[list[list[exp.Expression]], list[exp.Expression]]:
+    where_conj: list[exp.Expr],
+    ons: list[list[exp.Expr]],
+) -> tuple[list[list[exp.Expr]], list[exp.Expr]]:
     """The conjuncts each source filters by itself, and the WHERE conjuncts left above the joins.
     ``ons`` (each join's ON conjuncts) keeps only those the join must evaluate."""
     nullable = [False] * len(sources)
@@ -673,27 +677,27 @@ def _push_down(
         if kind.filters_left_after:
             nullable[:i] = [True] * i
     colsets = [set(src.columns) for src in sources]
-    pushed: list[list[exp.Expression]] = [[] for _ in sources]
+    pushed: list[list[exp.Expr]] = [[] for _ in sources]
 
-    def owner(c: exp.Expression, upto: int) -> int | None:
+    def owner(c: exp.Expr, upto: int) -> int | None:
         used = _cols(c)
         for i in range(upto + 1):
             if used and used <= colsets[i] and not nullable[i]:
                 return i
         return None
 
-    rest_where = []
+    rest_where: list[exp.Expr] = []
     for c in where_conj:
-        i = owner(c, len(sources) - 1)
-        (pushed[i] if i is not None else rest_where).append(c)
+        at = owner(c, len(sources) - 1)
+        (pushed[at] if at is not None else rest_where).append(c)
     for j in range(1, len(sources)):
         keep = []
         for c in ons[j]:
             used = _cols(c)
             if used and used <= colsets[j] and kinds[j] in _ON_PUSHED_RIGHT:
                 pushed[j].append(c)
-            elif kinds[j] in _ON_PUSHED_LEFT and (i := owner(c, j - 1)) is not None:
-                pushed[i].append(c)
+            elif kinds[j] in _ON_PUSHED_LEFT and (at := owner(c, j - 1)) is not None:
+                pushed[at].append(c)
             else:
                 keep.append(c)
         ons[j] = keep
@@ -713,7 +717,7 @@ def _join_kind(j: exp.Join) -> JoinKind:
     if (j.args.get("method") or "").upper() == "ASOF":
         return JoinKind.ASOF_LEFT if side == "left" else JoinKind.ASOF
     if kind in ("asof", "positional") or j.args.get("method"):
-        raise unsupported(f"{(kind or j.args.get('method')).upper()} JOIN")
+        raise unsupported(f"{(kind or str(j.args.get('method'))).upper()} JOIN")
     if kind in ("semi", "anti"):
         return JoinKind(kind)
     if side in ("left", "right", "full"):
@@ -721,7 +725,7 @@ def _join_kind(j: exp.Join) -> JoinKind:
     return JoinKind.INNER if j.args.get("on") is not None else JoinKind.CROSS
 
 
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+def _conjuncts(e: exp.Expr) -> list[exp.Expr]:
     """Split an AND tree (through parentheses), dropping literal TRUE left behind by rewrites."""
     while isinstance(e, exp.Paren):
         e = e.this
@@ -732,7 +736,7 @@ def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
     return [e]
 
 
-def _set_members(s: exp.Expression) -> list[exp.Expression]:
+def _set_members(s: exp.Expr) -> list[exp.Expr]:
     """The expressions of one grouping set: (a, b), (a), a or ()."""
     if isinstance(s, exp.Tuple):
         return list(s.expressions)
@@ -741,23 +745,23 @@ def _set_members(s: exp.Expression) -> list[exp.Expression]:
     return [s]
 
 
-def _calls(e: exp.Expression, names: tuple[str, ...]) -> bool:
+def _calls(e: exp.Expr, names: tuple[str, ...]) -> bool:
     return any(function_name(f) in names for f in e.find_all(exp.Func))
 
 
-def _first_arg(call: exp.Expression) -> str | None:
+def _first_arg(call: exp.Expr) -> str | None:
     """SQL of an aggregate call's first argument (None for COUNT(*) and argument-less calls)."""
     first = call.this if not isinstance(call, exp.Anonymous | exp.AnonymousAggFunc) else None
     if isinstance(call, exp.Anonymous | exp.AnonymousAggFunc) and call.expressions:
         first = call.expressions[0]
     if isinstance(first, exp.Distinct):
         first = first.expressions[0] if len(first.expressions) == 1 else None
-    if not isinstance(first, exp.Expression) or isinstance(first, exp.Star | exp.Order):
+    if not isinstance(first, exp.Expr) or isinstance(first, exp.Star | exp.Order):
         return None
     return _sql(first)
 
 
-def _outer_aggregate(body: exp.Expression, aggregates: Aggregates) -> bool:
+def _outer_aggregate(body: exp.Expr, aggregates: Aggregates) -> bool:
     """Whether an aggregate inside the subquery reads an outer column: SQL then aggregates it in
     the outer query, which the builder (planning scopes one by one) would not see."""
     outer = {id(c) for c in outer_columns(body)}
@@ -767,17 +771,17 @@ def _outer_aggregate(body: exp.Expression, aggregates: Aggregates) -> bool:
     )
 
 
-def _unparen(e: exp.Expression) -> exp.Expression:
+def _unparen(e: exp.Expr) -> exp.Expr:
     while isinstance(e, exp.Subquery) and not e.alias:
         e = e.this
     return e
 
 
-def _cols(e: exp.Expression) -> set[str]:
+def _cols(e: exp.Expr) -> set[str]:
     return {c.name for c in e.find_all(exp.Column)}
 
 
-def _int_arg(s: exp.Expression, arg: str) -> int | None:
+def _int_arg(s: exp.Expr, arg: str) -> int | None:
     node = s.args.get(arg)
     if node is None:
         return None
@@ -787,11 +791,11 @@ def _int_arg(s: exp.Expression, arg: str) -> int | None:
     return int(value.this)
 
 
-def _scope_find(s: exp.Expression, kind: type):
+def _scope_find(s: exp.Expr, kind: type):
     """Nodes of ``kind`` in this SELECT, not inside its WITH clause (CTE bodies are their own scopes)."""
     for key, value in s.args.items():
         if key in ("with_", "with"):
             continue
         for v in value if isinstance(value, list) else [value]:
-            if isinstance(v, exp.Expression):
+            if isinstance(v, exp.Expr):
                 yield from v.find_all(kind)

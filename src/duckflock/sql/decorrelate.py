@@ -28,7 +28,7 @@ _STRICT_SCALARS = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Paren, exp.C
 _BLOCKING = ("group", "having", "order", "limit", "offset", "distinct", "qualify", "windows", "with_", "with")
 
 
-def _strict(e: exp.Expression) -> bool:
+def _strict(e: exp.Expr) -> bool:
     """NULL whenever every aggregate in it is NULL, i.e. over an empty input."""
     if isinstance(e, _STRICT_AGGS):
         return True
@@ -38,11 +38,11 @@ def _strict(e: exp.Expression) -> bool:
     return any(_strict(c) for c in kids) and all(_strict(c) or _constant(c) for c in kids)
 
 
-def _constant(e: exp.Expression) -> bool:
+def _constant(e: exp.Expr) -> bool:
     return not any(True for _ in e.find_all(exp.Column, exp.AggFunc, exp.Query))
 
 
-def _column_type(col: exp.Column, aliases: dict[str, exp.Expression], table_types) -> str | None:
+def _column_type(col: exp.Column, aliases: dict[str, exp.Expr], table_types) -> str | None:
     """The catalog type of a column of a FROM item: a table, or the plain projection of one that
     sqlglot's qualify puts in its place (``(SELECT t.c AS c FROM t AS t) AS t``)."""
     item, name = aliases.get(col.table), col.name
@@ -68,7 +68,7 @@ def _exactly_comparable(a: str | None, b: str | None) -> bool:
     return ca == cb and ca not in ("DOUBLE", "FLOAT", "REAL")
 
 
-def _rewrite(select: exp.Select, conj: exp.Expression, sub: exp.Subquery, name: str, table_types) -> bool:
+def _rewrite(select: exp.Select, conj: exp.Expr, sub: exp.Subquery, name: str, table_types) -> bool:
     body = sub.this
     value = _single_value(body)
     if value is None:
@@ -92,7 +92,7 @@ def _rewrite(select: exp.Select, conj: exp.Expression, sub: exp.Subquery, name: 
     return True
 
 
-def _single_value(body: exp.Expression) -> exp.Expression | None:
+def _single_value(body: exp.Expr) -> exp.Expr | None:
     """The one strict value a plain SELECT ... FROM ... [inner joins] subquery computes, or None."""
     if not isinstance(body, exp.Select) or any(body.args.get(a) for a in _BLOCKING):
         return None
@@ -110,7 +110,7 @@ def _single_value(body: exp.Expression) -> exp.Expression | None:
 
 def _equi_correlation(
     select: exp.Select, body: exp.Select, table_types
-) -> tuple[list[tuple[exp.Column, exp.Column]], list[exp.Expression]] | None:
+) -> tuple[list[tuple[exp.Column, exp.Column]], list[exp.Expr]] | None:
     """The subquery's (inner column, outer column) equalities of exactly comparable types and its
     uncorrelated WHERE conjuncts; None when it refers to the outer query in any other way."""
     inner = from_items(body)
@@ -118,7 +118,7 @@ def _equi_correlation(
     defined = defined_aliases(body)
     where = body.args.get("where")
     keys: list[tuple[exp.Column, exp.Column]] = []
-    plain: list[exp.Expression] = []
+    plain: list[exp.Expr] = []
     for c in conjuncts(where.this) if where is not None else []:
         tables = {col.table for col in c.find_all(exp.Column)}
         if tables <= defined:
@@ -145,9 +145,9 @@ def _equi_correlation(
 
 def _grouped_by_keys(
     body: exp.Select,
-    value: exp.Expression,
+    value: exp.Expr,
     keys: list[tuple[exp.Column, exp.Column]],
-    plain: list[exp.Expression],
+    plain: list[exp.Expr],
 ) -> exp.Select:
     """The subquery as a derived table: its value ``_v`` per inner key ``_k0``, ``_k1``, ..."""
     derived = exp.select(exp.alias_(value.copy(), "_v", quoted=True))
@@ -164,7 +164,7 @@ def _grouped_by_keys(
     return derived
 
 
-def scalar_subqueries_to_joins(expression: exp.Expression, table_types=None) -> exp.Expression:
+def scalar_subqueries_to_joins(expression: exp.Expr, table_types=None) -> exp.Expr:
     """An optimizer rule, after qualify; ``table_types``: catalog table -> column -> DuckDB type."""
     table_types = table_types or {}
     counter = 0

@@ -15,7 +15,7 @@ from duckflock.sql.scopes import conjuncts, from_items
 _BLOCKING = ("group", "having", "limit", "offset", "order", "distinct", "qualify", "joins", "with_", "with")
 
 
-def _candidate(sub: exp.Expression) -> exp.Select | None:
+def _candidate(sub: exp.Expr) -> exp.Select | None:
     """The subquery's SELECT when it is a plain filtered scan of one table."""
     if not isinstance(sub, exp.Select) or any(sub.args.get(a) for a in _BLOCKING):
         return None
@@ -31,13 +31,13 @@ def _candidate(sub: exp.Expression) -> exp.Select | None:
     return sub
 
 
-def exists_to_semi_join(expression: exp.Expression, **_: object) -> exp.Expression:
+def exists_to_semi_join(expression: exp.Expr, **_: object) -> exp.Expr:
     counter = 0
     for select in list(expression.find_all(exp.Select)):
         where = select.args.get("where")
         if where is None or not (select.args.get("from_") or select.args.get("from")):
             continue
-        keep: list[exp.Expression] = []
+        keep: list[exp.Expr] = []
         for conj in conjuncts(where.this):
             negated = isinstance(conj, exp.Not) and isinstance(conj.this, exp.Exists)
             exists = conj.this if negated else conj
