@@ -39,6 +39,7 @@ from duckflock.exec.result_files import (
     prepare_directory,
 )
 from duckflock.exec.runtime import Runtime
+from duckflock.exec.skew import HotKeys
 from duckflock.exec.stage import StageStats, run_stage
 from duckflock.plan.nodes import ExchangeRead, Scan, walk
 from duckflock.plan.stages import StagePlan
@@ -80,6 +81,7 @@ def execute_on_rank(
     received = QueryInputs(rt.mux, cmd.qid, QuerySpill(rt.spill_dir, budget))
     plan = cmd.plan
     shuffled: set[int] = set()  # measured broadcasts that fell back to a shuffle
+    hot: HotKeys = {}  # hot join keys found by the stages that spread them
     started: set[int] = set()
     direct = passed_on_gather(plan)
     part = None
@@ -117,7 +119,7 @@ def execute_on_rank(
                 continue
             stage_id = stage.sid
             writes = part if stage.sid == direct else None
-            out, st = run_stage(rt_q, cmd.qid, plan, stage, received, shuffled, writes)
+            out, st = run_stage(rt_q, cmd.qid, plan, stage, received, shuffled, writes, hot)
             stats.append(st)
             if st.fell_back:
                 shuffled.add(stage.sid)  # the id of the exchange it produces

@@ -17,7 +17,7 @@ from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
-from duckflock.exec import adaptive, range_sort
+from duckflock.exec import adaptive, range_sort, skew
 from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
 from duckflock.local_duckdb import fetch_as_duckdb_returns
@@ -37,6 +37,10 @@ class StageStats:
     exchange: ExchangeStats = field(default_factory=ExchangeStats)
     fell_back: bool = False  # a measured broadcast was larger than the threshold: hashed instead
     note: str = ""  # what a measured broadcast found, for the profile
+    received: dict[int, int] = field(default_factory=dict)  # rows taken from each exchange read
+
+    def set_note(self, text: str) -> None:
+        self.note = text
 
 
 def scan_source(catalog: Catalog, rank: int, size: int):
@@ -94,9 +98,11 @@ def run_stage(
     received: QueryInputs,
     shuffled: set[int],
     part: ResultWriter | None = None,
+    hot: skew.HotKeys | None = None,
 ) -> tuple[pa.Table | None, StageStats]:
     """``shuffled``: the measured broadcasts that fell back so far (which plan each AdaptiveJoin runs).
-    ``part``: this rank's result file, written instead of sending the stage's output (a gather)."""
+    ``part``: this rank's result file, written instead of sending the stage's output (a gather).
+    ``hot``: the query's hot join keys so far (found by spreading stages, used by replicating ones)."""
     if rt.config.stage_gate_dir:
         _wait_at_gate(rt, qid, stage.sid)
     stats = StageStats(stage.sid, rt.rank)
@@ -110,6 +116,7 @@ def run_stage(
         inputs = {}
         for xid in taken:
             inputs[xid] = received.take(xid, stats.exchange)
+            stats.received[xid] = inputs[xid].num_rows
             name = exchange_table(xid)
             con.register(name, inputs[xid])
             registered.append(name)
@@ -127,7 +134,9 @@ def run_stage(
             result = fetch_as_duckdb_returns(con, sql, keep_order=isinstance(root, DriverQuery))
             stats.compute_s += time.perf_counter() - t0
             return result, stats
+        spreads = skew.applies(spec)
         if spec.kind in ("hash", "range"):
+            sql = skew.with_key_hash(spec, sql) if spreads else sql
             sql = f"SELECT *, {target_sql(spec, rt.size)} AS __target FROM ({sql})"
             if spec.local:  # every rank holds all rows: keep this rank's share, send no copies
                 sql = f"SELECT * FROM ({sql}) WHERE __target = {rt.rank}"
@@ -156,6 +165,8 @@ def run_stage(
             reader = pa.RecordBatchReader.from_batches(schema, _drain(batches))
         else:
             reader = con.sql(sql).to_arrow_reader(rt.config.batch_rows)
+        if spreads:
+            reader = skew.route(rt, qid, spec, reader, {} if hot is None else hot, stats.set_note)
         kind, held, schema = spec.kind, [], reader.schema
         measured = spec.fallback_target is not None
         threshold = spec.fallback_above if measured else rt.config.broadcast_threshold_bytes

@@ -25,6 +25,7 @@ from duckflock.catalog.partitioning import (
 )
 from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.config import Config
+from duckflock.plan import skew
 from duckflock.plan.aggregates import split_aggregates
 from duckflock.plan.nodes import (
     AdaptiveJoin,
@@ -301,6 +302,11 @@ class _Planner:
             ktypes = tuple(node.key_types)
             left = self.hash_to(left, node.left_keys, _hashed(node.left_key_cols, ktypes, n))
             right = self.hash_to(right, node.right_keys, _hashed(node.right_key_cols, ktypes, n))
+            spread = skew.spread_side(kind, left.rows, right.rows, self.config.skew_min_rows)
+            if spread is not None and self.config.skew_joins:
+                # Rows of a hot key end up on every rank: the output is partitioned by nothing.
+                lnode, rnode = skew.mark(left.node, right.node, spread, self.fresh("skew"))
+                return done(replace(left, node=lnode), replace(right, node=rnode), (Arbitrary(),), strategy)
         return done(left, right, self._join_parts(kind, left.parts, right.parts), strategy)
 
     def checked_broadcast(self, node: Join, left: Placed, right: Placed, small: str, done) -> Placed:

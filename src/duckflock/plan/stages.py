@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from duckflock.catalog.partitioning import Partitioning
+from duckflock.plan import skew
 from duckflock.plan.nodes import AdaptiveJoin, Exchange, ExchangeRead, Node
 
 
@@ -30,6 +31,8 @@ class ExchangeSpec:
     fallback_keys: tuple[str, ...] = ()
     fallback_target: Partitioning | None = None
     fallback_above: int = 0
+    skew: str = ""  # spread or replicate the rows of hot keys (plan/skew.py)
+    skew_group: str = ""
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,8 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
                 if xid not in inputs:
                     inputs.append(xid)
                 return ExchangeRead(node.columns, xid=xid)
-            children = tuple(replace_exchanges(c) for c in node.children)
+            cut_children = {i: replace_exchanges(node.children[i]) for i in skew.child_order(node)}
+            children = tuple(cut_children[i] for i in range(len(node.children)))
             return node.with_children(children) if children != node.children else node
 
         new_root = replace_exchanges(root)
@@ -125,6 +129,8 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
                 fallback_keys=ex.fallback_keys,
                 fallback_target=ex.fallback_target,
                 fallback_above=ex.fallback_above,
+                skew=ex.skew,
+                skew_group=ex.skew_group,
             )
             stages_by_x[sid] = spec
         stages.append(Stage(sid, new_root, tuple(inputs), spec, on_driver, tuple(when)))

@@ -1,0 +1,59 @@
+"""Joins that spread heavy-hitter keys: which shuffled joins may, and how their exchanges are marked.
+
+In a join whose sides are both hashed on the keys, a key holding a large share of one side sends all
+those rows to one rank. Instead, the rows of the bigger side ("spread") whose key is hot are dealt
+over all ranks, and the other side's rows with that key are sent to every rank ("replicate"); all
+other keys are hashed as before. The hot keys are found at run time (``exec/skew.py``).
+
+Each spread row meets every matching replicated row on exactly one rank, so every matching pair is
+produced once. A spread row also sees all its matches there, so it may be the preserved side: exact
+for INNER, and for LEFT/SEMI/ANTI when the spread side is the left one, RIGHT when it is the right
+one. A replicated row is on every rank, so it must never be preserved: FULL never qualifies, nor
+ASOF (nearest match per rank), CROSS or LATERAL joins (no hashed keys).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from duckflock.plan.nodes import Exchange, Join, Node
+
+SPREAD = "spread"
+REPLICATE = "replicate"
+
+# The join kinds where each side may be the spread one (the other side is never preserved).
+_SPREADABLE = {
+    "inner": ("left", "right"),
+    "left": ("left",),
+    "semi": ("left",),
+    "anti": ("left",),
+    "right": ("right",),
+}
+
+
+def spread_side(kind: str, left_rows: float, right_rows: float, min_rows: int) -> str | None:
+    """The side whose hot keys may be spread: the bigger one by estimated rows, if the kind allows
+    it and that side is large enough for skew to matter."""
+    big = "left" if left_rows >= right_rows else "right"
+    if big not in _SPREADABLE.get(kind, ()) or max(left_rows, right_rows) < min_rows:
+        return None
+    return big
+
+
+def mark(left: Node, right: Node, spread: str, group: str) -> tuple[Node, Node]:
+    """Both hash exchanges of a join marked: ``spread`` side spreads hot keys, the other replicates
+    them; ``group`` names the pair, so the replicating side finds the hot keys the spreading side chose."""
+    assert isinstance(left, Exchange) and isinstance(right, Exchange)
+    roles = (SPREAD, REPLICATE) if spread == "left" else (REPLICATE, SPREAD)
+    return (
+        replace(left, skew=roles[0], skew_group=group),
+        replace(right, skew=roles[1], skew_group=group),
+    )
+
+
+def child_order(node: Node) -> tuple[int, ...]:
+    """The order in which to cut a node's children into stages: a spreading exchange first, because
+    the stage producing the replicating side needs the hot keys it found."""
+    if isinstance(node, Join) and isinstance(node.right, Exchange) and node.right.skew == SPREAD:
+        return (1, 0)
+    return tuple(range(len(node.children)))
