@@ -28,6 +28,9 @@ def explain_plan(plan: StagePlan, stats: list | None = None) -> str:
                 target += f", hash {spec.fallback_target.describe()} if over {above}"
             elif spec.kind == "broadcast":
                 target += " (any size: no shuffle gives the same rows)"
+            if spec.skew:  # plan/skew.py
+                how = "spread over" if spec.skew == "spread" else "replicated to"
+                target += f", hot keys {how} all ranks"
             order = " (in rank order)" if spec.ordered else ""
             rows, size = spec.est
             out = f"{spec.kind}{target}{order} -> x{spec.xid} [est. {human(rows)} rows, {human(size, 'B')}]"
