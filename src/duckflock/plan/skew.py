@@ -15,8 +15,12 @@ ASOF (nearest match per rank), CROSS or LATERAL joins (no hashed keys).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from duckflock.plan.nodes import Exchange, Join, Node
+
+if TYPE_CHECKING:
+    from duckflock.plan.stages import Stage
 
 SPREAD = "spread"
 REPLICATE = "replicate"
@@ -57,3 +61,28 @@ def child_order(node: Node) -> tuple[int, ...]:
     if isinstance(node, Join) and isinstance(node.right, Exchange) and node.right.skew == SPREAD:
         return (1, 0)
     return tuple(range(len(node.children)))
+
+
+def unmark_misordered(stages: list[Stage]) -> list[Stage]:
+    """The stages with the marks of any pair dropped whose spreading stage does not come before its
+    replicating one (``child_order`` sees to that; this is the safety net): the replicating stage
+    would not know the hot keys yet. Without marks both sides are hashed, which is always exact."""
+    spread_seen: set[str] = set()
+    bad: set[str] = set()
+    roles: dict[str, set[str]] = {}
+    for stage in stages:
+        spec = stage.output
+        if spec is None or not spec.skew:
+            continue
+        roles.setdefault(spec.skew_group, set()).add(spec.skew)
+        if spec.skew == SPREAD:
+            spread_seen.add(spec.skew_group)
+        elif spec.skew_group not in spread_seen:
+            bad.add(spec.skew_group)
+    bad |= {g for g, r in roles.items() if r != {SPREAD, REPLICATE}}
+    return [
+        replace(s, output=replace(s.output, skew="", skew_group=""))
+        if s.output is not None and s.output.skew_group in bad
+        else s
+        for s in stages
+    ]

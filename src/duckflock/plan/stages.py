@@ -137,4 +137,4 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
         return sid
 
     build(plan, None)
-    return StagePlan(tuple(stages), output_names, output_schema)
+    return StagePlan(tuple(skew.unmark_misordered(stages)), output_names, output_schema)
