@@ -138,7 +138,11 @@ def _spread(
             next_target = (next_target + n) % size
             spread += n
         yield _with_targets(batch, targets)
-    note(f"x{xid}: {len(keys)} hot join keys, {spread:,} rows of them spread over all ranks")
+    note(
+        f"x{xid}: {len(keys)} hot join keys, {spread:,} rows of them spread over all ranks"
+        if len(keys)
+        else f"x{xid}: no hot join keys"
+    )
 
 
 def _replicate(
@@ -157,4 +161,8 @@ def _replicate(
         copied += rows.num_rows
         for t in range(size):
             yield _with_targets(rows, np.full(rows.num_rows, t, np.uint16))
-    note(f"x{xid}: {len(keys)} hot join keys, {copied:,} rows of them sent to every rank")
+    note(
+        f"x{xid}: {len(keys)} hot join keys, {copied:,} rows of them sent to every rank"
+        if len(keys)
+        else f"x{xid}: no hot join keys"
+    )
