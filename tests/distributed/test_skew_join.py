@@ -49,6 +49,15 @@ def data(tmp_path_factory) -> Path:
         "SELECT i % 5000 AS k, 's' || i::VARCHAR AS s FROM range(5003) t(i) WHERE i % 7 <> 3",
         3,
     )
+    # The same rows placed by their key: only the big side moves (into this table's placement).
+    make_table(
+        root,
+        "small_h",
+        "SELECT i % 5000 AS k, 's' || i::VARCHAR AS s FROM range(5003) t(i) WHERE i % 7 <> 3",
+        3,
+        "hash",
+        ("k",),
+    )
     return root
 
 
@@ -100,3 +109,16 @@ def test_output_not_taken_as_partitioned_by_the_key(data):
     with duckflock.connect(str(data), ranks=3, config=SHUFFLE) as db:
         assert_same(db.sql(sql).arrow(), oracle(data).sql(sql).to_arrow_table())
         assert "hot keys spread over all ranks" in db.explain(sql)
+
+
+@pytest.mark.parametrize("kind", ["JOIN", "LEFT JOIN"])
+def test_hot_key_spread_when_only_the_big_side_moves(data, kind):
+    """The side placed by the key stays on its ranks, except its rows of hot keys: sent to all."""
+    sql = f"SELECT count(*) AS n, sum(b.v) AS v, max(s.s) AS s FROM big b {kind} small_h s ON b.k = s.k"
+    with duckflock.connect(str(data), ranks=3, config=SHUFFLE) as db:
+        assert "[shuffle left]" in db.explain(sql)
+        result = db.sql(sql, profile=True)
+        assert_same(result.arrow(), oracle(data).sql(sql).to_arrow_table())
+        xid = spread_xid(result.stats)
+        received = [s.received[xid] for s in result.stats if xid in s.received]
+        assert sum(received) == 200_000 and max(received) / (sum(received) / 3) < 1.5, received

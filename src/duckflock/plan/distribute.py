@@ -302,11 +302,13 @@ class _Planner:
             ktypes = tuple(node.key_types)
             left = self.hash_to(left, node.left_keys, _hashed(node.left_key_cols, ktypes, n))
             right = self.hash_to(right, node.right_keys, _hashed(node.right_key_cols, ktypes, n))
-            spread = skew.spread_side(kind, left.rows, right.rows, self.config.skew_min_rows)
-            if spread is not None and self.config.skew_joins:
+        if self.config.skew_joins:
+            moved = strategy.split()[1]  # right, left or both
+            marked = skew.spread_hot_keys(node, left, right, moved, self.config.skew_min_rows, self.fresh)
+            if marked is not None:
                 # Rows of a hot key end up on every rank: the output is partitioned by nothing.
-                lnode, rnode = skew.mark(left.node, right.node, spread, self.fresh("skew"))
-                return done(replace(left, node=lnode), replace(right, node=rnode), (Arbitrary(),), strategy)
+                lp, rp = replace(left, node=marked[0]), replace(right, node=marked[1])
+                return done(lp, rp, (Arbitrary(),), strategy)
         return done(left, right, self._join_parts(kind, left.parts, right.parts), strategy)
 
     def checked_broadcast(self, node: Join, left: Placed, right: Placed, small: str, done) -> Placed:

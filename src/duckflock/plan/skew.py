@@ -14,12 +14,15 @@ ASOF (nearest match per rank), CROSS or LATERAL joins (no hashed keys).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from duckflock.catalog.partitioning import Hashed
 from duckflock.plan.nodes import Exchange, Join, Node
 
 if TYPE_CHECKING:
+    from duckflock.plan.distribute import Placed
     from duckflock.plan.stages import Stage
 
 SPREAD = "spread"
@@ -53,6 +56,48 @@ def mark(left: Node, right: Node, spread: str, group: str) -> tuple[Node, Node]:
         replace(left, skew=roles[0], skew_group=group),
         replace(right, skew=roles[1], skew_group=group),
     )
+
+
+def spread_hot_keys(
+    node: Join, left: Placed, right: Placed, moved: str, min_rows: int, fresh: Callable[[str], str]
+) -> tuple[Node, Node] | None:
+    """The (left, right) inputs of a shuffled join with their exchanges marked to spread hot keys,
+    or None where that is not exact or not worth it. ``moved``: the side hashed, or "both"."""
+    if moved == "both":
+        side = spread_side(node.kind, left.rows, right.rows, min_rows)
+        return None if side is None else mark(left.node, right.node, side, fresh("skew"))
+    return spread_moved(node, left, right, moved, min_rows, fresh("skew"))
+
+
+def spread_moved(
+    node: Join, left: Placed, right: Placed, moved: str, min_rows: int, group: str
+) -> tuple[Node, Node] | None:
+    """For a join that hashes only the ``moved`` side into the other side's placement: both sides
+    marked, the staying side now hashed too — into its own placement, so its rows stay on their rank
+    (handed over locally) except those of hot keys, which go to every rank. None when the moved side
+    is not the one to spread (see ``spread_side``) or is not hashed."""
+    mover, stay = (left, right) if moved == "left" else (right, left)
+    ex = mover.node
+    if not isinstance(ex, Exchange) or not isinstance(ex.target, Hashed) or ex.local:
+        return None
+    if spread_side(node.kind, left.rows, right.rows, min_rows) != moved:
+        return None
+    mover_keys = node.left_keys if moved == "left" else node.right_keys
+    stay_keys = node.right_keys if moved == "left" else node.left_keys
+    stay_cols = node.right_key_cols if moved == "left" else node.left_key_cols
+    # Each moved key's partner in the join's equi pairs: equal keys meet under the same hash.
+    pairs = [mover_keys.index(k) for k in ex.keys]
+    target = Hashed(tuple(stay_cols[j] or "?" for j in pairs), ex.target.key_types, ex.target.count)
+    kept = Exchange(
+        stay.node.columns,
+        child=stay.node,
+        kind="hash",
+        target=target,
+        keys=tuple(stay_keys[j] for j in pairs),
+        est=(stay.rows, stay.bytes),
+    )
+    lnode, rnode = (ex, kept) if moved == "left" else (kept, ex)
+    return mark(lnode, rnode, moved, group)
 
 
 def child_order(node: Node) -> tuple[int, ...]:
