@@ -66,11 +66,11 @@ def spread_hot_keys(
     if moved == "both":
         side = spread_side(node.kind, left.rows, right.rows, min_rows)
         return None if side is None else mark(left.node, right.node, side, fresh("skew"))
-    return spread_moved(node, left, right, moved, min_rows, fresh("skew"))
+    return spread_moved(node, left, right, moved, min_rows, fresh)
 
 
 def spread_moved(
-    node: Join, left: Placed, right: Placed, moved: str, min_rows: int, group: str
+    node: Join, left: Placed, right: Placed, moved: str, min_rows: int, fresh: Callable[[str], str]
 ) -> tuple[Node, Node] | None:
     """For a join that hashes only the ``moved`` side into the other side's placement: both sides
     marked, the staying side now hashed too — into its own placement, so its rows stay on their rank
@@ -97,7 +97,7 @@ def spread_moved(
         est=(stay.rows, stay.bytes),
     )
     lnode, rnode = (ex, kept) if moved == "left" else (kept, ex)
-    return mark(lnode, rnode, moved, group)
+    return mark(lnode, rnode, moved, fresh("skew"))
 
 
 def child_order(node: Node) -> tuple[int, ...]:
