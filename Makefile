@@ -32,11 +32,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/duckflock bench seed --sf 0.1,0.5,1 --ranks 1,2,4

@@ -32,6 +32,7 @@ from duckflock.exchange.codec import write_options
 from duckflock.exchange.partition import split_by_target
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter, read_exchange
 from duckflock.exec.runtime import Runtime, mpi_runtime
+from duckflock.plan.kinds import ExchangeKind
 from duckflock_bench.measure import (
     GB,
     cores,
@@ -83,7 +84,7 @@ def shuffle(rt: Runtime, qid: int, batches: list[pa.RecordBatch], schema: pa.Sch
         rt.mux,
         qid + 1,
         0,
-        "hash",
+        ExchangeKind.HASH,
         everyone,
         rt.config.chunk_bytes,
         write_options(rt.config.compression),

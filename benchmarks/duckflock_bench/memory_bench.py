@@ -4,8 +4,12 @@ that size, next to single-process DuckDB in the same cgroup.
 Each run is a fresh process tree (``duckflock sql --output`` for duckflock, a Python process for
 DuckDB) in a fresh cgroup; reported per query and rank count: time, peak anonymous memory of the
 whole tree (page cache excluded), peak bytes in the spill directory, OOM kills, and whether the
-result equals DuckDB's (both written to Parquet and compared). With ``--node-memory none`` no limit
-is set and only the memory is measured.
+result equals DuckDB's (both written to Parquet and compared).
+
+With ``--node-memory none`` there is no cgroup (and no need for root): the peak is the summed Pss
+of the process tree, sampled (``pss.py``), which counts the shared-library pages the ranks share
+once, as one node holds them; the ranks' own sum (the processes that load DuckDB, without mpiexec
+and the launcher) is reported next to it, and each rank's own peak.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from duckflock.errors import DuckflockError
 from duckflock.ingest.tpch import generate_tpch
 from duckflock.testing.compare import difference
 from duckflock.testing.tpch import ORDER, query
+from duckflock_bench import pss
 from duckflock_bench.cgroup import Measured, available, run_in_cgroup
 from duckflock_bench.jobs import err, write_json
 from duckflock_bench.measure import machine_info, median, versions
@@ -69,10 +74,10 @@ def parse_bytes(text: str) -> int | None:
 def run_memory(
     sf: float, node_memory: str, ranks: list[int], runs: int, names: list[str], data_root: str, out: Path
 ) -> dict:
-    why = available()
+    limit = parse_bytes(node_memory)
+    why = available() if limit is not None else pss.available()
     if why is not None:
         raise DuckflockError(f"bench memory {why}")
-    limit = parse_bytes(node_memory)
     unknown = [n for n in names if n not in QUERIES]
     if unknown:
         raise DuckflockError(f"unknown queries {unknown}; choose from {sorted(QUERIES)}")
@@ -81,6 +86,7 @@ def run_memory(
     results: dict = {
         "sf": sf,
         "node_memory_bytes": limit,
+        "meter": "cgroup anon" if limit is not None else "summed Pss",
         "runs": runs,
         "machine": machine_info(memcpy=False),
         "versions": versions(),
@@ -105,31 +111,44 @@ def run_memory(
                 if base["ok"] and point["ok"]:
                     point["time_ratio"] = point["seconds"] / base["seconds"]
                     point["memory_ratio"] = point["peak_anon_bytes"] / max(base["peak_anon_bytes"], 1)
+                    if "peak_rank_bytes" in point:
+                        base_ranks = max(base["peak_rank_bytes"], 1)
+                        point["rank_memory_ratio"] = point["peak_rank_bytes"] / base_ranks
                 results["points"].append({"query": name, "engine": "duckflock", "ranks": n, **point})
                 _say(name, f"{n} ranks", point)
     write_json(out / "results.json", results)
     return results
 
 
-def _duckdb(data: Path, qfile: Path, result: Path, limit: int | None, work: Path) -> Measured:
+def _duckdb(data: Path, qfile: Path, result: Path, limit: int | None, work: Path) -> Measured | pss.Sampled:
     spill = work / "spill-duckdb"
     spill.mkdir(exist_ok=True)
     cmd = [sys.executable, "-c", _DUCKDB_SCRIPT, str(data), str(qfile), str(spill), str(result)]
-    return run_in_cgroup(cmd, limit, spill, os.environ.copy(), timeout=900)
+    return _run(cmd, limit, spill, os.environ.copy())
 
 
-def _duckflock(data: Path, name: str, ranks: int, result: Path, limit: int | None, work: Path) -> Measured:
+def _duckflock(
+    data: Path, name: str, ranks: int, result: Path, limit: int | None, work: Path
+) -> Measured | pss.Sampled:
     spill = work / "spill-duckflock"
     spill.mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "duckflock.cli.main", "sql", "--data", str(data), "--ranks", str(ranks)]
     cmd += ["--output", str(result), QUERIES[name]]
     env = {**os.environ, "DUCKFLOCK_TEMP_DIR": str(spill)}
+    return _run(cmd, limit, spill, env)
+
+
+def _run(cmd: list[str], limit: int | None, spill: Path, env: dict[str, str]) -> Measured | pss.Sampled:
+    """In a cgroup of ``limit`` bytes; without a limit, no cgroup: the tree's Pss is sampled."""
+    if limit is None:
+        return pss.run_sampled(cmd, spill, env, timeout=900)
     return run_in_cgroup(cmd, limit, spill, env, timeout=900)
 
 
-def _repeat(runs: int, once: Callable[..., Measured], *args: object) -> dict:
-    """Medians over ``runs`` runs of ``once(*args)``; a failed run ends the series."""
-    measured: list[Measured] = []
+def _repeat(runs: int, once: Callable[..., Measured | pss.Sampled], *args: object) -> dict:
+    """Medians over ``runs`` runs of ``once(*args)`` (peaks: the median run's); a failed run ends
+    the series."""
+    measured: list[Measured | pss.Sampled] = []
     for _ in range(runs):
         m = once(*args)
         measured.append(m)
@@ -137,14 +156,24 @@ def _repeat(runs: int, once: Callable[..., Measured], *args: object) -> dict:
             break
     last = measured[-1]
     ok = last.returncode == 0
-    return {
+    point = {
         "ok": ok,
         "seconds": median([m.seconds for m in measured]),
-        "peak_anon_bytes": max(m.peak_anon_bytes for m in measured),
         "peak_spill_bytes": max(m.peak_spill_bytes for m in measured),
-        "oom_kills": sum(m.oom_kills for m in measured),
         "error": None if ok else (last.stderr.strip().splitlines() or [f"exit code {last.returncode}"])[-1],
     }
+    sampled = [m for m in measured if isinstance(m, pss.Sampled)]
+    if sampled:
+        # Pss: the whole tree in the "peak" column, the ranks alone and each rank's own peak beside.
+        point["peak_anon_bytes"] = int(median([m.peak_pss_bytes for m in sampled]))
+        point["peak_rank_bytes"] = int(median([m.peak_rank_pss_bytes for m in sampled]))
+        point["peak_per_rank_bytes"] = [sorted(m.peak_by_pid.values(), reverse=True) for m in sampled]
+        point["oom_kills"] = 0
+    else:
+        cg = [m for m in measured if isinstance(m, Measured)]
+        point["peak_anon_bytes"] = max(m.peak_anon_bytes for m in cg)
+        point["oom_kills"] = sum(m.oom_kills for m in cg)
+    return point
 
 
 def _say(name: str, who: str, p: dict) -> None:
@@ -152,8 +181,12 @@ def _say(name: str, who: str, p: dict) -> None:
         err.print(f"  {name:5} {who:9} FAILED ({p['oom_kills']} OOM kills): {p['error']}", highlight=False)
         return
     extra = ""
+    if "peak_rank_bytes" in p:
+        extra = f"  ranks {p['peak_rank_bytes'] / 2**20:5.0f} MiB"
     if "time_ratio" in p:
-        extra = f"  {p['time_ratio']:.2f}x time, {p['memory_ratio']:.2f}x memory"
+        extra += f"  {p['time_ratio']:.2f}x time, {p['memory_ratio']:.2f}x memory"
+    if "rank_memory_ratio" in p:
+        extra += f" ({p['rank_memory_ratio']:.2f}x ranks only)"
     if p.get("correct") is False:
         extra += f"  WRONG: {p['problem']}"
     err.print(
@@ -165,24 +198,33 @@ def _say(name: str, who: str, p: dict) -> None:
 
 def memory_markdown(results: dict) -> str:
     limit = results["node_memory_bytes"]
-    node = f"{limit / 2**30:.2f} GiB cgroup" if limit else "no memory limit"
+    node = f"{limit / 2**30:.2f} GiB cgroup" if limit else "no memory limit, no cgroup"
+    if limit:
+        meter = "Peak: anonymous memory of the whole process tree (page cache excluded), sampled every 50 ms."
+    else:
+        meter = (
+            "Peak: summed Pss of the whole process tree at its peak instant (pages the processes "
+            "share, such as libraries, counted once), sampled every 20 ms; ranks: the processes "
+            "that load DuckDB only (no mpiexec, launcher or guards)."
+        )
     lines = [
         f"# Memory: TPC-H SF {results['sf']:g}, {node}",
         "",
-        f"Median of {results['runs']} cold runs each (a fresh process tree per run, same cgroup size). "
-        "Peak: anonymous memory of the whole process tree (page cache excluded), sampled every 50 ms.",
+        f"Median of {results['runs']} cold runs each (a fresh process tree per run). {meter}",
         "",
-        "| query | engine | ranks | ok | s | peak MiB | spill MiB | OOM kills | x DuckDB time "
-        "| x DuckDB memory |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| query | engine | ranks | ok | s | peak MiB | ranks MiB | spill MiB | OOM kills | x DuckDB time "
+        "| x DuckDB memory | x DuckDB (ranks) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in results["points"]:
         ok = "yes" if p["ok"] and p.get("correct", True) else ("WRONG" if p["ok"] else "failed")
         ratio_t = f"{p['time_ratio']:.2f}" if "time_ratio" in p else ""
         ratio_m = f"{p['memory_ratio']:.2f}" if "memory_ratio" in p else ""
+        ratio_r = f"{p['rank_memory_ratio']:.2f}" if "rank_memory_ratio" in p else ""
+        ranks_mib = f"{p['peak_rank_bytes'] / 2**20:.0f}" if "peak_rank_bytes" in p else ""
         lines.append(
             f"| {p['query']} | {p['engine']} | {p['ranks']} | {ok} | {p['seconds']:.2f} | "
-            f"{p['peak_anon_bytes'] / 2**20:.0f} | {p['peak_spill_bytes'] / 2**20:.0f} | {p['oom_kills']} | "
-            f"{ratio_t} | {ratio_m} |"
+            f"{p['peak_anon_bytes'] / 2**20:.0f} | {ranks_mib} | {p['peak_spill_bytes'] / 2**20:.0f} | "
+            f"{p['oom_kills']} | {ratio_t} | {ratio_m} | {ratio_r} |"
         )
     return "\n".join(lines) + "\n"

@@ -1,5 +1,7 @@
 """duckflock: one SQL query answered by many DuckDB processes together."""
 
+from typing import TYPE_CHECKING
+
 from duckflock.config import Config
 from duckflock.errors import (
     CatalogError,
@@ -19,6 +21,11 @@ _LAZY = {
     "spmd": "spmd",
     "Progress": "exec.progress",
 }
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
+    from duckflock.exec.progress import Progress
+    from duckflock.session import Result, Session, connect
+    from duckflock.spmd import spmd
 
 
 def __getattr__(name: str) -> object:

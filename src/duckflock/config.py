@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,9 @@ class Config:
     stage_gate_dir: str = ""
 
     @classmethod
-    def from_env(cls, **overrides: object) -> Config:
+    def from_env(cls, **overrides: Any) -> Config:
         """Read DUCKFLOCK_<FIELD> variables, then apply explicit overrides."""
-        values: dict[str, object] = {}
+        values: dict[str, Any] = {}  # each converted to its field's type below
         for f in fields(cls):
             raw = os.environ.get(f"DUCKFLOCK_{f.name.upper()}")
             if raw is None:

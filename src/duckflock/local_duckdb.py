@@ -20,7 +20,7 @@ def open_duckdb(
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB for one rank. With ``only_dir`` its SQL can read files there and nowhere else; it
     spills into ``temp_dir`` (at most ``max_temp_bytes`` when set)."""
-    settings: dict[str, object] = {
+    settings: dict[str, str | bool | int | float | list[str]] = {
         "threads": threads,
         "memory_limit": f"{max(memory_bytes >> 20, 64)}MB",
         # Row order is only promised where the query says ORDER BY; dropping it saves work.

@@ -1,9 +1,13 @@
-"""Python values as DuckDB SQL literals: the one quoting function every layer uses to write paths,
-settings and constants into SQL text."""
+"""Python values and names as DuckDB SQL: the quoting functions every layer uses to write paths,
+settings, constants and identifiers into SQL text."""
 
 from __future__ import annotations
 
 import datetime as dt
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def sql_literal(value: object) -> str:

@@ -32,6 +32,7 @@ WIDE = {
     "scalars": [("threads", 3, "off")],
     "windows": [("threads", 3, "default")],
     "join_matrix": [("threads", 2, "off"), ("threads", 3, "default"), ("mpi", 3, "off")],
+    "type_matrix": [("threads", 2, "off"), ("threads", 3, "default"), ("mpi", 3, "off")],
 }
 
 

@@ -87,3 +87,23 @@ def test_bench_seed_smoke(tmp_path):
     assert (out / "results.md").is_file()
     for png in ("seed_phases.png", "seed_vs_duckdb.png", "seed_exchange.png"):
         assert (out / png).stat().st_size > 0
+
+
+def test_pss_meter_counts_a_tree_and_its_shared_pages_once(tmp_path):
+    """Two children each touching 64 MiB of their own: the tree's peak holds both at once, and
+    with the three interpreters' pages (libraries shared among them) it stays well under 3x."""
+    from duckflock_bench import pss
+
+    if pss.available() is not None:
+        pytest.skip(pss.available())
+    child = "b = bytearray(64 << 20); import time; time.sleep(1.0)"
+    script = (
+        "import subprocess, sys\n"
+        f"ps = [subprocess.Popen([sys.executable, '-c', {child!r}]) for _ in range(2)]\n"
+        "[p.wait() for p in ps]\n"
+    )
+    m = pss.run_sampled([sys.executable, "-c", script], tmp_path, os.environ.copy(), timeout=60)
+    assert m.returncode == 0, m.stderr
+    assert m.peak_pss_bytes >= 2 * (64 << 20)
+    assert m.peak_rank_pss_bytes == 0  # no process loaded DuckDB
+    assert m.peak_pss_bytes < 3 * (64 << 20) + (200 << 20)

@@ -29,7 +29,8 @@ from duckflock.exchange.shuffle import (
     eos_channel,
     read_exchange,
 )
-from duckflock.exec.stage import target_sql
+from duckflock.plan.kinds import ExchangeKind
+from duckflock.plan.sql_text import target_sql
 from duckflock.plan.stages import ExchangeSpec
 from duckflock.transport.base import SendHandle
 from duckflock.transport.inproc import InProcTransport
@@ -98,7 +99,7 @@ def exchange(
     """One rank's part of one exchange: write its batches, then read what it receives."""
     n = mux.size
     receivers = [0] if kind == "gather" else list(range(n))
-    w = ExchangeWriter(mux, qid, xid, kind, receivers, chunk_bytes, write_options(compression))
+    w = ExchangeWriter(mux, qid, xid, ExchangeKind(kind), receivers, chunk_bytes, write_options(compression))
     for b in batches:
         w.write(b)
     w.close(schema)
@@ -126,7 +127,11 @@ BASE_SQL = (
 
 def hash_spec(n: int, count: int | None = None) -> ExchangeSpec:
     return ExchangeSpec(
-        xid=0, kind="hash", keys=('"k"',), target=Hashed(("k",), ("BIGINT",), count or n), producer=0
+        xid=0,
+        kind=ExchangeKind.HASH,
+        keys=('"k"',),
+        target=Hashed(("k",), ("BIGINT",), count or n),
+        producer=0,
     )
 
 
@@ -136,7 +141,7 @@ def per_rank_tables(n: int, rows_per_rank: list[int], spec: ExchangeSpec | None)
     for count in rows_per_rank:
         sql = BASE_SQL.format(lo=lo, hi=lo + count)
         if spec is not None:
-            sql = f"SELECT *, {target_sql(spec, n)} AS __target FROM ({sql})"
+            sql = f"SELECT *, {target_sql(spec.keys, spec.target, n)} AS __target FROM ({sql})"
         out.append(_con.sql(sql).to_arrow_table())
         lo += count
     return out
@@ -209,7 +214,7 @@ def test_ordered_gather_concatenates_ranks_in_rank_order(n):
     schema = inputs[0].schema
 
     def body(mux):
-        w = ExchangeWriter(mux, 1, 0, "gather", [0], 1 << 62, write_options("none"))
+        w = ExchangeWriter(mux, 1, 0, ExchangeKind.GATHER, [0], 1 << 62, write_options("none"))
         for b in inputs[mux.rank].to_batches(64):
             w.write(b)
         w.close(schema)
@@ -419,7 +424,11 @@ def test_random_tables_through_a_hash_exchange(case, chunk_bytes):
             }
         )
         _con.register("shard", t)
-        inputs.append(_con.sql(f"SELECT *, {target_sql(spec, n)} AS __target FROM shard").to_arrow_table())
+        inputs.append(
+            _con.sql(
+                f"SELECT *, {target_sql(spec.keys, spec.target, n)} AS __target FROM shard"
+            ).to_arrow_table()
+        )
         _con.unregister("shard")
     schema = inputs[0].schema
     results = ok(

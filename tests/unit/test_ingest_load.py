@@ -14,7 +14,8 @@ from duckflock.catalog import Catalog, Hashed, Ranged, TableInfo
 from duckflock.config import Config
 from duckflock.errors import CatalogError, ExecutionError
 from duckflock.exec.runtime import Runtime
-from duckflock.ingest.load import load_table, scan_sql
+from duckflock.ingest.load import load_table
+from duckflock.plan.sql_text import read_files
 from duckflock.transport.inproc import InProcTransport
 
 QID = 7
@@ -174,7 +175,7 @@ def test_csv_input(tmp_path, inputs, n):
     assert dict(whole.columns)["id"] == "BIGINT" and whole.csv_options["header"] is True
     # Read back the way the executor reads a CSV table: the catalog's columns plus its dialect options.
     assert "columns" not in whole.csv_options
-    back = scan_sql(
+    back = read_files(
         "csv", [tmp_path / f for p in whole.partitions for f in p.files], whole.csv_options, whole.columns
     )
     assert _fingerprint(con, back) == _fingerprint(con, f"read_parquet({files})")

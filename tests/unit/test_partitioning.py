@@ -24,9 +24,9 @@ from duckflock.catalog.partitioning import (
     canonical_hash_type,
     co_located,
     common_hash_type,
-    hash_sql,
     ranges_aligned,
 )
+from duckflock.plan.sql_text import hash_sql
 
 FAST = settings(max_examples=40, deadline=None)
 

@@ -12,9 +12,9 @@ from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.config import Config
 from duckflock.errors import CatalogError, DuckflockError, SqlError
 from duckflock.exec import adaptive
-from duckflock.exec.stage import target_sql
 from duckflock.plan.nodes import Aggregate, ExchangeRead, Join, Node, Scan, SetOp, Sort, Window, walk
 from duckflock.plan.planner import plan_query
+from duckflock.plan.sql_text import target_sql
 from duckflock.plan.stages import ExchangeSpec, StagePlan
 from duckflock.sql.schema_db import SchemaDB
 from support import make_table
@@ -386,7 +386,14 @@ def _set_op_targets(p: StagePlan, size: int, left_values: list[str], right_value
     for child, values in ((node.left, left_values), (node.right, right_values)):
         spec = feeding(p, child)
         rel = " UNION ALL ".join(f"SELECT {v} AS {spec.keys[0]}" for v in values)
-        out.append([r[0] for r in duckdb.sql(f"SELECT {target_sql(spec, size)} FROM ({rel})").fetchall()])
+        out.append(
+            [
+                r[0]
+                for r in duckdb.sql(
+                    f"SELECT {target_sql(spec.keys, spec.target, size)} FROM ({rel})"
+                ).fetchall()
+            ]
+        )
     return out
 
 
@@ -568,7 +575,7 @@ def test_range_shuffle_from_a_wider_key_type_computes_targets(plan, catalog):
     assert spec.kind == "range"
     values = [5, 2999, 3_000_000_000]
     rel = f"SELECT k AS {spec.keys[0]} FROM (VALUES {', '.join(f'({v}::BIGINT)' for v in values)}) v(k)"
-    got = duckdb.sql(f"SELECT {target_sql(spec, 4)} FROM ({rel})").fetchall()
+    got = duckdb.sql(f"SELECT {target_sql(spec.keys, spec.target, 4)} FROM ({rel})").fetchall()
     # Keys that exist in rint go where rint keeps them; others may go anywhere.
     parts = catalog.table("rint").partitions
     owner = [next(i for i, q in enumerate(parts) if q.min <= v <= q.max) for v in values[:2]]

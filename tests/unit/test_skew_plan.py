@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from duckflock.plan.kinds import ExchangeKind, JoinKind, SkewRole
 from duckflock.plan.nodes import Values
-from duckflock.plan.skew import REPLICATE, SPREAD, spread_side, unmark_misordered
+from duckflock.plan.skew import spread_side, unmark_misordered
 from duckflock.plan.stages import ExchangeSpec, Stage
 
 
@@ -27,11 +28,14 @@ from duckflock.plan.stages import ExchangeSpec, Stage
     ],
 )
 def test_spread_side(kind, left, right, want):
-    assert spread_side(kind, left, right, min_rows=100_000) == want
+    assert spread_side(JoinKind(kind), left, right, min_rows=100_000) == want
 
 
-def _stage(sid: int, role: str, group: str = "g") -> Stage:
-    spec = ExchangeSpec(sid, "hash", ("k",), None, sid, skew=role, skew_group=group)
+SPREAD, REPLICATE = SkewRole.SPREAD, SkewRole.REPLICATE
+
+
+def _stage(sid: int, role: SkewRole, group: str = "g") -> Stage:
+    spec = ExchangeSpec(sid, ExchangeKind.HASH, ("k",), None, sid, skew=role, skew_group=group)
     return Stage(sid, Values(("x",)), (), spec, False)
 
 
@@ -39,6 +43,6 @@ def test_pairs_cut_in_the_wrong_order_lose_their_marks():
     good = unmark_misordered([_stage(0, SPREAD), _stage(1, REPLICATE)])
     assert [s.output.skew for s in good] == [SPREAD, REPLICATE]
     swapped = unmark_misordered([_stage(0, REPLICATE), _stage(1, SPREAD)])
-    assert [s.output.skew for s in swapped] == ["", ""]
+    assert [s.output.skew for s in swapped] == [None, None]
     alone = unmark_misordered([_stage(0, SPREAD, "a"), _stage(1, SPREAD), _stage(2, REPLICATE)])
-    assert [s.output.skew for s in alone] == ["", SPREAD, REPLICATE]
+    assert [s.output.skew for s in alone] == [None, SPREAD, REPLICATE]

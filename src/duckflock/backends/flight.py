@@ -9,6 +9,8 @@ import pickle
 import secrets
 from dataclasses import replace
 
+import pyarrow as pa
+
 from duckflock.errors import DuckflockError, TransportError
 from duckflock.exec.driver import QueryOutcome
 from duckflock.exec.messages import (
@@ -97,7 +99,7 @@ class FlightBackend:
         except BaseException:
             writer.abort()
             raise
-        outcome.table = outcome.plan.output_schema.empty_table()
+        outcome.table = pa.Table.from_batches([], outcome.plan.output_schema)
         outcome.rows_written = writer.rows
         return outcome
 

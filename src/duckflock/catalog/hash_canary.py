@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import warnings
 
-from duckflock.catalog.partitioning import hash_sql
+from duckflock.plan.sql_text import hash_sql
 
 # One sample key per canonical hash type, and a large modulus so the canary sees most hash bits.
 _SAMPLES = {

@@ -9,6 +9,7 @@ two tables meet on the same rank for any rank count.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 _SMALL_INTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
 _BIG_INTS = {"UBIGINT", "HUGEINT", "UHUGEINT"}
@@ -52,42 +53,32 @@ def common_hash_type(left: str, right: str) -> str:
     return "VARCHAR"
 
 
-def quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def hash_sql(key_sql: list[str], key_types: tuple[str, ...], count: int) -> str:
-    """SQL computing the partition number of a row: DuckDB's deterministic hash of the cast keys."""
-    casts = ", ".join(f"CAST({k} AS {t})" for k, t in zip(key_sql, key_types, strict=True))
-    return f"(hash({casts}) % {count})"
-
-
 @dataclass(frozen=True)
 class Hashed:
     """Row with key k is in partition hash(k cast to key_types) % count."""
 
-    keys: tuple[str, ...]
+    keys: tuple[str | None, ...]  # the key columns; None where a key is an expression, not a column
     key_types: tuple[str, ...]
     count: int
 
     def describe(self) -> str:
-        return f"hash({', '.join(self.keys)}) % {self.count}"
+        return f"hash({', '.join(k or '?' for k in self.keys)}) % {self.count}"
 
 
 @dataclass(frozen=True)
 class Ranged:
     """Partition p holds keys in the closed interval bounds[p] (None for an empty partition)."""
 
-    key: str
+    key: str | None  # None where the key is an expression, not a column
     key_type: str
-    bounds: tuple[tuple[object, object] | None, ...]
+    bounds: tuple[tuple[Any, Any] | None, ...]  # values of the key's type
 
     @property
     def count(self) -> int:
         return len(self.bounds)
 
     def describe(self) -> str:
-        return f"range({self.key}) x {self.count}"
+        return f"range({self.key or '?'}) x {self.count}"
 
 
 @dataclass(frozen=True)
@@ -125,7 +116,7 @@ def ranges_aligned(a: Ranged, b: Ranged) -> bool:
         for q, rb in enumerate(b.bounds):
             if p == q or ra is None or rb is None:
                 continue
-            if not (ra[1] < rb[0] or rb[1] < ra[0]):  # type: ignore[operator]
+            if not (ra[1] < rb[0] or rb[1] < ra[0]):
                 return False
     return True
 

@@ -30,9 +30,9 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     bt.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
     bt.add_argument("--out", default="bench-results/tpch", help="output directory")
 
-    bm = bsub.add_parser("memory", help="queries larger than a node's memory, in a memory cgroup (root)")
+    bm = bsub.add_parser("memory", help="peak memory vs DuckDB: in a memory cgroup (root), or without")
     bm.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
-    bm.add_argument("--node-memory", default="1GiB", help="the cgroup's limit, e.g. 1.5GiB; none: no limit")
+    bm.add_argument("--node-memory", default="1GiB", help="cgroup limit, e.g. 1.5GiB; none: no cgroup, Pss")
     bm.add_argument("--ranks", default="2,4", help="rank counts, comma separated")
     bm.add_argument("--runs", type=int, default=1, help="cold runs per point (median reported)")
     bm.add_argument("--queries", default="join,q9,q18,q21,skew", help="of join, q9, q18, q21, skew")

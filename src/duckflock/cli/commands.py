@@ -105,7 +105,8 @@ def run_worker(args: argparse.Namespace) -> int:
     host, _, port = args.listen.rpartition(":")
     if not host or not port.isdigit():
         raise DuckflockError(f"--listen wants HOST:PORT, got {args.listen!r}")
-    tls = (read_pem(args.tls_cert), read_pem(args.tls_key)) if args.tls_cert else None
+    cert, key = read_pem(args.tls_cert), read_pem(args.tls_key)
+    tls = (cert, key) if cert is not None and key is not None else None
     scheme = "grpc+tls" if tls else "grpc+tcp"
     worker = Worker(
         f"{scheme}://{args.listen}",

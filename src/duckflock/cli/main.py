@@ -32,7 +32,17 @@ err = Console(stderr=True, soft_wrap=True)
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="duckflock", description="Distributed SQL over many DuckDB processes.")
     sub = p.add_subparsers(dest="command", required=True)
+    _add_datagen(sub)
+    _add_load(sub)
+    _add_worker(sub)
+    for name, text in (("sql", "run a query"), ("explain", "show the distributed plan of a query")):
+        _add_query(sub.add_parser(name, help=text), name)
+    add_bench_parsers(sub)
+    _add_demo(sub)
+    return p
 
+
+def _add_datagen(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("datagen", help="generate benchmark data into a data directory")
     g.add_argument("benchmark", choices=["tpch"])
     g.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
@@ -40,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--parts", type=int, default=12, help="partitions per large table (default 12)")
     g.add_argument("--jobs", type=int, default=None, help="parallel generator processes")
 
+
+def _add_load(sub: argparse._SubParsersAction) -> None:
     ld = sub.add_parser("load", help="register Parquet/CSV files as a table, optionally repartitioned")
     ld.add_argument("--data", required=True, help="data directory")
     ld.add_argument("--table", default=None, help="table name")
@@ -56,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
         "with this DuckDB's, so they join co-located again",
     )
 
+
+def _add_worker(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("worker", help="serve queries over Arrow Flight (for sql --workers)")
     w.add_argument("--listen", default="127.0.0.1:8815", help="HOST:PORT to bind (default 127.0.0.1:8815)")
     w.add_argument("--data", required=True, help="this worker's data directory (shared or its own)")
@@ -69,42 +83,38 @@ def _parser() -> argparse.ArgumentParser:
         help="end a session after this many seconds without a call from its caller",
     )
 
-    for name, text in (("sql", "run a query"), ("explain", "show the distributed plan of a query")):
-        s = sub.add_parser(name, help=text)
-        s.add_argument("--data", default=None, help="data directory (MPI ranks)")
-        s.add_argument("--ranks", type=int, default=2, help="number of MPI ranks (default 2)")
-        s.add_argument("--workers", default=None, help="HOST:PORT,HOST:PORT,...: run on duckflock workers")
-        s.add_argument("--token-file", default=None, help="the workers' shared token (with --workers)")
-        s.add_argument("--tls-root", default=None, help="PEM certificate to trust for TLS workers")
+
+def _add_query(s: argparse.ArgumentParser, name: str) -> None:
+    """The options of ``sql`` and ``explain``: where the ranks are, the query, and their own."""
+    s.add_argument("--data", default=None, help="data directory (MPI ranks)")
+    s.add_argument("--ranks", type=int, default=2, help="number of MPI ranks (default 2)")
+    s.add_argument("--workers", default=None, help="HOST:PORT,HOST:PORT,...: run on duckflock workers")
+    s.add_argument("--token-file", default=None, help="the workers' shared token (with --workers)")
+    s.add_argument("--tls-root", default=None, help="PEM certificate to trust for TLS workers")
+    s.add_argument(
+        "--shared-data",
+        action="store_true",
+        help="with --workers: every worker can read every file (small tables are then read, not broadcast)",
+    )
+    s.add_argument("query", help="the SELECT statement")
+    if name == "explain":
+        s.add_argument("--analyze", action="store_true", help="run the query; show actual rows, bytes, times")
+    if name == "sql":
         s.add_argument(
-            "--shared-data",
-            action="store_true",
-            help="with --workers: every worker can read every file (small tables are then read, "
-            "not broadcast)",
+            "--output",
+            default=None,
+            help="write the result to .parquet/.csv/.arrow, or to DIR/ as Parquet parts written by "
+            "every rank (part-<rank>-<seq>.parquet; in name order for a parallel ORDER BY)",
         )
-        s.add_argument("query", help="the SELECT statement")
-        if name == "explain":
-            s.add_argument(
-                "--analyze", action="store_true", help="run the query; show actual rows, bytes, times"
-            )
-        if name == "sql":
-            s.add_argument(
-                "--output",
-                default=None,
-                help="write the result to .parquet/.csv/.arrow, or to DIR/ as Parquet parts written by "
-                "every rank (part-<rank>-<seq>.parquet; in name order for a parallel ORDER BY)",
-            )
-            s.add_argument("--profile", action="store_true", help="per-rank, per-stage timings")
-            s.add_argument("--max-rows", type=int, default=20, help="rows to print (default 20)")
+        s.add_argument("--profile", action="store_true", help="per-rank, per-stage timings")
+        s.add_argument("--max-rows", type=int, default=20, help="rows to print (default 20)")
 
-    add_bench_parsers(sub)
 
+def _add_demo(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("demo", help="generate TPC-H, run the seed join on several ranks, check it")
     d.add_argument("--sf", type=float, default=0.1)
     d.add_argument("--data", default=None, help="data directory (default data/tpch-sf<SF>)")
     d.add_argument("--ranks", type=int, default=4)
-
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,10 +172,7 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from duckflock.cli.commands import run_on_workers
 
         return run_on_workers(args)
-    if args.command in ("sql", "explain") and not args.data:
-        raise DuckflockError("give --data DIR (MPI ranks) or --workers HOST:PORT,... (Flight workers)")
-    if args.command == "load":
-        _check_load_args(args)
+    _check_args(args)
     needs_ranks = args.command in ("sql", "load") or (args.command == "explain" and args.analyze)
     if needs_ranks and not under_mpi():
         if args.command != "load":
@@ -173,6 +180,18 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
             Catalog.load(args.data)  # fail fast, before starting any rank
         return relaunch(args.ranks, argv)
+    return _run_here(args)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.command in ("sql", "explain") and not args.data:
+        raise DuckflockError("give --data DIR (MPI ranks) or --workers HOST:PORT,... (Flight workers)")
+    if args.command == "load":
+        _check_load_args(args)
+
+
+def _run_here(args: argparse.Namespace) -> int:
+    """A command run in this process (every rank of an MPI job runs it)."""
     if args.command == "sql":
         from duckflock.cli.commands import run_sql
 

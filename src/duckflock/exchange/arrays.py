@@ -33,7 +33,7 @@ def null_mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return numpy_view(pc.cast(pc.is_null(values), pa.uint8())).astype(bool)
 
 
-_WIDTHS = {
+_WIDTHS: dict[int, np.dtype | type[np.unsignedinteger]] = {
     8: np.uint8,
     16: np.uint16,
     32: np.uint32,

@@ -51,7 +51,7 @@ class QueryInputs:
         try:
             if write is not None:
                 schema = stream_exchange(self.mux, self.qid, xid, senders, r.stats, ordered, write)
-                r.data = schema.empty_table()
+                r.data = pa.Table.from_batches([], schema)  # empty_table() cannot build unions
             else:
                 r.data = read_exchange(self.mux, self.qid, xid, senders, r.stats, ordered, self.spill)
         except BaseException as e:  # the query failed elsewhere, or this rank's transport did

@@ -16,9 +16,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from duckflock.errors import ExecutionError, TransportError
-from duckflock.transport.base import TAG_BITS, SendHandle, Transport
+from duckflock.transport.base import TAG_BITS, SendHandle, Transport, view
 
 CONTROL = 0  # driver -> workers: plans and commands (not tied to a query)
 ERROR = 1  # any rank -> all: the query failed
@@ -28,6 +29,8 @@ FIRST_EXCHANGE = 8  # exchange k uses channel FIRST_EXCHANGE + k
 
 _QID_BITS = 13
 _CHANNEL_BITS = TAG_BITS - _QID_BITS
+
+T = TypeVar("T")  # what every rank contributes to a collective: the same type on each
 
 
 def make_tag(qid: int, channel: int) -> int:
@@ -91,7 +94,7 @@ class Mux:
         if dest == self.rank:
             self._deliver(self.rank, tag, payload)
             return
-        n = nbytes if nbytes is not None else memoryview(payload).nbytes  # type: ignore[arg-type]
+        n = nbytes if nbytes is not None else view(payload).nbytes
         with self._cv:
             while check and self._queued_bytes > self.max_inflight and not self._stop:
                 self._check(qid)
@@ -148,25 +151,25 @@ class Mux:
 
     def recv_obj(self, qid: int, channel: int, timeout: float | None = None) -> tuple[int, object]:
         src, payload = self.recv(qid, channel, timeout)
-        return src, pickle.loads(memoryview(payload))
+        return src, pickle.loads(view(payload))
 
     # ---- collectives over point-to-point (polite, work on every transport) ---------------------
-    def allgather(self, qid: int, obj: object) -> list[object]:
+    def allgather(self, qid: int, obj: T) -> list[T]:
         """Every rank's ``obj``, in rank order. A fast rank may already have sent its value for the
         next collective; such early values are kept for that call instead of being taken as this one's."""
         for dest in range(self.size):
             self.send_obj(dest, qid, COLLECTIVE, obj)
-        out: dict[int, object] = {}
+        out: dict[int, T] = {}
         for src in range(self.size):
             early = self._early.get((qid, src))
             if early:
-                out[src] = early.popleft()
+                out[src] = cast(T, early.popleft())
         while len(out) < self.size:
             src, value = self.recv_obj(qid, COLLECTIVE)
             if src in out:
                 self._early.setdefault((qid, src), collections.deque()).append(value)
             else:
-                out[src] = value
+                out[src] = cast(T, value)
         return [out[r] for r in range(self.size)]
 
     # ---- failures and query lifecycle ------------------------------------------------------------
@@ -206,7 +209,7 @@ class Mux:
         with self._cv:
             if channel == ERROR:
                 if q not in self._failures:
-                    self._failures[q] = pickle.loads(memoryview(payload))
+                    self._failures[q] = pickle.loads(view(payload))
                     if self.on_failure is not None:
                         self.on_failure(q)
             elif q not in self._finished or channel == CONTROL:

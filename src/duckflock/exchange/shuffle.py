@@ -27,6 +27,8 @@ from duckflock.exchange.codec import decode, encode, frames_supported, from_fram
 from duckflock.exchange.mux import FIRST_EXCHANGE, Mux
 from duckflock.exchange.partition import split_by_target
 from duckflock.exchange.spill import InputSink, QuerySpill
+from duckflock.plan.kinds import ExchangeKind
+from duckflock.transport.base import view
 
 
 def data_channel(xid: int) -> int:
@@ -63,7 +65,7 @@ class ExchangeWriter:
     mux: Mux
     qid: int
     xid: int
-    kind: str  # hash, range, broadcast, gather
+    kind: ExchangeKind
     receivers: list[int]
     chunk_bytes: int
     options: pa.ipc.IpcWriteOptions
@@ -83,7 +85,7 @@ class ExchangeWriter:
         self._frames: bytes | None = None  # the serialized schema, once frames are chosen
 
     def write(self, batch: pa.RecordBatch) -> None:
-        if self.kind in ("hash", "range", "sort"):
+        if self.kind.routes_rows:
             t0 = time.perf_counter()
             pieces = split_by_target(batch, self.size)
             self.stats.partition_s += time.perf_counter() - t0
@@ -92,7 +94,7 @@ class ExchangeWriter:
             self.schema = self.schema or batch.schema
             if batch.num_rows == 0:
                 return
-            if self.kind == "gather":
+            if self.kind is ExchangeKind.GATHER:
                 pieces = [(self.receivers[0], batch)]
             else:
                 pieces = [(t, batch) for t in self.receivers]
@@ -106,7 +108,7 @@ class ExchangeWriter:
                 self.pending_bytes[target] += rows.nbytes
         if self.local_bytes >= self.chunk_bytes:
             self._hand_over_local()
-        if self.kind == "broadcast":
+        if self.kind is ExchangeKind.BROADCAST:
             # Every target has the same buffer: serialize once, send to all.
             if self.order and self.pending_bytes[self.order[0]] >= self.chunk_bytes:
                 self._flush_broadcast()
@@ -126,7 +128,7 @@ class ExchangeWriter:
         if self._frames is not None:
             frames = to_frames(self._frames, batches)
             message: object = frames
-            size = sum(memoryview(f).nbytes for f in frames)
+            size = sum(view(f).nbytes for f in frames)
         else:
             buf = encode(self.schema, batches, self.options)
             message, size = buf, buf.size
@@ -166,10 +168,10 @@ class ExchangeWriter:
 
     def close(self, schema: pa.Schema) -> None:
         """Send what is left, then an end-of-stream to every receiver."""
-        if self.kind in ("hash", "range", "sort"):
+        if self.kind.routes_rows:
             schema = schema.remove(len(schema) - 1)
         self.schema = schema
-        if self.kind == "broadcast" and self.order:
+        if self.kind is ExchangeKind.BROADCAST and self.order:
             self._flush_broadcast()
         for t in self.order:
             self._flush(t)
@@ -191,7 +193,7 @@ def _messages(
     while ends < len(senders) or received_count < expected:
         channel, src, payload = mux.recv_any(qid, (data_ch, eos_ch))
         if channel == eos_ch:
-            count, schema_bytes = pickle.loads(memoryview(payload))
+            count, schema_bytes = pickle.loads(view(payload))
             expected += count
             ends += 1
             yield src, None, count, pa.ipc.read_schema(pa.py_buffer(schema_bytes))
@@ -200,10 +202,10 @@ def _messages(
         if isinstance(payload, Local):
             received = payload.batches
         elif isinstance(payload, list):
-            stats.bytes_in += sum(memoryview(f).nbytes for f in payload)
+            stats.bytes_in += sum(view(f).nbytes for f in payload)
             _, received = from_frames(payload)
         else:
-            stats.bytes_in += memoryview(payload).nbytes
+            stats.bytes_in += view(payload).nbytes
             _, received = decode(payload)
         yield src, received, 0, None
 

@@ -33,7 +33,7 @@ def measure(reader: pa.RecordBatchReader, threshold: int) -> tuple[list[pa.Recor
 def agree(rt: Runtime, qid: int, local_bytes: int) -> int:
     """The ranks' bytes added up; a collective that every rank calls for every measured broadcast
     (ranks that do not produce it, when it comes from the driver, with 0)."""
-    return sum(rt.mux.allgather(qid, local_bytes))  # type: ignore[misc]
+    return sum(rt.mux.allgather(qid, local_bytes))
 
 
 def runs(stage: Stage, shuffled: set[int]) -> bool:

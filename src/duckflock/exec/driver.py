@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import duckdb
 import pyarrow as pa
@@ -41,10 +42,14 @@ from duckflock.exec.result_files import (
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.skew import HotKeys
 from duckflock.exec.stage import StageStats, run_stage
+from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import ExchangeRead, Scan, walk
-from duckflock.plan.stages import StagePlan
+from duckflock.plan.stages import Stage, StagePlan
 
 _LAST_REPORTS_S = 10.0
+
+if TYPE_CHECKING:
+    from duckflock.sql.schema_db import SchemaDB
 
 
 @dataclass
@@ -60,7 +65,7 @@ def passed_on_gather(plan: StagePlan) -> int | None:
     """The gather whose rows the final stage returns as they are, when all ranks produce them: the
     exchange that part files replace, or that the driver streams into a result file."""
     root = plan.stages[-1].root
-    if not isinstance(root, ExchangeRead) or plan.exchange(root.xid).kind != "gather":
+    if not isinstance(root, ExchangeRead) or plan.exchange(root.xid).kind is not ExchangeKind.GATHER:
         return None
     return None if plan.stage(plan.exchange(root.xid).producer).on_driver else root.xid
 
@@ -72,80 +77,107 @@ def execute_on_rank(
 
     With ``cmd.parts_dir`` the ranks write the gathered rows to part files and return no result;
     with ``result_file`` (the driver) those rows stream into it as they arrive."""
-    result = None
-    stats: list[StageStats] = []
-    stage_id = None
-    catalog = Catalog(rt.catalog.root if rt.catalog else ".", cmd.tables)
-    rt_q = dataclasses.replace(rt, catalog=catalog)
-    budget = rt.budget.exchange_bytes if rt.budget is not None else 0
-    received = QueryInputs(rt.mux, cmd.qid, QuerySpill(rt.spill_dir, budget))
-    plan = cmd.plan
-    shuffled: set[int] = set()  # measured broadcasts that fell back to a shuffle
-    hot: HotKeys = {}  # hot join keys found by the stages that spread them
-    started: set[int] = set()
-    direct = passed_on_gather(plan)
-    part = None
-    if cmd.parts_dir is not None and direct is not None:
-        part = ResultWriter(Path(cmd.parts_dir) / part_name(rt.rank), plan.output_schema)
-        started.add(direct)  # written to files instead of gathered
-    streamed = result_file.write if result_file is not None and direct is not None else None
-
-    def start_inputs() -> None:
-        """Receive every exchange this rank reads whose producer the plans chosen so far run."""
-        for stage in plan.stages:
-            if stage.on_driver and rt.rank != 0:
-                continue
-            for xid in stage.inputs:
-                producer = plan.stage(plan.exchange(xid).producer)
-                if xid not in started and adaptive.runs(producer, shuffled):
-                    write = streamed if xid == direct else None
-                    received.start(xid, plan.senders(xid, rt.size), plan.exchange(xid).ordered, write)
-                    started.add(xid)
-
+    query = _RankQuery(rt, cmd, result_file)
     try:
-        start_inputs()  # from the start, so rows sent while earlier stages run are taken in
-        for stage in plan.stages:
-            if not adaptive.runs(stage, shuffled) or (part is not None and stage.output is None):
-                if not stage.on_driver or rt.rank == 0:  # done, for the progress display: nothing to run
-                    report(rt.mux, cmd.qid, StageStats(stage.sid, rt.rank))
-                continue
-            spec = stage.output
-            if stage.on_driver and rt.rank != 0:
-                # A measured broadcast from the driver: this rank holds none of it but agrees too.
-                measured = spec is not None and spec.fallback_target is not None
-                if measured and adaptive.agree(rt, cmd.qid, 0) > spec.fallback_above:  # type: ignore[union-attr]
-                    shuffled.add(spec.xid)  # type: ignore[union-attr]
-                    start_inputs()
-                continue
-            stage_id = stage.sid
-            writes = part if stage.sid == direct else None
-            out, st = run_stage(rt_q, cmd.qid, plan, stage, received, shuffled, writes, hot)
-            stats.append(st)
-            if st.fell_back:
-                shuffled.add(stage.sid)  # the id of the exchange it produces
-                start_inputs()
-            report(rt.mux, cmd.qid, st)
-            if stage.output is None:
-                result = out
-            release_free_memory()
-        if part is not None:
-            part.commit()
-            part = None
-        rt.mux.flush(cmd.qid)
+        query.run()
     except ExecutionError:
         raise
     except Exception as e:
-        remote = rt.mux.failure(cmd.qid)
-        if remote is not None:  # we were interrupted because another rank failed first
-            raise remote.error() from None
-        cause = describe_error(e)
-        rt.mux.fail(cmd.qid, stage_id, cause)
-        raise ExecutionError(rt.rank, stage_id, cause) from None
+        raise query.failed(e) from None
     finally:
-        received.close()
-        if part is not None:
-            part.abort()
-    return result, stats
+        query.close()
+    return query.result, query.stats
+
+
+class _RankQuery:
+    """One query's stages on this rank, and the exchanges it receives."""
+
+    def __init__(self, rt: Runtime, cmd: RunQuery, result_file: ResultWriter | None):
+        self.rt, self.cmd, self.plan = rt, cmd, cmd.plan
+        self.result: pa.Table | None = None
+        self.stats: list[StageStats] = []
+        self.stage_id: int | None = None  # the stage running, for an error
+        catalog = Catalog(rt.catalog.root if rt.catalog else ".", cmd.tables)
+        self.rt_q = dataclasses.replace(rt, catalog=catalog)
+        budget = rt.budget.exchange_bytes if rt.budget is not None else 0
+        self.received = QueryInputs(rt.mux, cmd.qid, QuerySpill(rt.spill_dir, budget))
+        self.shuffled: set[int] = set()  # measured broadcasts that fell back to a shuffle
+        self.hot: HotKeys = {}  # hot join keys found by the stages that spread them
+        self.started: set[int] = set()
+        self.direct = passed_on_gather(self.plan)
+        self.part: ResultWriter | None = None
+        if cmd.parts_dir is not None and self.direct is not None:
+            self.part = ResultWriter(Path(cmd.parts_dir) / part_name(rt.rank), self.plan.output_schema)
+            self.started.add(self.direct)  # written to files instead of gathered
+        self.streamed = result_file.write if result_file is not None and self.direct is not None else None
+
+    def start_inputs(self) -> None:
+        """Receive every exchange this rank reads whose producer the plans chosen so far run."""
+        plan, rank = self.plan, self.rt.rank
+        for stage in plan.stages:
+            if stage.on_driver and rank != 0:
+                continue
+            for xid in stage.inputs:
+                producer = plan.stage(plan.exchange(xid).producer)
+                if xid not in self.started and adaptive.runs(producer, self.shuffled):
+                    write = self.streamed if xid == self.direct else None
+                    self.received.start(
+                        xid, plan.senders(xid, self.rt.size), plan.exchange(xid).ordered, write
+                    )
+                    self.started.add(xid)
+
+    def run(self) -> None:
+        self.start_inputs()  # from the start, so rows sent while earlier stages run are taken in
+        for stage in self.plan.stages:
+            if not adaptive.runs(stage, self.shuffled) or (self.part is not None and stage.output is None):
+                if not stage.on_driver or self.rt.rank == 0:  # done, for the progress display: nothing to run
+                    report(self.rt.mux, self.cmd.qid, StageStats(stage.sid, self.rt.rank))
+            elif stage.on_driver and self.rt.rank != 0:
+                self.agree_without_rows(stage)
+            else:
+                self.run_stage(stage)
+        if self.part is not None:
+            self.part.commit()
+            self.part = None
+        self.rt.mux.flush(self.cmd.qid)
+
+    def agree_without_rows(self, stage: Stage) -> None:
+        """A measured broadcast from the driver: this rank holds none of it but agrees too."""
+        spec = stage.output
+        if spec is None or spec.fallback_target is None:
+            return
+        if adaptive.agree(self.rt, self.cmd.qid, 0) > spec.fallback_above:
+            self.shuffled.add(spec.xid)
+            self.start_inputs()
+
+    def run_stage(self, stage: Stage) -> None:
+        self.stage_id = stage.sid
+        writes = self.part if stage.sid == self.direct else None
+        out, st = run_stage(
+            self.rt_q, self.cmd.qid, self.plan, stage, self.received, self.shuffled, writes, self.hot
+        )
+        self.stats.append(st)
+        if st.fell_back:
+            self.shuffled.add(stage.sid)  # the id of the exchange it produces
+            self.start_inputs()
+        report(self.rt.mux, self.cmd.qid, st)
+        if stage.output is None:
+            self.result = out
+        release_free_memory()
+
+    def failed(self, e: Exception) -> Exception:
+        """The error to raise for ``e``: another rank's, when it failed first; else ours, told to all."""
+        remote = self.rt.mux.failure(self.cmd.qid)
+        if remote is not None:  # we were interrupted because another rank failed first
+            return remote.error()
+        cause = describe_error(e)
+        self.rt.mux.fail(self.cmd.qid, self.stage_id, cause)
+        return ExecutionError(self.rt.rank, self.stage_id, cause)
+
+    def close(self) -> None:
+        self.received.close()
+        if self.part is not None:
+            self.part.abort()
 
 
 def describe_error(e: Exception) -> str:
@@ -163,7 +195,7 @@ class Driver:
 
     def __init__(self, rt: Runtime):
         self.rt = rt
-        self._schema_db = None  # a SchemaDB, made on first use
+        self._schema_db: SchemaDB | None = None  # made on first use
         self._catalog_stamp: float | None = None
         self._plans: dict[tuple[str, float | None], StagePlan] = {}
 
@@ -219,31 +251,14 @@ class Driver:
         parts_dir = str(prepare_directory(output).resolve()) if output and is_directory(output) else None
         result_file = ResultWriter(output, plan.output_schema) if output and not parts_dir else None
         cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile, parts_dir)
-        mux = self.rt.mux
-        follower = Follower(mux, qid, plan, self.rt.size, progress) if progress else None
+        follower = Follower(self.rt.mux, qid, plan, self.rt.size, progress) if progress else None
         try:
-            for r in range(1, self.rt.size):
-                mux.send_obj(r, 0, CONTROL, cmd)
-            ran = False
-            try:
-                table, stats = execute_on_rank(self.rt, cmd, result_file)
-                if profile or parts_dir:  # with parts: the ranks have written theirs once they answer
-                    for _ in range(1, self.rt.size):
-                        reply: RankStats = mux.recv_obj(qid, COLLECTIVE)[1]
-                        stats.extend(reply.stats)
-                ran = True
-            finally:
-                if follower is not None:
-                    # After a success the other ranks' last reports are just behind their last data.
-                    follower.close(_LAST_REPORTS_S if ran else 0.0)
-                mux.finish(qid)
-            if follower is not None and follower.error is not None:
-                raise follower.error
+            table, stats = self._execute(cmd, result_file, follower)
             written = 0
             if parts_dir and table is None:  # every rank wrote its part in the gather's producer
                 direct = passed_on_gather(plan)
                 written = sum(s.exchange.rows_out for s in stats if s.sid == direct)
-                table = plan.output_schema.empty_table()
+                table = pa.Table.from_batches([], plan.output_schema)
             elif parts_dir:  # the driver finished the result: one part
                 result_file = ResultWriter(Path(parts_dir) / part_name(0), plan.output_schema)
             assert table is not None
@@ -252,7 +267,7 @@ class Driver:
                 result_file.write_table(table)
                 result_file.commit()
                 written += result_file.rows
-                table = plan.output_schema.empty_table()
+                table = pa.Table.from_batches([], plan.output_schema)
                 result_file = None
             if parts_dir:
                 mark_complete(Path(parts_dir))
@@ -262,6 +277,31 @@ class Driver:
         if not profile:
             stats = [s for s in stats if s.rank == self.rt.rank]
         return QueryOutcome(table, plan, stats, time.perf_counter() - t0, written)
+
+    def _execute(
+        self, cmd: RunQuery, result_file: ResultWriter | None, follower: Follower | None
+    ) -> tuple[pa.Table | None, list[StageStats]]:
+        """Send the query to every rank, run the driver's part, and collect the ranks' statistics
+        when they are needed."""
+        mux = self.rt.mux
+        for r in range(1, self.rt.size):
+            mux.send_obj(r, 0, CONTROL, cmd)
+        ran = False
+        try:
+            table, stats = execute_on_rank(self.rt, cmd, result_file)
+            if cmd.profile or cmd.parts_dir:  # with parts: the ranks have written theirs once they answer
+                for _ in range(1, self.rt.size):
+                    reply = cast(RankStats, mux.recv_obj(cmd.qid, COLLECTIVE)[1])
+                    stats.extend(reply.stats)
+            ran = True
+        finally:
+            if follower is not None:
+                # After a success the other ranks' last reports are just behind their last data.
+                follower.close(_LAST_REPORTS_S if ran else 0.0)
+            mux.finish(cmd.qid)
+        if follower is not None and follower.error is not None:
+            raise follower.error
+        return table, stats
 
     def answer(
         self,
@@ -279,7 +319,7 @@ class Driver:
             progress = lambda p: send_progress(ProgressReply(p))  # noqa: E731
         outcome = self.run(request.query, profile=request.profile, progress=progress, output=request.output)
         rows = keep_rows(outcome.table)
-        outcome.table = None  # type: ignore[assignment]  # the rows travel on their own
+        outcome.table = outcome.table.slice(0, 0)  # the rows travel on their own
         return SqlReply(outcome, rows)
 
     @property
@@ -296,7 +336,12 @@ def _as_duckdb_returns(table: pa.Table, plan: StagePlan) -> pa.Table:
     """Column names and types exactly as single-process DuckDB returns them."""
     schema = plan.output_schema
     table = table.rename_columns(list(schema.names))
-    return table if table.schema.equals(schema) else table.cast(schema)
+    if table.schema.equals(schema):
+        return table
+    try:
+        return table.cast(schema)
+    except (pa.ArrowException, ValueError) as e:  # a type duckflock cannot give as DuckDB does
+        raise ExecutionError(0, None, f"the result cannot be given in DuckDB's types: {e}") from None
 
 
 def serve(rt: Runtime) -> None:

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     from duckflock.errors import DuckflockError
     from duckflock.exec.driver import QueryOutcome
     from duckflock.exec.progress import Progress
@@ -142,12 +144,12 @@ class ErrorReply:
     error: DuckflockError
 
 
-Message = TypeVar("Message")
+M = TypeVar("M")
 
 
-def to_json(message: object) -> bytes:
-    return json.dumps(asdict(message)).encode()  # type: ignore[call-overload]
+def to_json(message: DataclassInstance) -> bytes:
+    return json.dumps(asdict(message)).encode()
 
 
-def from_json(kind: type[Message], body: bytes) -> Message:
+def from_json(kind: type[M], body: bytes) -> M:
     return kind(**json.loads(body))

@@ -18,6 +18,7 @@ from duckflock.errors import DuckflockError
 from duckflock.exchange.mux import PROGRESS, Mux
 from duckflock.exec.stage import StageStats
 from duckflock.plan.stages import StagePlan
+from duckflock.transport.base import view
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ class Follower:
             while not self._tracker.complete and not self._stop.is_set():
                 got = self._mux.try_recv(self._qid, PROGRESS, 0.1)
                 if got is not None:
-                    self._callback(self._tracker.record(pickle.loads(memoryview(got[1]))))  # type: ignore[arg-type]
+                    self._callback(self._tracker.record(pickle.loads(view(got[1]))))
         except DuckflockError:
             pass  # the query failed: the driver reports why
         except BaseException as e:

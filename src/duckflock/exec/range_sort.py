@@ -2,7 +2,7 @@
 the same ``size - 1`` splitters, and each row's target rank is the number of splitters it sorts after.
 
 No library computes a lexicographic "sorts after" for ORDER BY keys with mixed ASC/DESC and NULLS
-FIRST/LAST, so it is written out here as SQL for DuckDB to evaluate.
+FIRST/LAST, so it is written out as SQL for DuckDB to evaluate (``plan/sql_text.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,14 @@ import pyarrow.compute as pc
 
 from duckflock.exchange.arrays import null_mask, numpy_view
 from duckflock.exec.runtime import Runtime
+from duckflock.plan.sql_text import (
+    SPLITTERS_TABLE,
+    SortKey,
+    one_target,
+    ordered_samples,
+    sort_key_sample,
+    splitter_target_sql,
+)
 
 SAMPLE_ROWS_PER_RANK = 4096
 _FAST_TYPES = (
@@ -71,7 +79,7 @@ def fast_targets(rt: Runtime, qid: int, table: pa.Table, keys: tuple[str, ...]) 
     return buckets.astype(np.uint16)
 
 
-def _keys(keys: tuple[str, ...]) -> list[tuple[str, bool, bool]]:
+def _keys(keys: tuple[str, ...]) -> list[SortKey]:
     """(expression SQL, descending, nulls first) for each ORDER BY key."""
     import sqlglot  # only when sorting: keeps sqlglot out of ranks that never need it
 
@@ -88,64 +96,31 @@ def _keys(keys: tuple[str, ...]) -> list[tuple[str, bool, bool]]:
     return out
 
 
-def _after(row: list[tuple[str, bool, bool]], splitter: list[str | None]) -> str:
-    """SQL that is true when the row sorts strictly after the splitter."""
-    clause = "FALSE"
-    for (expr, desc, nulls_first), s in reversed(list(zip(row, splitter, strict=True))):
-        if s is None:
-            gt = f"({expr} IS NOT NULL)" if nulls_first else "FALSE"
-            eq = f"({expr} IS NULL)"
-        else:
-            op = "<" if desc else ">"
-            gt = (
-                f"({expr} IS NOT NULL AND {expr} {op} {s})"
-                if nulls_first
-                else f"({expr} IS NULL OR {expr} {op} {s})"
-            )
-            eq = f"COALESCE({expr} = {s}, FALSE)"
-        clause = f"({gt} OR ({eq} AND {clause}))"
-    return clause
-
-
 def target_sql(rt: Runtime, qid: int, table: str, keys: tuple[str, ...]) -> str:
     """SQL computing each row's target rank; a collective: every rank must call it. The splitters
-    are registered as the table ``__splitters`` (one row per splitter, in their exact types), which
-    the SQL reads: no value is written out as text."""
+    are registered as the table ``SPLITTERS_TABLE`` (one row per splitter, in their exact types),
+    which the SQL reads: no value is written out as text."""
     parsed = _keys(keys)
-    exprs = ", ".join(f"{e} AS k{i}" for i, (e, _, _) in enumerate(parsed))
-    sampled = rt.con.sql(
-        f"SELECT {exprs} FROM {table} USING SAMPLE reservoir({SAMPLE_ROWS_PER_RANK} ROWS) REPEATABLE (7)"
-    )
+    sampled = rt.con.sql(sort_key_sample(table, parsed, SAMPLE_ROWS_PER_RANK))
     if any(_nested(str(t)) for t in sampled.types):
         # NULLs inside structs and lists order by rules no comparison operator reproduces:
         # sort on one rank rather than risk a wrong order.
-        return "CAST(0 AS USMALLINT)"
+        return one_target()
     sample = sampled.to_arrow_table()
     gathered = [t for t in rt.mux.allgather(qid, sample) if t.num_rows]
     if not gathered or rt.size == 1:
-        return "CAST(0 AS USMALLINT)"
+        return one_target()
     rt.con.register("__samples", pa.concat_tables(gathered))
     try:
-        order = ", ".join(
-            f"k{i}{' DESC' if d else ''}{' NULLS FIRST' if nf else ' NULLS LAST'}"
-            for i, (_, d, nf) in enumerate(parsed)
-        )
-        ordered = rt.con.sql(f"SELECT * FROM __samples ORDER BY {order}").to_arrow_table()
+        ordered = rt.con.sql(ordered_samples("__samples", parsed)).to_arrow_table()
     finally:
         rt.con.unregister("__samples")
     picks = [(i * ordered.num_rows) // rt.size for i in range(1, rt.size)]
     splitters = ordered.take(pa.array(picks, pa.int64()))
     splitters = splitters.append_column("__t", pa.array(range(1, rt.size), pa.int32()))
-    rt.con.register("__splitters", splitters)
-    whens = []
-    for target in range(rt.size - 1, 0, -1):
-        row = splitters.slice(target - 1, 1).to_pylist()[0]
-        splitter = [
-            None if row[f"k{i}"] is None else f"(SELECT k{i} FROM __splitters WHERE __t = {target})"
-            for i in range(len(parsed))
-        ]
-        whens.append(f"WHEN {_after(parsed, splitter)} THEN {target}")
-    return f"CAST(CASE {' '.join(whens)} ELSE 0 END AS USMALLINT)"
+    rt.con.register(SPLITTERS_TABLE, splitters)
+    null_keys = [[row[f"k{i}"] is None for i in range(len(parsed))] for row in splitters.to_pylist()]
+    return splitter_target_sql(parsed, null_keys)
 
 
 def _nested(duckdb_type: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -31,10 +31,13 @@ class Runtime:
     # node's other ranks wait idle then). A second instance instead of SET threads up and down on
     # the first: changing the thread count costs more per query than the extra core saves
     # (measured on the seed query's final sort at SF 1: 119 ms switching, 78 ms on an instance
-    # that keeps both threads). Its threads sleep while the other stages run.
-    driver_con: duckdb.DuckDBPyConnection | None = None
+    # that keeps both threads). Its threads sleep while the other stages run. Opened by the first
+    # stage that needs it (0 threads: never), so a rank that has none does not pay for it; a list,
+    # shared by the copies of this Runtime a query makes (dataclasses.replace).
+    driver_threads: int = 0
     budget: Budget | None = None
     spill_dir: Path | None = None  # this rank's own, on node-local storage; removed by close()
+    _driver_con: list[duckdb.DuckDBPyConnection] = field(default_factory=list)
 
     @property
     def rank(self) -> int:
@@ -57,32 +60,48 @@ class Runtime:
         mux = Mux(transport, budget.inflight_bytes, config.busy_poll_s)
         only_dir = str(catalog.root) if config.restrict_to_data_dir and catalog is not None else None
 
-        def duck(n: int, tag: str) -> duckdb.DuckDBPyConnection:
-            return open_duckdb(n, budget.duckdb_bytes, only_dir, str(spill_dir / tag), config.max_temp_bytes)
-
-        # The driver's DuckDB runs the final stage only, after the rank's own DuckDB has finished
-        # the query's other stages and released its memory: both get DuckDB's part of the budget.
-        driver_con = duck(cores, "driver") if transport.rank == 0 and cores > threads else None
-        con = duck(threads, "duckdb")
-        rt = cls(transport, mux, con, catalog, config, threads, ranks_on_node, driver_con, budget, spill_dir)
+        con = open_duckdb(
+            threads, budget.duckdb_bytes, only_dir, str(spill_dir / "duckdb"), config.max_temp_bytes
+        )
+        driver_threads = cores if transport.rank == 0 and cores > threads else 0
+        rt = cls(
+            transport, mux, con, catalog, config, threads, ranks_on_node, driver_threads, budget, spill_dir
+        )
         mux.on_failure = lambda _qid: rt.interrupt()
         return rt
 
+    @property
+    def driver_con(self) -> duckdb.DuckDBPyConnection | None:
+        return self._driver_con[0] if self._driver_con else None
+
     def final_connection(self) -> duckdb.DuckDBPyConnection:
         """The DuckDB for a driver-only final stage: every core of the node where that helps."""
-        return self.driver_con or self.con
+        if not self._driver_con and self.driver_threads:
+            # It runs the final stage only, after the rank's own DuckDB has finished the query's
+            # other stages and released its memory: both get DuckDB's part of the budget.
+            assert self.budget is not None and self.spill_dir is not None
+            restrict = self.config.restrict_to_data_dir and self.catalog is not None
+            self._driver_con.append(
+                open_duckdb(
+                    self.driver_threads,
+                    self.budget.duckdb_bytes,
+                    str(self.catalog.root) if restrict and self.catalog is not None else None,
+                    str(self.spill_dir / "driver"),
+                    self.config.max_temp_bytes,
+                )
+            )
+        return self._driver_con[0] if self._driver_con else self.con
 
     def interrupt(self) -> None:
-        for con in (self.con, self.driver_con):
-            if con is not None:
-                con.interrupt()
+        for con in (self.con, *self._driver_con):
+            con.interrupt()
 
     def close(self) -> None:
         self.mux.close()
         self.transport.close()
         self.con.close()
-        if self.driver_con is not None:
-            self.driver_con.close()
+        for con in self._driver_con:
+            con.close()
         if self.spill_dir is not None:
             remove_spill_dir(self.spill_dir)
 

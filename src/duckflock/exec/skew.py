@@ -19,30 +19,21 @@ import pyarrow as pa
 from duckflock.catalog.partitioning import Hashed
 from duckflock.exchange.arrays import numpy_view
 from duckflock.exec.runtime import Runtime
-from duckflock.plan.skew import REPLICATE, SPREAD
+from duckflock.plan.kinds import ExchangeKind, SkewRole
+from duckflock.plan.sql_text import KEY_HASH_COLUMN
 from duckflock.plan.stages import ExchangeSpec
 
 SAMPLE_ROWS = 64 * 1024
-KEY_HASH = "__khash"  # the column of key hashes, just before the target column
 
 # Hot keys of each spread/replicate pair of one query, by the exchanges' ``skew_group``.
 HotKeys = dict[str, np.ndarray]
 
 
 def applies(spec: ExchangeSpec) -> bool:
-    hashed = spec.kind == "hash" and isinstance(spec.target, Hashed) and not spec.local
-    return spec.skew in (SPREAD, REPLICATE) and hashed
-
-
-def with_key_hash(spec: ExchangeSpec, sql: str) -> str:
-    """The stage's query with each row's key hash added (before the target column is)."""
-    target = spec.target
-    assert isinstance(target, Hashed)
-    if all(t == "" for t in target.key_types):
-        keys = ", ".join(spec.keys)
-    else:
-        keys = ", ".join(f"CAST({k} AS {t})" for k, t in zip(spec.keys, target.key_types, strict=True))
-    return f"SELECT *, hash({keys}) AS {KEY_HASH} FROM ({sql})"
+    """Whether the stage routes hot keys' rows: a marked hash exchange that sends rows (its query
+    then carries each row's key hash, ``sql_text.with_key_hash``, before the target column)."""
+    hashed = spec.kind is ExchangeKind.HASH and isinstance(spec.target, Hashed) and not spec.local
+    return spec.skew is not None and hashed
 
 
 def route(
@@ -56,8 +47,8 @@ def route(
     """``reader``'s batches (key hash and target last) with the targets of hot keys' rows changed
     and the key hash dropped. On the spreading side a collective: every rank agrees on the hot keys.
     What was done goes to ``note`` once the batches are exhausted (for the profile)."""
-    schema = reader.schema.remove(reader.schema.get_field_index(KEY_HASH))
-    if spec.skew == SPREAD:
+    schema = reader.schema.remove(reader.schema.get_field_index(KEY_HASH_COLUMN))
+    if spec.skew is SkewRole.SPREAD:
         held, keys = _detect(rt, qid, reader)
         hot[spec.skew_group] = keys
         batches = _spread(held, reader, keys, rt.rank, rt.size, spec.xid, note)
@@ -85,11 +76,11 @@ def _detect(rt: Runtime, qid: int, reader: pa.RecordBatchReader) -> tuple[list[p
     # Only candidates travel: a key over 1/(2·ranks) of all rows is over 1/(4·ranks) somewhere.
     keep = counts > rows / (4 * rt.size)
     gathered = rt.mux.allgather(qid, (rows, full, values[keep], counts[keep]))
-    total = sum(g[0] for g in gathered)  # type: ignore[index]
-    if rt.size == 1 or total == 0 or not (any(g[1] for g in gathered) or total >= rt.config.skew_min_rows):  # type: ignore[index]
+    total = sum(g[0] for g in gathered)
+    if rt.size == 1 or total == 0 or not (any(g[1] for g in gathered) or total >= rt.config.skew_min_rows):
         return held, np.empty(0, np.uint64)
     merged: dict[int, int] = {}
-    for _, _, v, c in gathered:  # type: ignore[misc]
+    for _, _, v, c in gathered:
         for key, n in zip(v.tolist(), c.tolist(), strict=True):
             merged[key] = merged.get(key, 0) + n
     hot = sorted(k for k, n in merged.items() if n > total / (2 * rt.size))
@@ -106,7 +97,7 @@ def _targets(batch: pa.RecordBatch) -> np.ndarray:
 
 def _with_targets(batch: pa.RecordBatch, targets: np.ndarray) -> pa.RecordBatch:
     """The data columns of ``batch`` followed by ``targets``."""
-    data = batch.drop_columns([KEY_HASH, batch.schema.names[-1]])
+    data = batch.drop_columns([KEY_HASH_COLUMN, batch.schema.names[-1]])
     return data.append_column(batch.schema.field(batch.num_columns - 1), pa.array(targets, pa.uint16()))
 
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 
 from duckflock.catalog import Catalog
-from duckflock.catalog.partitioning import Hashed, Ranged, canonical_hash_type, hash_sql
-from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
@@ -21,11 +20,25 @@ from duckflock.exec import adaptive, range_sort, skew
 from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
 from duckflock.local_duckdb import fetch_as_duckdb_returns
-from duckflock.plan.nodes import DriverQuery, ExchangeRead, Scan
+from duckflock.plan.kinds import ExchangeKind
+from duckflock.plan.nodes import DriverQuery, ExchangeRead, Node, Scan
 from duckflock.plan.render import exchange_table, render
+from duckflock.plan.sql_text import (
+    SPLITTERS_TABLE,
+    TARGET_COLUMN,
+    everything,
+    no_rows,
+    own_share,
+    read_files,
+    target_sql,
+    typed_empty,
+    with_key_hash,
+    with_target,
+)
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
-from duckflock.sqltext import sql_literal
 from duckflock.units import human
+
+_SORT_INPUT = "__sort_input"  # a sort stage's rows, materialized to sample splitters from
 
 
 @dataclass
@@ -54,40 +67,32 @@ def scan_source(catalog: Catalog, rank: int, size: int):
         if empty:  # an empty relation with the table's exact schema
             files = [catalog.path(f) for p in info.partitions for f in p.files][:1]
         if not files:  # a table without any file (zero rows loaded): its schema from the catalog
-            cols = ", ".join(f"CAST(NULL AS {t}) AS {q(c)}" for c, t in info.columns)
-            return f"(SELECT {cols} LIMIT 0)"
-        listing = "[" + ", ".join(sql_literal(f) for f in files) + "]"
-        if info.format == "csv":
-            opts = "".join(f", {k} = {sql_literal(v)}" for k, v in info.csv_options.items())
-            cols = ", ".join(f"{sql_literal(c)}: {sql_literal(t)}" for c, t in info.columns)
-            rel = f"read_csv({listing}, columns = {{{cols}}}{opts})"
-        else:
-            rel = f"read_parquet({listing})"
-        return f"(SELECT * FROM {rel} LIMIT 0)" if empty else rel
+            return typed_empty(info.columns)
+        columns = info.columns if info.format == "csv" else None
+        rel = read_files(info.format, files, info.csv_options, columns)
+        return no_rows(rel) if empty else rel
 
     return source
 
 
-def target_sql(spec: ExchangeSpec, size: int) -> str:
-    """SQL computing each row's target rank, evaluated by DuckDB inside the producing query."""
-    target = spec.target
-    if isinstance(target, Hashed):
-        keys = list(spec.keys)
-        if all(t == "" for t in target.key_types):
-            part = f"(hash({', '.join(keys)}) % {target.count})"
-        else:
-            part = hash_sql(keys, target.key_types, target.count)
-        return f"CAST({part} % {size} AS USMALLINT)"
-    if isinstance(target, Ranged):
-        # Partition p holds keys up to its upper bound; keys in no partition's range match nothing
-        # on the other side, so any target is correct for them.
-        bounds = sorted((b[1], p) for p, b in enumerate(target.bounds) if b is not None)
-        # Compare in the key's canonical type: the other side's keys may not fit the range key's type.
-        key = f"CAST({spec.keys[0]} AS {canonical_hash_type(target.key_type)})"
-        whens = " ".join(f"WHEN {key} <= {sql_literal(hi)} THEN {p % size}" for hi, p in bounds)
-        last = bounds[-1][1] % size if bounds else 0
-        return f"CAST(CASE {whens} ELSE {last} END AS USMALLINT)"
-    raise ValueError(f"exchange {spec.xid} of kind {spec.kind} has no target function")
+@dataclass
+class _StageRun:
+    """One stage's run on this rank: its connection, statistics and the Arrow tables it registered."""
+
+    rt: Runtime
+    qid: int
+    con: duckdb.DuckDBPyConnection
+    stats: StageStats
+    registered: list[str] = field(default_factory=list)
+    hot: skew.HotKeys = field(default_factory=dict)  # the query's hot join keys (exec/skew.py)
+
+    def register(self, name: str, table: pa.Table) -> None:
+        self.con.register(name, table)
+        self.registered.append(name)
+
+    def unregister_all(self) -> None:
+        for name in self.registered:
+            self.con.unregister(name)
 
 
 def run_stage(
@@ -107,126 +112,179 @@ def run_stage(
         _wait_at_gate(rt, qid, stage.sid)
     stats = StageStats(stage.sid, rt.rank)
     t_start = time.perf_counter()
-    registered = []
     root = adaptive.resolve(stage.root, shuffled)
     taken = adaptive.reads(root)
     # The final stage, on the driver, may run on a DuckDB with every core of the node.
     con = rt.final_connection() if stage.on_driver and stage.output is None else rt.con
+    run = _StageRun(rt, qid, con, stats, hot={} if hot is None else hot)
     try:
         inputs = {}
         for xid in taken:
             inputs[xid] = received.take(xid, stats.exchange)
             stats.received[xid] = inputs[xid].num_rows
-            name = exchange_table(xid)
-            con.register(name, inputs[xid])
-            registered.append(name)
-        spec = stage.output
-        if spec is None and isinstance(root, ExchangeRead):
-            # rows arrive in their final order: no DuckDB pass, unless a type needs converting back
-            table = inputs[root.xid]
-            if any(isinstance(f.type, pa.BaseExtensionType) for f in table.schema):
-                table = fetch_as_duckdb_returns(con, f"SELECT * FROM {exchange_table(root.xid)}", True)
-            return table, stats
-        assert rt.catalog is not None
-        sql = render(root, scan_source(rt.catalog, rt.rank, rt.size))
-        if spec is None:
-            t0 = time.perf_counter()
-            result = fetch_as_duckdb_returns(con, sql, keep_order=isinstance(root, DriverQuery))
-            stats.compute_s += time.perf_counter() - t0
-            return result, stats
-        spreads = skew.applies(spec)
-        if spec.kind in ("hash", "range"):
-            sql = skew.with_key_hash(spec, sql) if spreads else sql
-            sql = f"SELECT *, {target_sql(spec, rt.size)} AS __target FROM ({sql})"
-            if spec.local:  # every rank holds all rows: keep this rank's share, send no copies
-                sql = f"SELECT * FROM ({sql}) WHERE __target = {rt.rank}"
-        elif spec.fallback_target is not None:  # measured: each row's target, should it be hashed
-            fallback = replace(spec, kind="hash", keys=spec.fallback_keys, target=spec.fallback_target)
-            sql = f"SELECT *, {target_sql(fallback, rt.size)} AS __target FROM ({sql})"
-        elif spec.kind == "sort":
-            # Splitters come from samples of this stage's output: materialize it first.
-            t0 = time.perf_counter()
-            table = con.sql(sql).to_arrow_table()
-            fast = range_sort.fast_targets(rt, qid, table, spec.keys)
-            if fast is not None:  # one numeric key: bucket with numpy, no second DuckDB pass
-                sql = None
-                table = table.append_column("__target", pa.array(fast))
-            else:
-                con.register("__sort_input", table)
-                registered.append("__sort_input")
-                targets = range_sort.target_sql(rt, qid, "__sort_input", spec.keys)
-                registered.append("__splitters")
-                sql = f"SELECT *, {targets} AS __target FROM __sort_input"
-            stats.compute_s += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        if sql is None:
-            schema, batches = table.schema, table.to_batches(rt.config.batch_rows)
-            del table  # each batch is dropped once split, so the output is not held twice
-            reader = pa.RecordBatchReader.from_batches(schema, _drain(batches))
-        else:
-            reader = con.sql(sql).to_arrow_reader(rt.config.batch_rows)
-        if spreads:
-            reader = skew.route(rt, qid, spec, reader, {} if hot is None else hot, stats.set_note)
-        kind, held, schema = spec.kind, [], reader.schema
-        measured = spec.fallback_target is not None
-        threshold = spec.fallback_above if measured else rt.config.broadcast_threshold_bytes
-        if measured:
-            held, local = adaptive.measure(reader, threshold)
-            total = adaptive.agree(rt, qid, local)
-            stats.fell_back = total > threshold
-            kind = "hash" if stats.fell_back else "broadcast"
-            how = "hashed on the join keys instead of broadcast" if stats.fell_back else "broadcast"
-            at_least = "at least " if stats.fell_back else ""  # ranks stop reading past the threshold
-            total_s = f"{at_least}{human(total, 'B')}"
-            stats.note = f"x{spec.xid}: {total_s} on all ranks, threshold {human(threshold, 'B')}: {how}"
-            if not stats.fell_back:  # drop the target column computed in case of a fall-back
-                held = [b.drop_columns(["__target"]) for b in held]
-                schema = schema.remove(len(schema) - 1)
-        writer = part or ExchangeWriter(
-            rt.mux,
-            qid,
-            spec.xid,
-            kind,
-            plan.receivers(spec.xid, rt.size),
-            rt.config.chunk_bytes,
-            write_options(rt.config.compression),
-            stats.exchange,
-        )
-        strip = kind == "broadcast" and measured
-        written = 0
-        for batch in held:
-            writer.write(batch)
-            written += batch.nbytes
-        del held
-        while True:
-            try:
-                batch = reader.read_next_batch()
-            except StopIteration:
-                break
-            t1 = time.perf_counter()
-            stats.compute_s += t1 - t0
-            if strip:
-                batch = batch.drop_columns(["__target"])
-            writer.write(batch)
-            written += batch.nbytes
-            t0 = time.perf_counter()
-        stats.compute_s += time.perf_counter() - t0
-        if part is None:
-            writer.close(schema)  # type: ignore[union-attr]
-        else:
-            stats.exchange.rows_out = part.rows
-        if kind == "broadcast" and not measured and written > threshold:
-            stats.note = (
-                f"x{spec.xid}: broadcast {human(written, 'B')} from this rank, over the threshold of "
-                f"{human(threshold, 'B')}; not measured in advance: no shuffle gives the same rows"
-            )
+            run.register(exchange_table(xid), inputs[xid])
+        if stage.output is None:
+            return _result(run, root, inputs, plan.output_schema), stats
+        _send(run, plan, stage.output, root, part)
         return None, stats
     finally:
-        for name in registered:
-            con.unregister(name)
+        run.unregister_all()
         for xid in taken:
             received.done(xid)
         stats.total_s = time.perf_counter() - t_start
+
+
+def _result(run: _StageRun, root: Node, inputs: dict[int, pa.Table], schema: pa.Schema) -> pa.Table:
+    """The final stage's rows, for the user (``schema``: what single-process DuckDB returns)."""
+    if isinstance(root, ExchangeRead):
+        # rows arrive in their final order: no DuckDB pass, unless a type needs converting back
+        table = inputs[root.xid]
+        if table.schema.types != schema.types:
+            table = fetch_as_duckdb_returns(run.con, everything(exchange_table(root.xid)), True)
+        return table
+    t0 = time.perf_counter()
+    result = fetch_as_duckdb_returns(run.con, _stage_sql(run, root), keep_order=isinstance(root, DriverQuery))
+    run.stats.compute_s += time.perf_counter() - t0
+    return result
+
+
+def _stage_sql(run: _StageRun, root: Node) -> str:
+    assert run.rt.catalog is not None
+    return render(root, scan_source(run.rt.catalog, run.rt.rank, run.rt.size))
+
+
+def _send(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, root: Node, part: ResultWriter | None) -> None:
+    """Stream the stage's rows into its exchange (or into ``part``) while DuckDB produces them."""
+    rt, stats = run.rt, run.stats
+    routed = _routed(run, spec, _stage_sql(run, root))
+    t0 = time.perf_counter()  # from here on DuckDB produces the rows as they are read
+    reader = _reader(run, routed)
+    del routed  # a materialized sort input lives on only in the reader's batches
+    if skew.applies(spec):
+        reader = skew.route(rt, run.qid, spec, reader, run.hot, stats.set_note)
+    out = _Output(spec.kind, [], reader.schema)
+    if spec.fallback_target is not None:
+        out = _measure(run, spec, reader)
+    writer = part or ExchangeWriter(
+        rt.mux,
+        run.qid,
+        spec.xid,
+        out.kind,
+        plan.receivers(spec.xid, rt.size),
+        rt.config.chunk_bytes,
+        write_options(rt.config.compression),
+        stats.exchange,
+    )
+    written = _write(run, writer, out, reader, t0)
+    if isinstance(writer, ExchangeWriter):
+        writer.close(out.schema)
+    else:
+        stats.exchange.rows_out = writer.rows
+    threshold = rt.config.broadcast_threshold_bytes
+    if out.kind is ExchangeKind.BROADCAST and spec.fallback_target is None and written > threshold:
+        stats.note = (
+            f"x{spec.xid}: broadcast {human(written, 'B')} from this rank, over the threshold of "
+            f"{human(threshold, 'B')}; not measured in advance: no shuffle gives the same rows"
+        )
+
+
+def _routed(run: _StageRun, spec: ExchangeSpec, sql: str) -> str | pa.Table:
+    """The stage's query with each row's target rank appended where rows are routed; for a sort,
+    its rows (already computed) with their targets."""
+    size = run.rt.size
+    if spec.kind in (ExchangeKind.HASH, ExchangeKind.RANGE):
+        assert spec.target is not None
+        if skew.applies(spec):  # the key hashes name hot keys (exec/skew.py)
+            sql = with_key_hash(sql, spec.keys, spec.target)
+        sql = with_target(sql, target_sql(spec.keys, spec.target, size))
+        # every rank holds all rows: keep this rank's share, send no copies
+        return own_share(sql, run.rt.rank) if spec.local else sql
+    if spec.fallback_target is not None:  # measured: each row's target, should it be hashed
+        return with_target(sql, target_sql(spec.fallback_keys, spec.fallback_target, size))
+    if spec.kind is ExchangeKind.SORT:
+        return _sorted(run, spec, sql)
+    return sql
+
+
+def _sorted(run: _StageRun, spec: ExchangeSpec, sql: str) -> str | pa.Table:
+    """Splitters come from samples of this stage's output: materialize it first."""
+    t0 = time.perf_counter()
+    table = run.con.sql(sql).to_arrow_table()
+    fast = range_sort.fast_targets(run.rt, run.qid, table, spec.keys)
+    if fast is not None:  # one numeric key: bucket with numpy, no second DuckDB pass
+        routed: str | pa.Table = table.append_column(TARGET_COLUMN, pa.array(fast))
+    else:
+        run.register(_SORT_INPUT, table)
+        targets = range_sort.target_sql(run.rt, run.qid, _SORT_INPUT, spec.keys)
+        run.registered.append(SPLITTERS_TABLE)
+        routed = with_target(everything(_SORT_INPUT), targets)
+    run.stats.compute_s += time.perf_counter() - t0
+    return routed
+
+
+def _reader(run: _StageRun, routed: str | pa.Table) -> pa.RecordBatchReader:
+    batch_rows = run.rt.config.batch_rows
+    if isinstance(routed, str):
+        return run.con.sql(routed).to_arrow_reader(batch_rows)
+    # each batch is dropped once split, so the output is not held twice
+    return pa.RecordBatchReader.from_batches(routed.schema, _drain(routed.to_batches(batch_rows)))
+
+
+@dataclass
+class _Output:
+    """What the stage sends: through which kind of exchange, the batches already read, the schema."""
+
+    kind: ExchangeKind
+    held: list[pa.RecordBatch]
+    schema: pa.Schema
+    strip_target: bool = False  # a measured broadcast drops the target computed for a fall-back
+
+
+def _measure(run: _StageRun, spec: ExchangeSpec, reader: pa.RecordBatchReader) -> _Output:
+    """A measured broadcast: all ranks agree on its total size, then broadcast or hash it."""
+    stats, threshold = run.stats, spec.fallback_above
+    held, local = adaptive.measure(reader, threshold)
+    total = adaptive.agree(run.rt, run.qid, local)
+    stats.fell_back = total > threshold
+    how = "hashed on the join keys instead of broadcast" if stats.fell_back else "broadcast"
+    at_least = "at least " if stats.fell_back else ""  # ranks stop reading past the threshold
+    total_s = f"{at_least}{human(total, 'B')}"
+    stats.note = f"x{spec.xid}: {total_s} on all ranks, threshold {human(threshold, 'B')}: {how}"
+    if stats.fell_back:
+        return _Output(ExchangeKind.HASH, held, reader.schema)
+    held = [b.drop_columns([TARGET_COLUMN]) for b in held]
+    schema = reader.schema.remove(len(reader.schema) - 1)
+    return _Output(ExchangeKind.BROADCAST, held, schema, strip_target=True)
+
+
+def _write(
+    run: _StageRun,
+    writer: ExchangeWriter | ResultWriter,
+    out: _Output,
+    reader: pa.RecordBatchReader,
+    t0: float,
+) -> int:
+    """Hand every batch to the writer; the bytes written. The time since ``t0`` not spent writing
+    is DuckDB producing the batches: compute."""
+    written = 0
+    for batch in out.held:
+        writer.write(batch)
+        written += batch.nbytes
+    out.held.clear()
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            break
+        t1 = time.perf_counter()
+        run.stats.compute_s += t1 - t0
+        if out.strip_target:
+            batch = batch.drop_columns([TARGET_COLUMN])
+        writer.write(batch)
+        written += batch.nbytes
+        t0 = time.perf_counter()
+    run.stats.compute_s += time.perf_counter() - t0
+    return written
 
 
 def _wait_at_gate(rt: Runtime, qid: int, sid: int) -> None:

@@ -134,6 +134,7 @@ class Worker:
 
     def _serve(self, s: _Session) -> None:
         try:
+            assert s.runtime is not None  # set before the session's serving thread starts
             serve(s.runtime)
         except DuckflockError:
             pass  # a lost peer ends the session; the caller hears it from worker 0
@@ -163,7 +164,9 @@ class Worker:
             return b"ok"
         if kind not in ("sql", "plan"):
             raise DuckflockError(f"unknown action {kind}")
-        request = from_json(SqlRequest if kind == "sql" else PlanRequest, body)
+        request: SqlRequest | PlanRequest = (
+            from_json(SqlRequest, body) if kind == "sql" else from_json(PlanRequest, body)
+        )
         s = self._current(request.session)
         if s.driver is None:
             raise DuckflockError("queries go to the session's first worker")

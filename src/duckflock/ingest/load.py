@@ -29,14 +29,22 @@ import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
-from duckflock.catalog.partitioning import canonical_hash_type, hash_sql, quote_ident
+from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
-from duckflock.sqltext import sql_literal
+from duckflock.plan.sql_text import (
+    copy_partitioned,
+    copy_schema_probe,
+    hash_sql,
+    range_partition_sql,
+    read_files,
+)
+from duckflock.sqltext import quote_ident, sql_literal
 
 DEFAULT_PARTITIONS = 12
 _PART_COLUMN = "__duckflock_part"
@@ -53,26 +61,7 @@ FileStats = tuple[int, object, object]  # rows, min, max (None without a key or 
 Columns = tuple[tuple[str, str], ...]
 
 
-# ---- SQL helpers --------------------------------------------------------------------------------
-
-
-def scan_sql(
-    fmt: str,
-    paths: Iterable[str | os.PathLike[str]],
-    csv_options: dict[str, object] | None = None,
-    columns: Columns | None = None,
-) -> str:
-    """The DuckDB table function reading ``paths``, e.g. ``read_parquet(['a.parquet'])``.
-
-    CSV is read with the dialect ``csv_options`` and the column names and types ``columns``, the
-    way the executor reads a CSV table of the catalog.
-    """
-    files = sql_literal([str(p) for p in paths])
-    if fmt == "parquet":
-        return f"read_parquet({files})"
-    cols = f", columns = {sql_literal(dict(columns))}" if columns else ""
-    opts = "".join(f", {k} = {sql_literal(v)}" for k, v in (csv_options or {}).items())
-    return f"read_csv({files}{cols}{opts})"
+# ---- reading inputs ----------------------------------------------------------------------------
 
 
 def describe(con: duckdb.DuckDBPyConnection, source_sql: str) -> Columns:
@@ -213,7 +202,7 @@ class Input:
     columns: Columns
 
     def scan(self, paths: Iterable[str | os.PathLike[str]]) -> str:
-        return scan_sql(self.fmt, paths, self.csv_options, self.columns if self.fmt == "csv" else None)
+        return read_files(self.fmt, paths, self.csv_options, self.columns if self.fmt == "csv" else None)
 
 
 def _check_readable(con: duckdb.DuckDBPyConnection, source: Input, path: Path) -> None:
@@ -287,11 +276,11 @@ def _splitters(rt: Runtime, qid: int, source: str | None, key: str, key_type: st
             f"SELECT k, CAST(k AS VARCHAR) FROM (SELECT {k} AS k FROM {source} WHERE {valid}) "
             f"USING SAMPLE reservoir({size} ROWS) REPEATABLE (42)"
         ).fetchall()
-    entries: list[tuple[object, str, float]] = []
-    for n, values in rt.mux.allgather(qid, (rows, sample)):  # type: ignore[misc]
+    entries: list[tuple[Any, str, float]] = []  # (a key value of the column's type, its text, weight)
+    for n, values in rt.mux.allgather(qid, (rows, sample)):
         entries.extend((v, text, n / len(values)) for v, text in values)
     # Python orders numbers, dates and strings (by code point = UTF-8 byte order) as DuckDB does.
-    entries.sort(key=lambda e: e[0])  # type: ignore[arg-type, return-value]
+    entries.sort(key=lambda e: e[0])
     total = sum(w for _, _, w in entries)
     out: list[str] = []
     cum = 0.0
@@ -302,17 +291,6 @@ def _splitters(rt: Runtime, qid: int, source: str | None, key: str, key_type: st
     return out
 
 
-def _range_sql(key: str, key_type: str, splitters: list[str]) -> str:
-    """Partition of a row: the number of splitters below its key. NULL keys go to partition 0."""
-    if not splitters:
-        return "0"
-    k = quote_ident(key)
-    whens = " ".join(
-        f"WHEN {k} <= CAST({sql_literal(s)} AS {key_type}) THEN {i}" for i, s in enumerate(splitters)
-    )
-    return f"(CASE WHEN {k} IS NULL THEN 0 {whens} ELSE {len(splitters)} END)"
-
-
 def _output_columns(con: duckdb.DuckDBPyConnection, source: str, staging: Path, rank: int) -> Columns:
     """The schema as written to Parquet, which may differ from the input (HUGEINT becomes DOUBLE).
 
@@ -321,8 +299,8 @@ def _output_columns(con: duckdb.DuckDBPyConnection, source: str, staging: Path, 
     """
     probe = staging / f"schema-r{rank}.parquet"
     try:
-        con.execute(f"COPY (SELECT * FROM {source} LIMIT 0) TO {sql_literal(str(probe))} (FORMAT parquet)")
-        return describe(con, scan_sql("parquet", [probe]))
+        con.execute(copy_schema_probe(source, str(probe)))
+        return describe(con, read_files("parquet", [probe]))
     finally:
         probe.unlink(missing_ok=True)
 
@@ -333,10 +311,7 @@ def _write_partitions(
     """Write this rank's rows, split by partition, to staging/part-<p>-r<rank>.parquet (one scan)."""
     scratch = staging / f"r{rank}"
     shutil.rmtree(scratch, ignore_errors=True)
-    con.execute(
-        f"COPY (SELECT *, {part_sql} AS {_PART_COLUMN} FROM {source}) TO {sql_literal(str(scratch))} "
-        f"(FORMAT parquet, PARTITION_BY ({_PART_COLUMN}))"
-    )
+    con.execute(copy_partitioned(source, part_sql, _PART_COLUMN, str(scratch)))
     out: dict[int, list[Path]] = {}
     # DuckDB writes hive-style directories <column>=<p>/ that hold only non-empty partitions.
     for d in sorted(scratch.iterdir()) if scratch.exists() else []:
@@ -433,7 +408,7 @@ def _load(
         source = Input(fmt, *sniff_csv(con, paths[0]))
     else:
         try:
-            source = Input(fmt, {}, describe(con, scan_sql(fmt, [paths[0]])))
+            source = Input(fmt, {}, describe(con, read_files(fmt, [paths[0]])))
         except duckdb.Error as e:
             raise CatalogError(f"cannot read input file {paths[0]}: {e}") from e
     keys, scheme, count = _plan(source.columns, partition_by, partitions, scheme)
@@ -452,10 +427,10 @@ def _repartition_stored(rt: Runtime, qid: int, root: Path, name: str) -> TableIn
         raise CatalogError(f"table {info.name!r} is not hash-partitioned: there is nothing to repartition")
     old = [(root / f).resolve() for p in info.partitions for f in p.files]
     if not old:  # no rows: every placement is right, only the canary is stale
-        new = replace(info, hash_canary=None).stamped()
+        emptied = replace(info, hash_canary=None).stamped()
         if rt.rank == 0:
-            _publish(rt, root, new, [], set())
-        return new if rt.rank == 0 else None
+            _publish(rt, root, emptied, [], set())
+        return emptied if rt.rank == 0 else None
     source = Input(info.format, info.csv_options, info.columns)
     new = _staged(rt, qid, root, info.name, source, old, info.keys, "hash", len(info.partitions), keep=set())
     if new is not None:  # rank 0, after the catalog names only the new files: the old ones go
@@ -518,7 +493,7 @@ def _register(
     gathered = rt.mux.allgather(qid, counts)
     if rt.rank != 0:
         return None
-    rows = dict(pair for part in gathered for pair in part)  # type: ignore[union-attr]
+    rows = dict(pair for part in gathered for pair in part)
     info = TableInfo(
         name=table,
         format=source.fmt,
@@ -549,7 +524,7 @@ def _repartition(
     types = dict(out_columns)
     if scheme == "range":
         key = keys[0]
-        part_sql = _range_sql(key, types[key], _splitters(rt, qid, scan, key, types[key], count))
+        part_sql = range_partition_sql(key, types[key], _splitters(rt, qid, scan, key, types[key], count))
     else:
         hash_types = tuple(canonical_hash_type(types[k]) for k in keys)
         part_sql = hash_sql([quote_ident(k) for k in keys], hash_types, count)
@@ -562,9 +537,9 @@ def _repartition(
             names = ", ".join(str(paths[i]) for i in mine)
             raise CatalogError(f"rank {rt.rank}: loading {names} failed: {e}") from e
     report: list[tuple[int, str, int, object, object]] = []
-    key = keys[0] if scheme == "range" else None
+    range_key = keys[0] if scheme == "range" else None
     for p, fs in sorted(written.items()):
-        stats = parquet_stats(rt.con, [str(f) for f in fs], key, types[keys[0]])
+        stats = parquet_stats(rt.con, [str(f) for f in fs], range_key, types[keys[0]])
         report.extend((p, f.name, n, mn, mx) for f, (n, mn, mx) in zip(fs, stats, strict=True))
 
     gathered = rt.mux.allgather(qid, report)
@@ -572,7 +547,7 @@ def _repartition(
         return None
     parts: list[list[tuple[str, int, object, object]]] = [[] for _ in range(count)]
     for rank_report in gathered:
-        for p, fname, n, mn, mx in rank_report:  # type: ignore[union-attr]
+        for p, fname, n, mn, mx in rank_report:
             parts[p].append((fname, n, mn, mx))
     infos = [_merge(f"{table}/", part) for part in parts]
     kind = scheme
@@ -584,15 +559,15 @@ def _repartition(
     return info
 
 
-def _merge(prefix: str, files: list[tuple[str, int, object, object]]) -> PartitionInfo:
+def _merge(prefix: str, files: list[tuple[str, int, Any, Any]]) -> PartitionInfo:
     """One partition from the files all ranks wrote for it (min/max over the non-empty ones)."""
     mins = [mn for _, _, mn, _ in files if mn is not None]
     maxs = [mx for _, _, _, mx in files if mx is not None]
     return PartitionInfo(
         files=tuple(prefix + f for f, *_ in files),
         rows=sum(n for _, n, _, _ in files),
-        min=min(mins) if mins else None,  # type: ignore[type-var]
-        max=max(maxs) if maxs else None,  # type: ignore[type-var]
+        min=min(mins) if mins else None,
+        max=max(maxs) if maxs else None,
     )
 
 

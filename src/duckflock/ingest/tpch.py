@@ -26,16 +26,17 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import duckdb
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
-from duckflock.catalog.partitioning import quote_ident
 from duckflock.errors import DuckflockError
-from duckflock.ingest.load import describe, parquet_stats, scan_sql
-from duckflock.sqltext import sql_literal
+from duckflock.ingest.load import describe, parquet_stats
+from duckflock.plan.sql_text import read_files
+from duckflock.sqltext import quote_ident, sql_literal
 
 # Largest first, so the thread pool starts the longest jobs early.
 RANGE_KEYS = {
@@ -50,7 +51,7 @@ SINGLE_FILE = ("nation", "region")
 TABLES = (*RANGE_KEYS, *SINGLE_FILE)
 ALIGNED = {"lineitem": "orders", "partsupp": "part"}  # child -> the table whose key ranges it follows
 
-Bounds = tuple[object, object]  # (exclusive low, inclusive high); None means unbounded
+Bounds = tuple[Any, Any]  # (exclusive low, inclusive high) of one key type; None means unbounded
 
 
 def _cores() -> int:
@@ -97,10 +98,10 @@ def _run_parallel(tasks: list[Callable[[], None]], jobs: int, bar: Progress, lab
         while pending:
             done, pending = wait(pending, return_when=FIRST_EXCEPTION)
             for f in done:
-                if f.exception() is not None:
+                if (error := f.exception()) is not None:
                     for p in pending:
                         p.cancel()
-                    raise f.exception()  # type: ignore[misc]
+                    raise error
                 bar.advance(task)
 
 
@@ -176,20 +177,20 @@ def align_parts(
     """
     con = duckdb.connect()
     present = [str(f) for f in files if f.exists()]
-    ktype = dict(describe(con, scan_sql("parquet", present[:1])))[key] if present else "BIGINT"
+    ktype = dict(describe(con, read_files("parquet", present[:1])))[key] if present else "BIGINT"
     by_path = dict(zip(present, parquet_stats(con, present, key, ktype), strict=True))
     stats = [by_path.get(str(f), (0, None, None)) for f in files]
     con.close()
 
-    def overlaps(s: tuple[int, object, object], b: Bounds) -> bool:
+    def overlaps(s: tuple[int, Any, Any], b: Bounds) -> bool:
         n, mn, mx = s
-        return n > 0 and (b[0] is None or mx > b[0]) and (b[1] is None or mn <= b[1])  # type: ignore[operator]
+        return n > 0 and (b[0] is None or mx > b[0]) and (b[1] is None or mn <= b[1])
 
     work: list[tuple[int, list[str]]] = []
     for i, b in enumerate(intervals):
         sources = [j for j, s in enumerate(stats) if overlaps(s, b)]
         own_inside = stats[i][0] == 0 or (
-            (b[0] is None or stats[i][1] > b[0]) and (b[1] is None or stats[i][2] <= b[1])  # type: ignore[operator]
+            (b[0] is None or stats[i][1] > b[0]) and (b[1] is None or stats[i][2] <= b[1])
         )
         if any(j != i for j in sources) or not own_inside:
             # With no source, the part becomes empty: filter its own file down to nothing.
@@ -205,7 +206,7 @@ def align_parts(
             with duckdb.connect(config={"threads": threads}) as c:
                 # Insertion order is kept (DuckDB's default), so rows stay sorted by key as generated.
                 c.execute(
-                    f"COPY (SELECT * FROM {scan_sql('parquet', sources)} "
+                    f"COPY (SELECT * FROM {read_files('parquet', sources)} "
                     f"WHERE {_interval_sql(key, intervals[i])}) TO {sql_literal(str(tmp))} (FORMAT parquet)"
                 )
 
@@ -239,7 +240,7 @@ def _table_info(con: duckdb.DuckDBPyConnection, out: Path, table: str, parts: in
     present = [str(f) for f in files if f.exists()]
     if not present:
         raise DuckflockError(f"tpchgen wrote no file for table {table} in {out}")
-    columns = describe(con, scan_sql("parquet", present[:1]))
+    columns = describe(con, read_files("parquet", present[:1]))
     stats = dict(zip(present, parquet_stats(con, present, key, dict(columns).get(key or "")), strict=True))
     partitions = tuple(
         PartitionInfo((f.relative_to(out).as_posix(),), *stats[str(f)])

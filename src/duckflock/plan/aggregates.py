@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot import exp
 
-from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.sql.functions import WRAPPERS, function_name
+from duckflock.sqltext import quote_ident as q
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,8 @@ _SELF_COMBINING = {
     "bit_or": "integer",
     "bit_xor": "integer",
 }
-_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER")
-_INTEGERS += ("UBIGINT", "UHUGEINT")
+_INTEGERS: tuple[str, ...] = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT")
+_INTEGERS += ("UINTEGER", "UBIGINT", "UHUGEINT")
 
 
 def _takes(arg_type: str, kind: str) -> bool:
@@ -67,11 +67,11 @@ def _takes(arg_type: str, kind: str) -> bool:
     return t in _INTEGERS or t in ("FLOAT", "DOUBLE") or t.startswith("DECIMAL")
 
 
-def _arguments(call: exp.Expression) -> list[exp.Expression]:
+def _arguments(call: exp.Expr) -> list[exp.Expr]:
     return [a for a in call.iter_expressions() if not isinstance(a, exp.Identifier)]
 
 
-def _distinct_split(nodes: list[exp.Expression], fresh) -> Split | None:
+def _distinct_split(nodes: list[exp.Expr], fresh) -> Split | None:
     """All aggregates DISTINCT over one and the same argument: dedupe before the shuffle."""
     args = set()
     for node in nodes:
@@ -142,27 +142,38 @@ def split_aggregates(
             final += [(fs, f"SUM({q(s)})"), (fc, f"SUM({q(c)})")]
             result.append(f"CAST({q(fs)} AS DOUBLE) / NULLIF({q(fc)}, 0)")
         elif name in _VARIANCE and _takes(arg_type, "numeric"):
-            # Per rank (n, mean, M2); globally M2 = sum(M2_i) + sum(n_i * (mean_i - mean)^2).
-            n, mean, m2, gmean = fresh("p"), fresh("p"), fresh("p"), fresh("w")
-            partial += [
-                (n, f"COUNT({arg}){where}"),
-                (mean, f"AVG({arg}){where}"),
-                (m2, f"VAR_POP({arg}){where} * COUNT({arg}){where}"),
-            ]
-            windows.append((gmean, f"SUM({q(n)} * {q(mean)}) {over} / NULLIF(SUM({q(n)}) {over}, 0)"))
-            big_n, big_m2 = fresh("f"), fresh("f")
-            final += [
-                (big_n, f"SUM({q(n)})"),
-                (big_m2, f"SUM(COALESCE({q(m2)}, 0) + {q(n)} * ({q(mean)} - {q(gmean)}) ** 2)"),
-            ]
-            kind, pop = _VARIANCE[name]
-            m2_sql = f"GREATEST({q(big_m2)}, 0)"
-            var = (
-                f"{m2_sql} / NULLIF({q(big_n)}, 0)"
-                if pop == "pop"
-                else f"CASE WHEN {q(big_n)} > 1 THEN {m2_sql} / ({q(big_n)} - 1) END"
-            )
-            result.append(f"SQRT({var})" if kind == "sd" else var)
+            p_var, f_var, w_var, r_var = _variance(name, arg, where, over, fresh)
+            partial += p_var
+            final += f_var
+            windows += w_var
+            result.append(r_var)
         else:
             return None
     return Split(tuple(partial), tuple(final), tuple(result), windows=tuple(windows))
+
+
+def _variance(
+    name: str, arg: str, where: str, over: str, fresh
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]], str]:
+    """(partials, finals, windows, result) of a variance or standard deviation."""
+    # Per rank (n, mean, M2); globally M2 = sum(M2_i) + sum(n_i * (mean_i - mean)^2).
+    n, mean, m2, gmean = fresh("p"), fresh("p"), fresh("p"), fresh("w")
+    partial = [
+        (n, f"COUNT({arg}){where}"),
+        (mean, f"AVG({arg}){where}"),
+        (m2, f"VAR_POP({arg}){where} * COUNT({arg}){where}"),
+    ]
+    windows = [(gmean, f"SUM({q(n)} * {q(mean)}) {over} / NULLIF(SUM({q(n)}) {over}, 0)")]
+    big_n, big_m2 = fresh("f"), fresh("f")
+    final = [
+        (big_n, f"SUM({q(n)})"),
+        (big_m2, f"SUM(COALESCE({q(m2)}, 0) + {q(n)} * ({q(mean)} - {q(gmean)}) ** 2)"),
+    ]
+    kind, pop = _VARIANCE[name]
+    m2_sql = f"GREATEST({q(big_m2)}, 0)"
+    var = (
+        f"{m2_sql} / NULLIF({q(big_n)}, 0)"
+        if pop == "pop"
+        else f"CASE WHEN {q(big_n)} > 1 THEN {m2_sql} / ({q(big_n)} - 1) END"
+    )
+    return partial, final, windows, f"SQRT({var})" if kind == "sd" else var

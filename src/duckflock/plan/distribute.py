@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, replace
+from typing import Literal, TypeVar
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import (
@@ -23,10 +24,10 @@ from duckflock.catalog.partitioning import (
     canonical_hash_type,
     co_located,
 )
-from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.config import Config
 from duckflock.plan import skew
 from duckflock.plan.aggregates import split_aggregates
+from duckflock.plan.kinds import ExchangeKind, JoinKind, JoinStrategy, SetOpKind
 from duckflock.plan.nodes import (
     AdaptiveJoin,
     Aggregate,
@@ -48,6 +49,7 @@ from duckflock.plan.nodes import (
     own_sql,
     walk,
 )
+from duckflock.sqltext import quote_ident as q
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,9 @@ class _Planner:
         if p.single or self.size == 1:
             return replace(p, parts=(Single(),))
         return Placed(
-            Exchange(p.node.columns, child=p.node, kind="gather", target=Single(), est=(p.rows, p.bytes)),
+            Exchange(
+                p.node.columns, child=p.node, kind=ExchangeKind.GATHER, target=Single(), est=(p.rows, p.bytes)
+            ),
             (Single(),),
             p.rows,
             p.width,
@@ -112,12 +116,16 @@ class _Planner:
             # Every rank reads the whole (small) input from the shared data directory: no network.
             return Placed(_replicate_scans(p.node), (Replicated(),), p.rows, p.width)
         node = Exchange(
-            p.node.columns, child=p.node, kind="broadcast", target=Replicated(), est=(p.rows, p.bytes)
+            p.node.columns,
+            child=p.node,
+            kind=ExchangeKind.BROADCAST,
+            target=Replicated(),
+            est=(p.rows, p.bytes),
         )
         return Placed(node, (Replicated(),), p.rows, p.width)
 
     def hash_to(self, p: Placed, keys: tuple[str, ...], target: Partitioning) -> Placed:
-        kind = "range" if isinstance(target, Ranged) else "hash"
+        kind = ExchangeKind.RANGE if isinstance(target, Ranged) else ExchangeKind.HASH
         node = Exchange(
             p.node.columns,
             child=p.node,
@@ -133,17 +141,10 @@ class _Planner:
     def place(self, node: Node) -> Placed:
         if isinstance(node, Scan):
             return self.scan(node)
-        if isinstance(node, Values):
-            return Placed(node, (Replicated(),), 1, 8)
-        if isinstance(node, FunctionScan):
-            return Placed(node, (Replicated(),), 1000, 8 * len(node.columns))
-        if isinstance(node, Filter):
-            c = self.place(node.child)
-            return Placed(self.with_subqueries(node, c), c.parts, max(1.0, c.rows * 0.5), c.width)
-        if isinstance(node, Project):
-            c = self.place(node.child)
-            parts = _project_parts(node, c.parts)
-            return Placed(self.with_subqueries(node, c), parts, c.rows, 16 * len(node.exprs))
+        if isinstance(node, Values | FunctionScan):
+            return _generated(node)
+        if isinstance(node, Filter | Project):
+            return self.filter_or_project(node)
         if isinstance(node, Join):
             return self.join(node)
         if isinstance(node, Aggregate):
@@ -159,6 +160,14 @@ class _Planner:
         if isinstance(node, DriverQuery):
             return self.driver_query(node)
         raise TypeError(f"no distribution rule for {type(node).__name__}")
+
+    def filter_or_project(self, node: Filter | Project) -> Placed:
+        """Rows stay where they are; the subqueries' results go to them."""
+        c = self.place(node.child)
+        if isinstance(node, Filter):
+            return Placed(self.with_subqueries(node, c), c.parts, max(1.0, c.rows * 0.5), c.width)
+        parts = _project_parts(node, c.parts)
+        return Placed(self.with_subqueries(node, c), parts, c.rows, 16 * len(node.exprs))
 
     def with_subqueries(self, node: Filter | Project, child: Placed) -> Node:
         """Subquery results must be wherever the expression is evaluated: on the driver when the
@@ -204,8 +213,8 @@ class _Planner:
             return Placed(node, (Single(),), rows, width)  # partition 0 lives on rank 0, the driver
         rename = dict(zip(node.source_columns, node.columns, strict=True))
         part = info.partitioning()
-        if isinstance(part, Hashed) and all(k in rename for k in part.keys):
-            part = Hashed(tuple(rename[k] for k in part.keys), part.key_types, part.count)
+        if isinstance(part, Hashed) and all(k is not None and k in rename for k in part.keys):
+            part = Hashed(tuple(rename[k] for k in part.keys if k is not None), part.key_types, part.count)
         elif isinstance(part, Ranged) and part.key in rename:
             part = Ranged(rename[part.key], part.key_type, part.bounds)
         else:
@@ -216,119 +225,106 @@ class _Planner:
         if node.lateral:
             return self.lateral(node)
         left, right = self.place(node.left), self.place(node.right)
-        kind = node.kind
-        rows = max(left.rows, right.rows) if kind not in ("semi", "anti") else left.rows
-        width = left.width + (right.width if kind not in ("semi", "anti") else 0)
-
-        def done(lp: Placed, rp: Placed, parts: tuple[Partitioning, ...], strategy: str) -> Placed:
-            return Placed(replace(node, left=lp.node, right=rp.node, strategy=strategy), parts, rows, width)
-
-        # An ASOF match is the nearest right row of the same equality keys: the right side must be whole
-        # (replicated) or placed by those keys, never split under a replicated left.
-        left_ok = kind in ("inner", "left", "semi", "anti", "cross", "asof", "asof_left")  # right replicated
-        right_ok = kind in ("inner", "right", "cross")  # left side may be replicated
-        if self.size == 1:
-            return done(left, right, (Single(),), "local")
-        if left.replicated and right.replicated:
-            return done(left, right, (Replicated(),), "local")
-        if (left.on_driver and (right.on_driver or (right.replicated and left_ok))) or (
-            right.on_driver and left.replicated and right_ok
-        ):
-            return done(left, right, (Single(),), "local on driver")
-        pairs = [
-            (a, b)
-            for a, b in zip(node.left_key_cols, node.right_key_cols, strict=True)
-            if a is not None and b is not None
-        ]
-        pair_types = [
-            t
-            for t, a, b in zip(node.key_types, node.left_key_cols, node.right_key_cols, strict=True)
-            if a is not None and b is not None
-        ]
-        if pairs:
-            for lp in left.parts:
-                for rp in right.parts:
-                    if co_located(lp, rp, pairs, pair_types):
-                        return done(
-                            left, right, self._join_parts(kind, left.parts, right.parts), "co-located"
-                        )
-        if right.replicated and left_ok:
-            return done(left, right, left.parts, "right replicated")
-        if left.replicated and right_ok:
-            return done(left, right, right.parts, "left replicated")
+        in_place = self._join_in_place(node, left, right)
+        if in_place is not None:
+            return in_place
         if left.on_driver or right.on_driver:
-            # One side sits on the driver: send it to every rank, or bring the other side to it.
-            if right.on_driver and left_ok:
-                return self.checked_broadcast(node, left, right, "right", done)
-            if left.on_driver and right_ok:
-                return self.checked_broadcast(node, left, right, "left", done)
-            return done(self.to_single(left), self.to_single(right), (Single(),), "gather both")
+            return self._join_with_driver_side(node, left, right)
+        return self._join_moving(node, left, right, self._cheapest_strategy(node, left, right))
 
-        # Candidates with their network cost in bytes; broadcasts only below the threshold.
-        n = self.size
-        options: list[tuple[float, str]] = []
+    def _join_in_place(self, node: Join, left: Placed, right: Placed) -> Placed | None:
+        """The strategies that move no rows, in order of preference; None when every one is wrong."""
+        kind = node.kind
+        if self.size == 1:
+            return _joined(node, left, right, (Single(),), JoinStrategy.LOCAL)
+        if left.replicated and right.replicated:
+            return _joined(node, left, right, (Replicated(),), JoinStrategy.LOCAL)
+        if (left.on_driver and (right.on_driver or (right.replicated and kind.allows_replicated_right))) or (
+            right.on_driver and left.replicated and kind.allows_replicated_left
+        ):
+            return _joined(node, left, right, (Single(),), JoinStrategy.LOCAL_ON_DRIVER)
+        if _co_located(node, left, right):
+            parts = _join_parts(kind, left.parts, right.parts)
+            return _joined(node, left, right, parts, JoinStrategy.CO_LOCATED)
+        if right.replicated and kind.allows_replicated_right:
+            return _joined(node, left, right, left.parts, JoinStrategy.RIGHT_REPLICATED)
+        if left.replicated and kind.allows_replicated_left:
+            return _joined(node, left, right, right.parts, JoinStrategy.LEFT_REPLICATED)
+        return None
+
+    def _join_with_driver_side(self, node: Join, left: Placed, right: Placed) -> Placed:
+        """One side sits on the driver: send it to every rank, or bring the other side to it."""
+        if right.on_driver and node.kind.allows_replicated_right:
+            return self.checked_broadcast(node, left, right, "right")
+        if left.on_driver and node.kind.allows_replicated_left:
+            return self.checked_broadcast(node, left, right, "left")
+        return _joined(
+            node, self.to_single(left), self.to_single(right), (Single(),), JoinStrategy.GATHER_BOTH
+        )
+
+    def _cheapest_strategy(self, node: Join, left: Placed, right: Placed) -> JoinStrategy:
+        """The candidate with the least network cost in bytes; broadcasts only below the threshold."""
+        kind, n = node.kind, self.size
+        options: list[tuple[float, JoinStrategy]] = []
         small = self.config.broadcast_threshold_bytes
-        if left_ok and right.bytes <= small:
-            options.append((right.bytes * (n - 1), "broadcast right"))
-        if right_ok and left.bytes <= small:
-            options.append((left.bytes * (n - 1), "broadcast left"))
+        if kind.allows_replicated_right and right.bytes <= small:
+            options.append((right.bytes * (n - 1), JoinStrategy.BROADCAST_RIGHT))
+        if kind.allows_replicated_left and left.bytes <= small:
+            options.append((left.bytes * (n - 1), JoinStrategy.BROADCAST_LEFT))
         if node.left_keys:
             frac = (n - 1) / n
             if self._target_for(node, left.parts, "left") is not None:
-                options.append((right.bytes * frac, "shuffle right"))
+                options.append((right.bytes * frac, JoinStrategy.SHUFFLE_RIGHT))
             if self._target_for(node, right.parts, "right") is not None:
-                options.append((left.bytes * frac, "shuffle left"))
-            options.append(((left.bytes + right.bytes) * frac, "shuffle both"))
-        if not options:
-            # No equi keys and no small side. A full outer join keeps unmatched rows of both sides:
-            # only one rank may see both inputs whole. Otherwise broadcast the smaller permitted side.
-            if not (left_ok or right_ok):
-                return done(self.to_single(left), self.to_single(right), (Single(),), "gather both")
-            right_smaller = right.bytes <= left.bytes
-            options.append(
-                (0.0, "broadcast right" if left_ok and (right_smaller or not right_ok) else "broadcast left")
-            )
-        _, strategy = min(options, key=lambda o: o[0])
+                options.append((left.bytes * frac, JoinStrategy.SHUFFLE_LEFT))
+            options.append(((left.bytes + right.bytes) * frac, JoinStrategy.SHUFFLE_BOTH))
+        if options:
+            return min(options, key=lambda o: o[0])[1]
+        # No equi keys and no small side. A full outer join keeps unmatched rows of both sides:
+        # only one rank may see both inputs whole. Otherwise broadcast the smaller permitted side.
+        if not (kind.allows_replicated_right or kind.allows_replicated_left):
+            return JoinStrategy.GATHER_BOTH
+        if kind.allows_replicated_right and (right.bytes <= left.bytes or not kind.allows_replicated_left):
+            return JoinStrategy.BROADCAST_RIGHT
+        return JoinStrategy.BROADCAST_LEFT
 
-        if strategy in ("broadcast right", "broadcast left"):
-            return self.checked_broadcast(node, left, right, strategy.split()[1], done)
-        if strategy == "shuffle right":
-            keys, target = self._target_for(node, left.parts, "left")
-            right = self.hash_to(right, keys, target)
-        elif strategy == "shuffle left":
-            keys, target = self._target_for(node, right.parts, "right")
-            left = self.hash_to(left, keys, target)
+    def _join_moving(self, node: Join, left: Placed, right: Placed, strategy: JoinStrategy) -> Placed:
+        """Move the inputs as ``strategy`` says, then join them where they meet."""
+        if strategy is JoinStrategy.GATHER_BOTH:
+            return _joined(node, self.to_single(left), self.to_single(right), (Single(),), strategy)
+        if strategy is JoinStrategy.BROADCAST_RIGHT:
+            return self.checked_broadcast(node, left, right, "right")
+        if strategy is JoinStrategy.BROADCAST_LEFT:
+            return self.checked_broadcast(node, left, right, "left")
+        if strategy is JoinStrategy.SHUFFLE_RIGHT:
+            right = self.hash_to(right, *self._required_target(node, left.parts, "left"))
+        elif strategy is JoinStrategy.SHUFFLE_LEFT:
+            left = self.hash_to(left, *self._required_target(node, right.parts, "right"))
         else:
-            ktypes = tuple(node.key_types)
-            left = self.hash_to(left, node.left_keys, _hashed(node.left_key_cols, ktypes, n))
-            right = self.hash_to(right, node.right_keys, _hashed(node.right_key_cols, ktypes, n))
+            left = self.hash_to(left, node.left_keys, self._fresh_hash(node, "left"))
+            right = self.hash_to(right, node.right_keys, self._fresh_hash(node, "right"))
         if self.config.skew_joins:
-            moved = strategy.split()[1]  # right, left or both
-            marked = skew.spread_hot_keys(node, left, right, moved, self.config.skew_min_rows, self.fresh)
+            marked = skew.spread_hot_keys(node, left, right, strategy, self.config.skew_min_rows, self.fresh)
             if marked is not None:
                 # Rows of a hot key end up on every rank: the output is partitioned by nothing.
                 lp, rp = replace(left, node=marked[0]), replace(right, node=marked[1])
-                return done(lp, rp, (Arbitrary(),), strategy)
-        return done(left, right, self._join_parts(kind, left.parts, right.parts), strategy)
+                return _joined(node, lp, rp, (Arbitrary(),), strategy)
+        return _joined(node, left, right, _join_parts(node.kind, left.parts, right.parts), strategy)
 
-    def checked_broadcast(self, node: Join, left: Placed, right: Placed, small: str, done) -> Placed:
+    def checked_broadcast(self, node: Join, left: Placed, right: Placed, small: Side) -> Placed:
         """Broadcast the ``small`` side, measured at run time: if it turns out larger than the
         threshold it is hashed on the join keys instead — into the other side's partitioning when
         that side is partitioned on a join key (nothing else changes), otherwise into a fresh one,
         with the other side hashed too (an AdaptiveJoin of both plans). Kept unmeasured where no
         shuffle gives the same rows: no equi keys, or a replicated other side."""
-        big = left if small == "right" else right
-        strategy = f"broadcast {small}"
-        bcast = self.broadcast(right if small == "right" else left)
+        big_side: Side = "left" if small == "right" else "right"
+        big, small_p = (left, right) if small == "right" else (right, left)
+        strategy = JoinStrategy.BROADCAST_RIGHT if small == "right" else JoinStrategy.BROADCAST_LEFT
+        bcast = self.broadcast(small_p)
         if not node.left_keys or big.replicated or not isinstance(bcast.node, Exchange):
-            lp, rp = (left, bcast) if small == "right" else (bcast, right)
-            return done(lp, rp, big.parts, strategy)
-        n = self.size
-        ktypes = tuple(node.key_types)
-        small_keys = node.right_keys if small == "right" else node.left_keys
-        small_cols = node.right_key_cols if small == "right" else node.left_key_cols
-        kept = self._target_for(node, big.parts, "left" if small == "right" else "right")
-        fallback = kept or (small_keys, _hashed(small_cols, ktypes, n))
+            return _joined(node, *_by_side(small, big, bcast), big.parts, strategy)
+        kept = self._target_for(node, big.parts, big_side)
+        fallback = kept or (_keys(node, small), self._fresh_hash(node, small))
         exchange = replace(
             bcast.node,
             fallback_keys=fallback[0],
@@ -336,16 +332,18 @@ class _Planner:
             fallback_above=self.config.broadcast_threshold_bytes,
         )
         bcast = replace(bcast, node=exchange)
-        lp, rp = (left, bcast) if small == "right" else (bcast, right)
         if kept is not None:  # the big side stays where it is either way
-            return done(lp, rp, big.parts, f"{strategy}, else shuffle {small}")
-        first = done(lp, rp, big.parts, strategy)
-        big_keys = node.left_keys if small == "right" else node.right_keys
-        big_cols = node.left_key_cols if small == "right" else node.right_key_cols
-        moved = self.hash_to(big, big_keys, _hashed(big_cols, ktypes, n))
-        lp, rp = (moved, bcast) if small == "right" else (bcast, moved)
-        lparts, rparts = (moved.parts, (fallback[1],)) if small == "right" else ((fallback[1],), moved.parts)
-        second = done(lp, rp, self._join_parts(node.kind, lparts, rparts), "shuffle both")
+            shuffled = (
+                JoinStrategy.BROADCAST_RIGHT_ELSE_SHUFFLE
+                if small == "right"
+                else JoinStrategy.BROADCAST_LEFT_ELSE_SHUFFLE
+            )
+            return _joined(node, *_by_side(small, big, bcast), big.parts, shuffled)
+        first = _joined(node, *_by_side(small, big, bcast), big.parts, strategy)
+        moved = self.hash_to(big, _keys(node, big_side), self._fresh_hash(node, big_side))
+        lparts, rparts = _by_side(small, moved.parts, (fallback[1],))
+        parts = _join_parts(node.kind, lparts, rparts)
+        second = _joined(node, *_by_side(small, moved, bcast), parts, JoinStrategy.SHUFFLE_BOTH)
         both = tuple(p for p in first.parts if p in second.parts) or (Arbitrary(),)
         adaptive = AdaptiveJoin(node.columns, broadcast=first.node, shuffle=second.node, measured=exchange)
         return Placed(adaptive, both, first.rows, first.width)
@@ -355,11 +353,21 @@ class _Planner:
         subquery (every part that does not read the left row is whole on every rank)."""
         left = self.place(node.left)
         right = self.inline(node.right, set(node.left.columns))
-        joined = replace(node, left=left.node, right=right, strategy="lateral over replicated inputs")
+        joined = replace(node, left=left.node, right=right, strategy=JoinStrategy.LATERAL)
         width = left.width + 16 * len(node.right.columns)
         return Placed(joined, left.parts, left.rows, width)
 
-    def _target_for(self, node: Join, parts, side: str):
+    def _fresh_hash(self, node: Join, side: Side) -> Hashed:
+        """A partitioning by all of one side's join keys, hashed in their common types."""
+        cols = node.left_key_cols if side == "left" else node.right_key_cols
+        return Hashed(cols, node.key_types, self.size)
+
+    def _required_target(self, node: Join, parts, side: Side) -> tuple[tuple[str, ...], Partitioning]:
+        found = self._target_for(node, parts, side)
+        assert found is not None, "a shuffle of one side is chosen only when its target exists"
+        return found
+
+    def _target_for(self, node: Join, parts, side: Side) -> tuple[tuple[str, ...], Partitioning] | None:
         """If one side is hash/range partitioned on some of its join keys: (other side's key SQL, the
         partitioning to shuffle the other side into) so that it meets the first side's rows."""
         mine = node.left_key_cols if side == "left" else node.right_key_cols
@@ -367,27 +375,17 @@ class _Planner:
         other_cols = node.right_key_cols if side == "left" else node.left_key_cols
         for p in parts:
             if isinstance(p, Hashed):
-                idx = [mine.index(k) if k in mine else -1 for k in p.keys]
+                idx = [mine.index(k) if k is not None and k in mine else -1 for k in p.keys]
                 if -1 in idx or any(p.key_types[i] != node.key_types[j] for i, j in enumerate(idx)):
                     continue
                 keys = tuple(other_sql[j] for j in idx)
-                return keys, Hashed(tuple(other_cols[j] or "?" for j in idx), p.key_types, p.count)
-            if isinstance(p, Ranged) and p.key in mine:
+                return keys, Hashed(tuple(other_cols[j] for j in idx), p.key_types, p.count)
+            if isinstance(p, Ranged) and p.key is not None and p.key in mine:
                 j = mine.index(p.key)
                 if canonical_hash_type(p.key_type) != node.key_types[j] or node.key_types[j] == "DOUBLE":
                     continue  # route only where both sides compare exactly in one type
-                return (other_sql[j],), Ranged(other_cols[j] or "?", p.key_type, p.bounds)
+                return (other_sql[j],), Ranged(other_cols[j], p.key_type, p.bounds)
         return None
-
-    @staticmethod
-    def _join_parts(kind: str, lparts, rparts) -> tuple[Partitioning, ...]:
-        if kind in ("inner", "cross"):
-            return tuple(lparts) + tuple(rparts)
-        if kind in ("left", "semi", "anti", "asof", "asof_left"):
-            return tuple(lparts)
-        if kind == "right":
-            return tuple(rparts)
-        return (Arbitrary(),)
 
     def aggregate(self, node: Aggregate) -> Placed:
         child = self.place(node.child)
@@ -472,7 +470,7 @@ class _Planner:
         """Hash exchange on key expressions of one relation, cast to their canonical ``types`` so the
         result is partitioned like a join on those keys would want it (reusable); without types the
         keys are hashed as they are (an empty hash type means: no cast)."""
-        names = tuple(k[1:-1] if _is_column(k) else "?" for k in keys)
+        names = tuple(k[1:-1] if _is_column(k) else None for k in keys)
         types = types or tuple("" for _ in keys)
         return self.hash_to(p, keys, Hashed(names, types, self.size))
 
@@ -505,9 +503,9 @@ class _Planner:
         if self.size == 1 or (left.replicated and right.replicated):
             parts = (Single(),) if self.size == 1 else (Replicated(),)
             return Placed(node.with_children((left.node, right.node)), parts, rows, width)
-        if node.kind == "union" and node.all and not (left.single or right.single):
+        if node.kind is SetOpKind.UNION and node.all and not (left.single or right.single):
             return Placed(node.with_children((left.node, right.node)), (Arbitrary(),), rows, width)
-        if (node.kind == "union" and node.all) or left.single or right.single:
+        if (node.kind is SetOpKind.UNION and node.all) or left.single or right.single:
             lp, rp = self.to_single(left), self.to_single(right)
             return Placed(node.with_children((lp.node, rp.node)), (Single(),), rows, width)
         # Distinct set operations: equal rows must meet, so hash both sides on all columns.
@@ -538,16 +536,66 @@ class _Planner:
         """Sort in parallel (the sort-merge join's partitioning phase): rows go to ranks by sampled
         splitters of the sort key, every rank sorts its range, the driver concatenates in rank order."""
         est = (child.rows, child.bytes)
-        ranged = Exchange(child.node.columns, child=child.node, kind="sort", keys=node.keys, est=est)
+        ranged = Exchange(
+            child.node.columns, child=child.node, kind=ExchangeKind.SORT, keys=node.keys, est=est
+        )
         local = Sort(node.columns, child=ranged, keys=node.keys)
-        gathered = Exchange(node.columns, child=local, kind="gather", target=Single(), ordered=True, est=est)
+        gathered = Exchange(
+            node.columns, child=local, kind=ExchangeKind.GATHER, target=Single(), ordered=True, est=est
+        )
         return Placed(gathered, (Single(),), child.rows, child.width)
 
 
-def _hashed(cols: tuple[str | None, ...], types: tuple[str, ...], count: int) -> Partitioning:
-    if any(c is None for c in cols):
-        return Hashed(tuple(c or "?" for c in cols), types, count)
-    return Hashed(tuple(cols), types, count)  # type: ignore[arg-type]
+def _generated(node: Values | FunctionScan) -> Placed:
+    """Deterministic rows computed whole on every rank."""
+    if isinstance(node, Values):
+        return Placed(node, (Replicated(),), 1, 8)
+    return Placed(node, (Replicated(),), 1000, 8 * len(node.columns))
+
+
+Side = Literal["left", "right"]
+T = TypeVar("T")
+
+
+def _joined(
+    node: Join, left: Placed, right: Placed, parts: tuple[Partitioning, ...], strategy: JoinStrategy
+) -> Placed:
+    """The join over its placed inputs (exchanges keep their inputs' size estimates)."""
+    keeps_right = node.kind.keeps_right_columns
+    rows = max(left.rows, right.rows) if keeps_right else left.rows
+    width = left.width + (right.width if keeps_right else 0)
+    return Placed(replace(node, left=left.node, right=right.node, strategy=strategy), parts, rows, width)
+
+
+def _by_side(small: Side, big_item: T, small_item: T) -> tuple[T, T]:
+    """(left, right) of a pair given as the big side's item and the ``small`` side's."""
+    return (big_item, small_item) if small == "right" else (small_item, big_item)
+
+
+def _keys(node: Join, side: Side) -> tuple[str, ...]:
+    return node.left_keys if side == "left" else node.right_keys
+
+
+def _co_located(node: Join, left: Placed, right: Placed) -> bool:
+    """Whether some partitionings of the two sides already place equal plain-column keys alike."""
+    named = [
+        (a, b, t)
+        for a, b, t in zip(node.left_key_cols, node.right_key_cols, node.key_types, strict=True)
+        if a is not None and b is not None
+    ]
+    pairs = [(a, b) for a, b, _ in named]
+    types = [t for _, _, t in named]
+    return bool(pairs) and any(co_located(lp, rp, pairs, types) for lp in left.parts for rp in right.parts)
+
+
+def _join_parts(kind: JoinKind, lparts, rparts) -> tuple[Partitioning, ...]:
+    if kind in (JoinKind.INNER, JoinKind.CROSS):
+        return tuple(lparts) + tuple(rparts)
+    if kind.keeps_left_placement:
+        return tuple(lparts)
+    if kind is JoinKind.RIGHT:
+        return tuple(rparts)
+    return (Arbitrary(),)
 
 
 def _is_column(sql: str) -> bool:
@@ -557,23 +605,23 @@ def _is_column(sql: str) -> bool:
 def _keys_within(p: Partitioning, cols: set[str]) -> bool:
     """Whether rows equal on ``cols`` (quoted column SQL) are guaranteed to be on one rank."""
     if isinstance(p, Hashed):
-        return bool(p.keys) and all(q(k) in cols for k in p.keys)
+        return bool(p.keys) and all(k is not None and q(k) in cols for k in p.keys)
     if isinstance(p, Ranged):
-        return q(p.key) in cols
+        return p.key is not None and q(p.key) in cols
     return False
 
 
 def _project_parts(node: Project, parts) -> tuple[Partitioning, ...]:
     """Carry partitionings through a projection that passes the key columns on (maybe renamed)."""
-    renames = {}
+    renames: dict[str, str] = {}
     for e, c in zip(node.exprs, node.columns, strict=True):
         if _is_column(e):
             renames.setdefault(e[1:-1], c)
     out: list[Partitioning] = []
     for p in parts:
         if isinstance(p, Hashed):
-            if all(k in renames for k in p.keys):
-                out.append(Hashed(tuple(renames[k] for k in p.keys), p.key_types, p.count))
+            if all(k is not None and k in renames for k in p.keys):
+                out.append(Hashed(tuple(renames[k] for k in p.keys if k is not None), p.key_types, p.count))
         elif isinstance(p, Ranged):
             if p.key in renames:
                 out.append(Ranged(renames[p.key], p.key_type, p.bounds))

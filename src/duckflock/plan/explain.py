@@ -3,6 +3,7 @@ and its operator tree; with measured statistics (explain --analyze), the actual 
 
 from __future__ import annotations
 
+from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import Node
 from duckflock.plan.stages import StagePlan
 from duckflock.units import human
@@ -26,11 +27,10 @@ def explain_plan(plan: StagePlan, stats: list | None = None) -> str:
             if spec.fallback_target is not None:
                 above = human(spec.fallback_above, "B")
                 target += f", hash {spec.fallback_target.describe()} if over {above}"
-            elif spec.kind == "broadcast":
+            elif spec.kind is ExchangeKind.BROADCAST:
                 target += " (any size: no shuffle gives the same rows)"
-            if spec.skew:  # plan/skew.py
-                how = "spread over" if spec.skew == "spread" else "replicated to"
-                target += f", hot keys {how} all ranks"
+            if spec.skew is not None:  # plan/skew.py
+                target += f", hot keys {spec.skew.describe} all ranks"
             order = " (in rank order)" if spec.ordered else ""
             rows, size = spec.est
             out = f"{spec.kind}{target}{order} -> x{spec.xid} [est. {human(rows)} rows, {human(size, 'B')}]"

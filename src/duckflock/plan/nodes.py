@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from duckflock.catalog.partitioning import Partitioning
+from duckflock.plan.kinds import ExchangeKind, JoinKind, JoinStrategy, SetOpKind, SkewRole
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,7 +115,7 @@ class Project(WithSubqueries):
 class Join(Node):
     left: Node = field(kw_only=True)
     right: Node = field(kw_only=True)
-    kind: str = "inner"  # inner, left, right, full, semi, anti, cross, asof, asof_left
+    kind: JoinKind = JoinKind.INNER
     # Equi-join keys as SQL over the left / right columns, pairwise.
     left_keys: tuple[str, ...] = ()
     right_keys: tuple[str, ...] = ()
@@ -127,7 +128,7 @@ class Join(Node):
     # The right side is a LATERAL subquery: it reads columns of the left row, so DuckDB evaluates
     # it per left row wherever that row is, over inputs that are whole there.
     lateral: bool = False
-    strategy: str = ""  # set by the distribution pass: co-located, broadcast-left, shuffle, ...
+    strategy: JoinStrategy | None = None  # set by the distribution pass
 
     @property
     def children(self) -> tuple[Node, ...]:
@@ -183,7 +184,7 @@ class SetOp(Node):
 
     left: Node = field(kw_only=True)
     right: Node = field(kw_only=True)
-    kind: str = "union"
+    kind: SetOpKind = SetOpKind.UNION
     all: bool = False
     key_types: tuple[str, ...] = ()  # per column, for hashing both sides alike
 
@@ -231,7 +232,7 @@ class Limit(Unary):
 class Exchange(Unary):
     """Move rows so the parent sees ``target`` partitioning: hash, range, broadcast or gather."""
 
-    kind: str = "hash"  # hash, range, sort (range by sampled splitters), broadcast, gather
+    kind: ExchangeKind = ExchangeKind.HASH
     target: Partitioning | None = None
     keys: tuple[str, ...] = ()  # SQL of the key expressions over the child's columns (hash, range, sort)
     ordered: bool = False  # gather: the driver concatenates the ranks' rows in rank order
@@ -243,17 +244,17 @@ class Exchange(Unary):
     fallback_keys: tuple[str, ...] = ()
     fallback_target: Partitioning | None = None
     fallback_above: int = 0
-    # A join's hash exchange for heavy-hitter keys (plan/skew.py): "spread" or "replicate" the rows
-    # of the hot keys found at run time; ``skew_group`` pairs it with the other side's exchange.
-    skew: str = ""
+    # A join's hash exchange for heavy-hitter keys (plan/skew.py): spread or replicate the rows of
+    # the hot keys found at run time; ``skew_group`` pairs it with the other side's exchange.
+    skew: SkewRole | None = None
     skew_group: str = ""
 
     def explain_line(self) -> str:
         what = self.target.describe() if self.target is not None else ""
         if self.fallback_target is not None:
             what += f", or hash {self.fallback_target.describe()} if over {self.fallback_above} bytes"
-        if self.skew:
-            what += f", hot keys {'spread over' if self.skew == 'spread' else 'replicated to'} all ranks"
+        if self.skew is not None:
+            what += f", hot keys {self.skew.describe} all ranks"
         return f"Exchange {self.kind} {what}".rstrip()
 
 

@@ -1,4 +1,5 @@
-"""Render a plan subtree as one DuckDB query. The only place that writes SQL text for DuckDB.
+"""Render a plan subtree as one DuckDB query. With ``sql_text`` (the fragments around a stage's
+query), the only place that writes SQL text for DuckDB.
 
 Each node becomes a SELECT over its children's SELECTs; DuckDB flattens the nesting and optimizes the
 whole stage as one query (join order, filter and projection pushdown into the Parquet scan).
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import singledispatch
 
-from duckflock.catalog.partitioning import quote_ident as q
+from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
     AdaptiveJoin,
     Aggregate,
@@ -29,6 +30,7 @@ from duckflock.plan.nodes import (
     Values,
     Window,
 )
+from duckflock.sqltext import quote_ident as q
 
 # How a Scan is turned into a relation: (scan) -> SQL of a FROM item with the table's source columns.
 ScanSource = Callable[[Scan], str]
@@ -115,21 +117,22 @@ def _(node: Project, source: ScanSource) -> str:
 
 
 _JOIN_SQL = {
-    "inner": "JOIN",
-    "left": "LEFT JOIN",
-    "right": "RIGHT JOIN",
-    "full": "FULL JOIN",
-    "semi": "SEMI JOIN",
-    "anti": "ANTI JOIN",
-    "cross": "CROSS JOIN",
-    "asof": "ASOF JOIN",
-    "asof_left": "ASOF LEFT JOIN",
+    JoinKind.INNER: "JOIN",
+    JoinKind.LEFT: "LEFT JOIN",
+    JoinKind.RIGHT: "RIGHT JOIN",
+    JoinKind.FULL: "FULL JOIN",
+    JoinKind.SEMI: "SEMI JOIN",
+    JoinKind.ANTI: "ANTI JOIN",
+    JoinKind.CROSS: "CROSS JOIN",
+    JoinKind.ASOF: "ASOF JOIN",
+    JoinKind.ASOF_LEFT: "ASOF LEFT JOIN",
 }
+_SET_OP_SQL = {SetOpKind.UNION: "UNION", SetOpKind.INTERSECT: "INTERSECT", SetOpKind.EXCEPT: "EXCEPT"}
 
 
 @_render.register
 def _(node: Join, source: ScanSource) -> str:
-    on = f" ON {node.condition}" if node.condition and node.kind != "cross" else ""
+    on = f" ON {node.condition}" if node.condition and node.kind is not JoinKind.CROSS else ""
     cols = ", ".join(q(c) for c in node.columns)
     return (
         f"SELECT {cols} FROM {_sub(node.left, source)} AS __l "
@@ -157,8 +160,7 @@ def _(node: Window, source: ScanSource) -> str:
 
 @_render.register
 def _(node: SetOp, source: ScanSource) -> str:
-    op = {"union": "UNION", "intersect": "INTERSECT", "except": "EXCEPT"}[node.kind]
-    op += " ALL" if node.all else ""
+    op = _SET_OP_SQL[node.kind] + (" ALL" if node.all else "")
     names = ", ".join(q(c) for c in node.columns)
     left = f"SELECT * FROM {_sub(node.left, source)}"
     right = f"SELECT * FROM {_sub(node.right, source)}"

@@ -12,13 +12,14 @@ import pyarrow as pa
 
 from duckflock.catalog.partitioning import Partitioning
 from duckflock.plan import skew
+from duckflock.plan.kinds import ExchangeKind, SkewRole
 from duckflock.plan.nodes import AdaptiveJoin, Exchange, ExchangeRead, Node
 
 
 @dataclass(frozen=True)
 class ExchangeSpec:
     xid: int  # equal to the id of the stage that produces it
-    kind: str  # hash, range, broadcast, gather
+    kind: ExchangeKind
     keys: tuple[str, ...]
     target: Partitioning | None
     producer: int  # stage id
@@ -31,7 +32,7 @@ class ExchangeSpec:
     fallback_keys: tuple[str, ...] = ()
     fallback_target: Partitioning | None = None
     fallback_above: int = 0
-    skew: str = ""  # spread or replicate the rows of hot keys (plan/skew.py)
+    skew: SkewRole | None = None  # spread or replicate the rows of hot keys (plan/skew.py)
     skew_group: str = ""
 
 
@@ -67,7 +68,7 @@ class StagePlan:
         return [0] if producer.on_driver else list(range(size))
 
     def receivers(self, xid: int, size: int) -> list[int]:
-        return [0] if self.exchange(xid).kind == "gather" else list(range(size))
+        return [0] if self.exchange(xid).kind is ExchangeKind.GATHER else list(range(size))
 
 
 def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> StagePlan:
@@ -84,7 +85,9 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
         def exchange(node: Exchange) -> int:
             if id(node) in shared:
                 return shared[id(node)]
-            xid = stages[build(node.child, node)].output.xid  # type: ignore[union-attr]
+            output = stages[build(node.child, node)].output
+            assert output is not None  # a stage built for an exchange produces it
+            xid = output.xid
             if adaptive_depth:
                 shared[id(node)] = xid
             return xid
@@ -112,7 +115,7 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
             return node.with_children(children) if children != node.children else node
 
         new_root = replace_exchanges(root)
-        on_driver = output_of is None or any(stages_by_x[x].kind == "gather" for x in inputs)
+        on_driver = output_of is None or any(stages_by_x[x].kind is ExchangeKind.GATHER for x in inputs)
         sid = len(stages)
         spec = None
         if output_of is not None:

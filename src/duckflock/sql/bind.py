@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
+from typing import cast
 
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, SqlglotError
 from sqlglot.optimizer import RULES, optimize
+from sqlglot.optimizer.optimizer import OptimizerFn
 from sqlglot.optimizer.qualify import qualify
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import canonical_hash_type, common_hash_type
-from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.errors import DuckflockError, SqlError
+from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
     Aggregate,
     Distinct,
@@ -48,6 +50,7 @@ from duckflock.sql.round_trip import check_round_trip
 from duckflock.sql.schema_db import SchemaDB
 from duckflock.sql.scopes import outer_columns
 from duckflock.sql.semijoin import exists_to_semi_join
+from duckflock.sqltext import quote_ident as q
 
 # sqlglot's rewrites that keep DuckDB semantics; its type annotation, canonicalization and
 # simplification are left out because DuckDB, not sqlglot, decides types and constant folding.
@@ -65,11 +68,11 @@ _KEPT = {
     "eliminate_ctes",
     "quote_identifiers",
 }
-_RULES = (
+_RULES: tuple[OptimizerFn, ...] = (
     qualify,
     exists_to_semi_join,
     scalar_subqueries_to_joins,
-    *(rule for rule in RULES if rule.__name__ in _KEPT),
+    *(rule for rule in RULES if getattr(rule, "__name__", "") in _KEPT),
 )
 
 
@@ -106,7 +109,7 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
     )
 
 
-def _distributed(text: str, tree: exp.Expression, catalog: Catalog, schema_db: SchemaDB) -> Node:
+def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaDB) -> Node:
     check_round_trip(schema_db.con, schema_db.function_aliases, text, tree)
     tree = distinct_on_as_qualify(tree)
     check_supported(tree)
@@ -114,7 +117,7 @@ def _distributed(text: str, tree: exp.Expression, catalog: Catalog, schema_db: S
     schema = {n: {c: t for c, t in info.columns} for n, info in catalog.tables.items()}
     try:
         tree = _normalize(tree, aggregates)
-        tree = optimize(tree, schema=schema, dialect="duckdb", rules=_RULES, table_types=schema)
+        tree = optimize(tree, schema=cast(dict, schema), dialect="duckdb", rules=_RULES, table_types=schema)
         builder = _Builder(catalog, schema_db, aggregates)
         plan = builder.query(tree, prefix=None)
     except (SqlglotError, AssertionError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -128,13 +131,13 @@ def _distributed(text: str, tree: exp.Expression, catalog: Catalog, schema_db: S
     return plan
 
 
-def _normalize(tree: exp.Expression, aggregates: Aggregates) -> exp.Expression:
+def _normalize(tree: exp.Expr, aggregates: Aggregates) -> exp.Expr:
     """Rewrite what sqlglot's rules and the builder would misread, keeping DuckDB's meaning:
     DuckDB aggregates sqlglot does not know become aggregate nodes (so no rule moves them as if
     scalar); named windows are written out; ORDER BY * is ORDER BY ALL; ANY / ALL get a subquery."""
-    for node in list(tree.find_all(exp.Anonymous)):
-        if aggregates.is_call(node):
-            node.replace(exp.AnonymousAggFunc(this=node.this, expressions=node.expressions))
+    for call in list(tree.find_all(exp.Anonymous)):
+        if aggregates.is_call(call):
+            call.replace(exp.AnonymousAggFunc(this=call.this, expressions=call.expressions))
     for select in list(tree.find_all(exp.Select)):
         _expand_named_windows(select)
     for ordered in list(tree.find_all(exp.Ordered)):
@@ -170,7 +173,7 @@ def _inherit(w: exp.Window, defs: dict[str, exp.Window]) -> None:
     w.set("alias", None)
 
 
-def _scope_of(node: exp.Expression) -> exp.Expression | None:
+def _scope_of(node: exp.Expr) -> exp.Expr | None:
     p = node.parent
     while p is not None and not isinstance(p, exp.Query):
         p = p.parent
@@ -181,7 +184,7 @@ def _col(name: str) -> exp.Column:
     return exp.column(name, quoted=True)
 
 
-def _sql(e: exp.Expression) -> str:
+def _sql(e: exp.Expr) -> str:
     # Raise, rather than write SQL that means something else, where sqlglot cannot render a node.
     return e.sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
 
@@ -191,7 +194,7 @@ class _Builder:
         self.catalog = catalog
         self.schema_db = schema_db
         self.aggregates = aggregates
-        self.ctes: dict[str, exp.Expression] = {}
+        self.ctes: dict[str, exp.Expr] = {}
         self.subplans: dict[str, Node] = {}  # token -> plan of a subquery
         self.correlated: set[str] = set()  # tokens of subqueries that refer to an outer row
         self._correlated_depth = 0  # > 0 while building a correlated subquery's plan
@@ -202,7 +205,7 @@ class _Builder:
         return f"__{stem}{self._n}"
 
     # ---- queries -----------------------------------------------------------------------------------
-    def query(self, tree: exp.Expression, prefix: str | None) -> Node:
+    def query(self, tree: exp.Expr, prefix: str | None) -> Node:
         """A SELECT (or set operation) as a node whose columns are named prefix.name (or fresh)."""
         with_ = tree.args.get("with_") or tree.args.get("with")
         if with_ is not None:
@@ -219,84 +222,27 @@ class _Builder:
     def select(self, s: exp.Select, prefix: str | None) -> Node:
         check_supported(s)  # sqlglot's rewrites may have built clauses of their own
         rel = self.from_(s)
-
         selects = [self.names(e.copy()) for e in s.expressions]
         out_names = [e.alias_or_name for e in s.expressions]
-        order = s.args.get("order")
-        order_keys = [self.names(o.copy()) for o in order.expressions] if order else []
-        if (
-            len(order_keys) == 1
-            and isinstance(order_keys[0].this, exp.Var)
-            and order_keys[0].name.upper() == "ALL"
-        ):
-            # ORDER BY ALL: every output column, left to right, in the given direction.
-            all_key = order_keys[0]
-            order_keys = []
-            for i in range(len(selects)):
-                o = all_key.copy()
-                o.set("this", exp.Literal.number(i + 1))
-                order_keys.append(o)
+        order_keys = self.order_keys(s, len(selects))
         having = self.names(s.args["having"].this.copy()) if s.args.get("having") else None
         qualify_ = self.names(s.args["qualify"].this.copy()) if s.args.get("qualify") else None
-        group = s.args.get("group")
-        units = self.aggregates.units
         scoped = [*selects, *order_keys, *(e for e in (having, qualify_) if e is not None)]
-        has_agg = any(units(e) for e in scoped)
-        if group is not None or has_agg:
-            sets = None
-            if group is not None and any(
-                isinstance(g, exp.Rollup | exp.Cube | exp.GroupingSets) for g in group.expressions
-            ):
-                if any(_calls(e, ("grouping", "grouping_id")) for e in scoped):
-                    raise unsupported("GROUPING() over GROUPING SETS / ROLLUP / CUBE")
-                groups, sets = self.grouping_sets(group)
-            elif group is not None and group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs
-                groups = [e.unalias().copy() for e in selects if not units(e)]
-            else:
-                groups = [self.names(g.copy()) for g in (group.expressions if group else [])]
+        if s.args.get("group") is not None or any(self.aggregates.units(e) for e in scoped):
+            groups, sets = self.group_keys(s.args.get("group"), selects, scoped)
             rel, selects, order_keys, having, qualify_ = self.aggregate(
                 rel, groups, selects, order_keys, having, qualify_, sets
             )
             if having is not None:
                 rel = self.filter(rel, [having])
-
         rel, selects, order_keys, qualify_ = self.windows(rel, selects, order_keys, qualify_)
         if qualify_ is not None:  # QUALIFY: a filter over the window functions' results
             rel = self.filter(rel, [qualify_])
-
-        # Output columns, plus hidden ones for ORDER BY keys that are not among them.
         names = [f"{prefix}.{n}" if prefix else self.fresh("o") for n in out_names]
         exprs = [_sql(e.unalias() if isinstance(e, exp.Alias) else e) for e in selects]
-        sort_keys: list[str] = []
         aliases = {n: selects[i].unalias() for i, n in enumerate(out_names) if out_names.count(n) == 1}
-        for o in order_keys:
-            key = o.this
-            hit = None
-            for c in [key, *key.find_all(exp.Column)]:
-                if isinstance(c, exp.Column) and not c.table and out_names.count(c.name) > 1:
-                    raise SqlError(f"ORDER BY {c.name} is ambiguous: several output columns have that name")
-            if isinstance(key, exp.Column) and not key.table and key.name in out_names:
-                hit = names[out_names.index(key.name)]
-            elif isinstance(key, exp.Literal) and key.is_int:
-                hit = names[int(key.this) - 1]
-            else:  # an expression, maybe over output aliases: write them out
-                key = key.transform(
-                    lambda n: (
-                        aliases[n.name].copy()
-                        if isinstance(n, exp.Column) and not n.table and n.name in aliases
-                        else n
-                    )
-                )
-                hit = names[exprs.index(_sql(key))] if _sql(key) in exprs else None
-            if hit is None:
-                if s.args.get("distinct"):
-                    raise SqlError("for SELECT DISTINCT, ORDER BY expressions must appear in the select list")
-                hit = self.fresh("s")
-                names.append(hit)
-                exprs.append(_sql(key))
-            o = o.copy()
-            o.set("this", _col(hit))
-            sort_keys.append(_sql(o))
+        # Output columns, plus hidden ones for ORDER BY keys that are not among them.
+        sort_keys = [self.sort_key(s, o, out_names, aliases, names, exprs) for o in order_keys]
         rel = Project(tuple(names), child=rel, exprs=tuple(exprs), **self.attach(" ".join(exprs)))
         if s.args.get("distinct"):
             if s.args["distinct"].args.get("on"):
@@ -305,17 +251,83 @@ class _Builder:
                 rel.columns, child=rel, key_types=self.hash_types(rel, [q(c) for c in rel.columns])
             )
         limit, offset = _int_arg(s, "limit"), _int_arg(s, "offset") or 0
-        visible = tuple(names[: len(out_names)])
         if sort_keys:
-            rel = Sort(visible, child=rel, keys=tuple(sort_keys), limit=limit, offset=offset)
-        elif limit is not None or offset:
-            rel = Limit(rel.columns, child=rel, limit=limit, offset=offset)
+            visible = tuple(names[: len(out_names)])
+            return Sort(visible, child=rel, keys=tuple(sort_keys), limit=limit, offset=offset)
+        if limit is not None or offset:
+            return Limit(rel.columns, child=rel, limit=limit, offset=offset)
         return rel
 
-    def grouping_sets(self, group: exp.Group) -> tuple[list[exp.Expression], tuple[tuple[int, ...], ...]]:
+    def order_keys(self, s: exp.Select, outputs: int) -> list[exp.Expr]:
+        """The ORDER BY keys in plan names; ORDER BY ALL is every output column, left to right, in
+        the given direction."""
+        order = s.args.get("order")
+        keys = [self.names(o.copy()) for o in order.expressions] if order else []
+        if len(keys) != 1 or not isinstance(keys[0].this, exp.Var) or keys[0].name.upper() != "ALL":
+            return keys
+        expanded = []
+        for i in range(outputs):
+            o = keys[0].copy()
+            o.set("this", exp.Literal.number(i + 1))
+            expanded.append(o)
+        return expanded
+
+    def group_keys(
+        self, group: exp.Group | None, selects: list[exp.Expr], scoped: list[exp.Expr]
+    ) -> tuple[list[exp.Expr], tuple[tuple[int, ...], ...] | None]:
+        """The group expressions and, for GROUPING SETS / ROLLUP / CUBE, the sets over them."""
+        if group is None:
+            return [], None
+        if any(isinstance(g, exp.Rollup | exp.Cube | exp.GroupingSets) for g in group.expressions):
+            if any(_calls(e, ("grouping", "grouping_id")) for e in scoped):
+                raise unsupported("GROUPING() over GROUPING SETS / ROLLUP / CUBE")
+            return self.grouping_sets(group)
+        if group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs
+            return [e.unalias().copy() for e in selects if not self.aggregates.units(e)], None
+        return [self.names(g.copy()) for g in group.expressions], None
+
+    def sort_key(
+        self,
+        s: exp.Select,
+        o: exp.Expr,
+        out_names: list[str],
+        aliases: dict[str, exp.Expr],
+        names: list[str],
+        exprs: list[str],
+    ) -> str:
+        """One ORDER BY key as SQL over the output column it sorts by: an output named or numbered,
+        an output expression written again, or else a hidden column appended to ``names``/``exprs``."""
+        key = o.this
+        for c in [key, *key.find_all(exp.Column)]:
+            if isinstance(c, exp.Column) and not c.table and out_names.count(c.name) > 1:
+                raise SqlError(f"ORDER BY {c.name} is ambiguous: several output columns have that name")
+        if isinstance(key, exp.Column) and not key.table and key.name in out_names:
+            hit: str | None = names[out_names.index(key.name)]
+        elif isinstance(key, exp.Literal) and key.is_int:
+            hit = names[int(key.this) - 1]
+        else:  # an expression, maybe over output aliases: write them out
+            key = key.transform(
+                lambda n: (
+                    aliases[n.name].copy()
+                    if isinstance(n, exp.Column) and not n.table and n.name in aliases
+                    else n
+                )
+            )
+            hit = names[exprs.index(_sql(key))] if _sql(key) in exprs else None
+        if hit is None:
+            if s.args.get("distinct"):
+                raise SqlError("for SELECT DISTINCT, ORDER BY expressions must appear in the select list")
+            hit = self.fresh("s")
+            names.append(hit)
+            exprs.append(_sql(key))
+        o = o.copy()
+        o.set("this", _col(hit))
+        return _sql(o)
+
+    def grouping_sets(self, group: exp.Group) -> tuple[list[exp.Expr], tuple[tuple[int, ...], ...]]:
         """Every group expression once, and each grouping set as indices into them: ROLLUP and
         CUBE written out, several items combined as their cross product (as SQL defines it)."""
-        items: list[list[list[exp.Expression]]] = []
+        items: list[list[list[exp.Expr]]] = []
         for g in group.expressions:
             if isinstance(g, exp.Rollup):
                 items.append([g.expressions[:i] for i in range(len(g.expressions), -1, -1)])
@@ -327,7 +339,7 @@ class _Builder:
                 items.append([_set_members(s) for s in g.expressions])
             else:
                 items.append([[g]])
-        groups: list[exp.Expression] = []
+        groups: list[exp.Expr] = []
         keys: list[str] = []
         sets = []
         for combo in itertools.product(*items):
@@ -350,8 +362,8 @@ class _Builder:
         aggs: dict[str, str] = {}  # agg SQL -> column name
         args: dict[str, str | None] = {}  # agg SQL -> SQL of its first argument
 
-        def replace(e: exp.Expression) -> exp.Expression:
-            def fn(node: exp.Expression) -> exp.Expression:
+        def replace(e: exp.Expr) -> exp.Expr:
+            def fn(node: exp.Expr) -> exp.Expr:
                 if self._is_unit(node):
                     key = _sql(node)
                     if key not in aggs:
@@ -382,7 +394,7 @@ class _Builder:
         # Columns not grouped and not aggregated would be a binder error; DuckDB already checked.
         return node, selects, order_keys, having, qualify_
 
-    def _is_unit(self, node: exp.Expression) -> bool:
+    def _is_unit(self, node: exp.Expr) -> bool:
         """An aggregate call with its wrappers, used for grouping (not as a window function)."""
         if isinstance(node.parent, WRAPPERS) and node.parent.this is node:
             return False
@@ -411,7 +423,7 @@ class _Builder:
         found: dict[str, str] = {}
         partitions: list[list[str]] = []
 
-        def fn(node: exp.Expression) -> exp.Expression:
+        def fn(node: exp.Expr) -> exp.Expr:
             if isinstance(node, exp.Window):
                 key = _sql(node)
                 if key not in found:
@@ -444,7 +456,9 @@ class _Builder:
         if len(left.columns) != len(right.columns):
             raise SqlError(f"{tree.key.upper()} inputs have different numbers of columns")
         cols = tuple(f"{prefix}.{n}" if prefix else self.fresh("o") for n in names)
-        kind = {exp.Union: "union", exp.Intersect: "intersect", exp.Except: "except"}[type(tree)]
+        kind = {exp.Union: SetOpKind.UNION, exp.Intersect: SetOpKind.INTERSECT, exp.Except: SetOpKind.EXCEPT}[
+            type(tree)
+        ]
         rel: Node = SetOp(
             cols,
             left=left,
@@ -454,7 +468,7 @@ class _Builder:
         )
         # Hash in the set operation's result types: that is how DuckDB compares its rows.
         result_types = self.node_types(rel)
-        rel = replace(rel, key_types=tuple(canonical_hash_type(t) for t in result_types))
+        rel = replace(cast(SetOp, rel), key_types=tuple(canonical_hash_type(t) for t in result_types))
         keys = []
         order = tree.args.get("order")
         for o in order.expressions if order else []:
@@ -478,7 +492,8 @@ class _Builder:
     def by_name(self, tree: exp.SetOperation, left: Node, right: Node) -> tuple[Node, Node, list[str]]:
         """UNION [ALL] BY NAME: both sides projected onto every name (left's first, then the
         right's new ones; matched case-insensitively), NULL where a side lacks the column."""
-        lnames, rnames = _unparen(tree.left).named_selects, _unparen(tree.right).named_selects
+        lnames = cast(exp.Query, _unparen(tree.left)).named_selects
+        rnames = cast(exp.Query, _unparen(tree.right)).named_selects
         names = list(lnames) + [n for n in rnames if n.lower() not in {m.lower() for m in lnames}]
 
         def onto(side: Node, side_names: list[str]) -> Node:
@@ -501,59 +516,28 @@ class _Builder:
         where = s.args.get("where")
         where_conj = _conjuncts(self.names(where.this.copy())) if where is not None else []
         if from_ is None:
-            rel: Node = Values(("__one",))
-            return self.filter(rel, where_conj)
+            return self.filter(Values(("__one",)), where_conj)
         joins = s.args.get("joins") or []
         if isinstance(from_.this, exp.Lateral):
             raise unsupported("LATERAL as the first FROM item")
         sources = [self.source(from_.this, s)] + [self.source(j.this, s) for j in joins]
         lateral = [False] + [isinstance(j.this, exp.Lateral) for j in joins]
-        kinds = ["inner"] + [_join_kind(j) for j in joins]
-        ons = [[]] + [_conjuncts(self.names(j.args["on"].copy())) if j.args.get("on") else [] for j in joins]
-        nullable = [False] * len(sources)
-        for i, kind in enumerate(kinds):
-            if kind in ("left", "asof", "asof_left"):
-                # An ASOF match depends on every row of the right side: filter it only after the join.
-                nullable[i] = True
-            elif kind in ("right", "full"):
-                nullable[: i + (kind == "full")] = [True] * (i + (kind == "full"))
-        colsets = [set(src.columns) for src in sources]
-        pushed: list[list[exp.Expression]] = [[] for _ in sources]
-
-        def owner(c: exp.Expression, upto: int) -> int | None:
-            used = _cols(c)
-            for i in range(upto + 1):
-                if used and used <= colsets[i] and not nullable[i]:
-                    return i
-            return None
-
-        rest_where = []
-        for c in where_conj:
-            i = owner(c, len(sources) - 1)
-            (pushed[i] if i is not None else rest_where).append(c)
-        for j in range(1, len(sources)):
-            keep = []
-            for c in ons[j]:
-                used = _cols(c)
-                if used and used <= colsets[j] and kinds[j] in ("inner", "left", "semi", "anti"):
-                    pushed[j].append(c)
-                elif kinds[j] in ("inner", "semi") and (i := owner(c, j - 1)) is not None:
-                    pushed[i].append(c)
-                else:
-                    keep.append(c)
-            ons[j] = keep
+        kinds = [JoinKind.INNER] + [_join_kind(j) for j in joins]
+        ons: list[list[exp.Expr]] = [[]]
+        ons += [_conjuncts(self.names(j.args["on"].copy())) if j.args.get("on") else [] for j in joins]
+        pushed, rest_where = _push_down(sources, kinds, where_conj, ons)
         rel = self.filter(sources[0], pushed[0])
         for j in range(1, len(sources)):
             rel = self.join(rel, self.filter(sources[j], pushed[j]), kinds[j], ons[j], lateral[j])
         return self.filter(rel, rest_where)
 
-    def filter(self, rel: Node, conj: list[exp.Expression]) -> Node:
+    def filter(self, rel: Node, conj: list[exp.Expr]) -> Node:
         if not conj:
             return rel
         cond = _sql(exp.and_(*conj) if len(conj) > 1 else conj[0])
         return Filter(rel.columns, child=rel, condition=cond, **self.attach(cond))
 
-    def source(self, item: exp.Expression, s: exp.Select) -> Node:
+    def source(self, item: exp.Expr, s: exp.Select) -> Node:
         alias = item.alias_or_name
         if isinstance(item, exp.Lateral):
             return self.lateral(item.this, alias)
@@ -596,21 +580,21 @@ class _Builder:
         )
 
     def join(
-        self, left: Node, right: Node, jkind: str, on_conj: list[exp.Expression], lateral: bool = False
+        self, left: Node, right: Node, jkind: JoinKind, on_conj: list[exp.Expr], lateral: bool = False
     ) -> Node:
-        cols = left.columns if jkind in ("semi", "anti") else left.columns + right.columns
+        cols = left.columns + right.columns if jkind.keeps_right_columns else left.columns
         if lateral:
-            if jkind not in ("inner", "cross", "left"):
+            if jkind not in (JoinKind.INNER, JoinKind.CROSS, JoinKind.LEFT):
                 raise unsupported(f"{jkind.upper()} JOIN LATERAL")
-            if jkind == "cross" or (jkind == "inner" and not on_conj):
-                return Join(cols, left=left, right=right, kind="cross", lateral=True)
+            if jkind is JoinKind.CROSS or (jkind is JoinKind.INNER and not on_conj):
+                return Join(cols, left=left, right=right, kind=JoinKind.CROSS, lateral=True)
             cond = _sql(exp.and_(*on_conj)) if on_conj else "true"  # LEFT ... ON true keeps its rows
             return Join(cols, left=left, right=right, kind=jkind, condition=cond, lateral=True)
-        if jkind == "cross" or not on_conj:
-            if jkind not in ("cross", "inner"):
+        if jkind is JoinKind.CROSS or not on_conj:
+            if jkind not in (JoinKind.CROSS, JoinKind.INNER):
                 on_conj = [exp.true()]
             else:
-                return Join(cols, left=left, right=right, kind="cross")
+                return Join(cols, left=left, right=right, kind=JoinKind.CROSS)
         on = exp.and_(*on_conj) if len(on_conj) > 1 else on_conj[0]
         lset, rset = set(left.columns), set(right.columns)
         lkeys, rkeys = [], []
@@ -641,11 +625,11 @@ class _Builder:
         )
 
     # ---- expressions --------------------------------------------------------------------------------
-    def names(self, e: exp.Expression) -> exp.Expression:
+    def names(self, e: exp.Expr) -> exp.Expr:
         """Rewrite qualified columns ``t.c`` to the plan's unique column names ``"t.c"``, and plan each
         uncorrelated subquery separately, leaving a token table in its place."""
 
-        def fn(node: exp.Expression) -> exp.Expression:
+        def fn(node: exp.Expr) -> exp.Expr:
             if isinstance(node, exp.Subquery | exp.Exists) and isinstance(node.this, exp.Query):
                 return self.subquery(node)
             if isinstance(node, exp.Column) and node.table:
@@ -654,7 +638,7 @@ class _Builder:
 
         return e.transform(fn, copy=False) if not isinstance(e, exp.Column) else fn(e)
 
-    def subquery(self, node: exp.Subquery | exp.Exists) -> exp.Expression:
+    def subquery(self, node: exp.Subquery | exp.Exists) -> exp.Expr:
         """Plan a subquery on its own; a token stands for it in the expression. A correlated one
         (it reads a column of the outer row) is evaluated by DuckDB itself, inline, wherever the
         outer row is: the distribution pass gives it every rank's inputs whole (replicated)."""
@@ -678,23 +662,70 @@ class _Builder:
         return {"subqueries": subs, "correlated": tuple(t for t, _ in subs if t in self.correlated)}
 
 
-def _join_kind(j: exp.Join) -> str:
+def _push_down(
+    sources: list[Node],
+    kinds: list[JoinKind],
+    where_conj: list[exp.Expr],
+    ons: list[list[exp.Expr]],
+) -> tuple[list[list[exp.Expr]], list[exp.Expr]]:
+    """The conjuncts each source filters by itself, and the WHERE conjuncts left above the joins.
+    ``ons`` (each join's ON conjuncts) keeps only those the join must evaluate."""
+    nullable = [False] * len(sources)
+    for i, kind in enumerate(kinds):
+        if kind.filters_right_after:
+            nullable[i] = True
+        if kind.filters_left_after:
+            nullable[:i] = [True] * i
+    colsets = [set(src.columns) for src in sources]
+    pushed: list[list[exp.Expr]] = [[] for _ in sources]
+
+    def owner(c: exp.Expr, upto: int) -> int | None:
+        used = _cols(c)
+        for i in range(upto + 1):
+            if used and used <= colsets[i] and not nullable[i]:
+                return i
+        return None
+
+    rest_where: list[exp.Expr] = []
+    for c in where_conj:
+        at = owner(c, len(sources) - 1)
+        (pushed[at] if at is not None else rest_where).append(c)
+    for j in range(1, len(sources)):
+        keep = []
+        for c in ons[j]:
+            used = _cols(c)
+            if used and used <= colsets[j] and kinds[j] in _ON_PUSHED_RIGHT:
+                pushed[j].append(c)
+            elif kinds[j] in _ON_PUSHED_LEFT and (at := owner(c, j - 1)) is not None:
+                pushed[at].append(c)
+            else:
+                keep.append(c)
+        ons[j] = keep
+    return pushed, rest_where
+
+
+# Joins whose ON conjunct over one side alone filters that side's rows before the join.
+_ON_PUSHED_RIGHT = (JoinKind.INNER, JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
+_ON_PUSHED_LEFT = (JoinKind.INNER, JoinKind.SEMI)
+
+
+def _join_kind(j: exp.Join) -> JoinKind:
     side = (j.args.get("side") or "").lower()
     kind = (j.args.get("kind") or "").lower()
     if j.args.get("using"):
         raise unsupported("JOIN ... USING that could not be resolved")
     if (j.args.get("method") or "").upper() == "ASOF":
-        return "asof_left" if side == "left" else "asof"
+        return JoinKind.ASOF_LEFT if side == "left" else JoinKind.ASOF
     if kind in ("asof", "positional") or j.args.get("method"):
-        raise unsupported(f"{(kind or j.args.get('method')).upper()} JOIN")
+        raise unsupported(f"{(kind or str(j.args.get('method'))).upper()} JOIN")
     if kind in ("semi", "anti"):
-        return kind
+        return JoinKind(kind)
     if side in ("left", "right", "full"):
-        return side
-    return "inner" if j.args.get("on") is not None else "cross"
+        return JoinKind(side)
+    return JoinKind.INNER if j.args.get("on") is not None else JoinKind.CROSS
 
 
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+def _conjuncts(e: exp.Expr) -> list[exp.Expr]:
     """Split an AND tree (through parentheses), dropping literal TRUE left behind by rewrites."""
     while isinstance(e, exp.Paren):
         e = e.this
@@ -705,7 +736,7 @@ def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
     return [e]
 
 
-def _set_members(s: exp.Expression) -> list[exp.Expression]:
+def _set_members(s: exp.Expr) -> list[exp.Expr]:
     """The expressions of one grouping set: (a, b), (a), a or ()."""
     if isinstance(s, exp.Tuple):
         return list(s.expressions)
@@ -714,23 +745,23 @@ def _set_members(s: exp.Expression) -> list[exp.Expression]:
     return [s]
 
 
-def _calls(e: exp.Expression, names: tuple[str, ...]) -> bool:
+def _calls(e: exp.Expr, names: tuple[str, ...]) -> bool:
     return any(function_name(f) in names for f in e.find_all(exp.Func))
 
 
-def _first_arg(call: exp.Expression) -> str | None:
+def _first_arg(call: exp.Expr) -> str | None:
     """SQL of an aggregate call's first argument (None for COUNT(*) and argument-less calls)."""
     first = call.this if not isinstance(call, exp.Anonymous | exp.AnonymousAggFunc) else None
     if isinstance(call, exp.Anonymous | exp.AnonymousAggFunc) and call.expressions:
         first = call.expressions[0]
     if isinstance(first, exp.Distinct):
         first = first.expressions[0] if len(first.expressions) == 1 else None
-    if not isinstance(first, exp.Expression) or isinstance(first, exp.Star | exp.Order):
+    if not isinstance(first, exp.Expr) or isinstance(first, exp.Star | exp.Order):
         return None
     return _sql(first)
 
 
-def _outer_aggregate(body: exp.Expression, aggregates: Aggregates) -> bool:
+def _outer_aggregate(body: exp.Expr, aggregates: Aggregates) -> bool:
     """Whether an aggregate inside the subquery reads an outer column: SQL then aggregates it in
     the outer query, which the builder (planning scopes one by one) would not see."""
     outer = {id(c) for c in outer_columns(body)}
@@ -740,17 +771,17 @@ def _outer_aggregate(body: exp.Expression, aggregates: Aggregates) -> bool:
     )
 
 
-def _unparen(e: exp.Expression) -> exp.Expression:
+def _unparen(e: exp.Expr) -> exp.Expr:
     while isinstance(e, exp.Subquery) and not e.alias:
         e = e.this
     return e
 
 
-def _cols(e: exp.Expression) -> set[str]:
+def _cols(e: exp.Expr) -> set[str]:
     return {c.name for c in e.find_all(exp.Column)}
 
 
-def _int_arg(s: exp.Expression, arg: str) -> int | None:
+def _int_arg(s: exp.Expr, arg: str) -> int | None:
     node = s.args.get(arg)
     if node is None:
         return None
@@ -760,11 +791,11 @@ def _int_arg(s: exp.Expression, arg: str) -> int | None:
     return int(value.this)
 
 
-def _scope_find(s: exp.Expression, kind: type):
+def _scope_find(s: exp.Expr, kind: type):
     """Nodes of ``kind`` in this SELECT, not inside its WITH clause (CTE bodies are their own scopes)."""
     for key, value in s.args.items():
         if key in ("with_", "with"):
             continue
         for v in value if isinstance(value, list) else [value]:
-            if isinstance(v, exp.Expression):
+            if isinstance(v, exp.Expr):
                 yield from v.find_all(kind)

@@ -28,7 +28,7 @@ _STRICT_SCALARS = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Paren, exp.C
 _BLOCKING = ("group", "having", "order", "limit", "offset", "distinct", "qualify", "windows", "with_", "with")
 
 
-def _strict(e: exp.Expression) -> bool:
+def _strict(e: exp.Expr) -> bool:
     """NULL whenever every aggregate in it is NULL, i.e. over an empty input."""
     if isinstance(e, _STRICT_AGGS):
         return True
@@ -38,11 +38,11 @@ def _strict(e: exp.Expression) -> bool:
     return any(_strict(c) for c in kids) and all(_strict(c) or _constant(c) for c in kids)
 
 
-def _constant(e: exp.Expression) -> bool:
+def _constant(e: exp.Expr) -> bool:
     return not any(True for _ in e.find_all(exp.Column, exp.AggFunc, exp.Query))
 
 
-def _column_type(col: exp.Column, aliases: dict[str, exp.Expression], table_types) -> str | None:
+def _column_type(col: exp.Column, aliases: dict[str, exp.Expr], table_types) -> str | None:
     """The catalog type of a column of a FROM item: a table, or the plain projection of one that
     sqlglot's qualify puts in its place (``(SELECT t.c AS c FROM t AS t) AS t``)."""
     item, name = aliases.get(col.table), col.name
@@ -68,65 +68,22 @@ def _exactly_comparable(a: str | None, b: str | None) -> bool:
     return ca == cb and ca not in ("DOUBLE", "FLOAT", "REAL")
 
 
-def _rewrite(select: exp.Select, conj: exp.Expression, sub: exp.Subquery, name: str, table_types) -> bool:
+def _rewrite(select: exp.Select, conj: exp.Expr, sub: exp.Subquery, name: str, table_types) -> bool:
     body = sub.this
-    if not isinstance(body, exp.Select) or any(body.args.get(a) for a in _BLOCKING):
+    value = _single_value(body)
+    if value is None:
         return False
-    if len(body.expressions) != 1 or not (body.args.get("from_") or body.args.get("from")):
+    found = _equi_correlation(select, body, table_types)
+    if found is None:
         return False
-    value = body.expressions[0].unalias()
-    if not _strict(value) or any(True for _ in value.find_all(exp.Query, exp.Window)):
-        return False
-    if any(
-        j.args.get("side") or j.args.get("kind") or j.args.get("method") for j in body.args.get("joins") or []
-    ):
-        return False
-    inner = from_items(body)
-    outer = from_items(select)
-    defined = defined_aliases(body)
-    where = body.args.get("where")
-    keys: list[tuple[exp.Column, exp.Column]] = []
-    plain: list[exp.Expression] = []
-    for c in conjuncts(where.this) if where is not None else []:
-        tables = {col.table for col in c.find_all(exp.Column)}
-        if tables <= defined:
-            plain.append(c)
-            continue
-        if not isinstance(c, exp.EQ) or not all(isinstance(s, exp.Column) for s in (c.this, c.expression)):
-            return False
-        a, b = c.this, c.expression
-        i, o = (a, b) if a.table in inner else (b, a)
-        if i.table not in inner or o.table not in outer or o.table in inner:
-            return False
-        if not _exactly_comparable(_column_type(i, inner, table_types), _column_type(o, outer, table_types)):
-            return False
-        keys.append((i, o))
-    if not keys:
-        return False
-    # No other reference to an enclosing scope anywhere in the subquery.
-    rest = body.copy()
-    rest.set("where", None)
-    if any(col.table and col.table not in defined for col in rest.find_all(exp.Column)):
-        return False
-    for c in plain:
-        if any(col.table not in defined for col in c.find_all(exp.Column)):
-            return False
-
-    derived = exp.select(exp.alias_(value.copy(), "_v", quoted=True))
-    for n, (i, _) in enumerate(keys):
-        derived = derived.select(exp.alias_(i.copy(), f"_k{n}", quoted=True), copy=False)
-    derived.set("from_", (body.args.get("from_") or body.args.get("from")).copy())
-    if body.args.get("joins"):
-        derived.set("joins", [j.copy() for j in body.args["joins"]])
-    if plain:
-        derived.set("where", exp.Where(this=exp.and_(*[c.copy() for c in plain])))
-    derived.set("group", exp.Group(expressions=[i.copy() for i, _ in keys]))
+    keys, plain = found
     on = exp.and_(
         *[
             exp.EQ(this=exp.column(f"_k{n}", table=name, quoted=True), expression=o.copy())
             for n, (_, o) in enumerate(keys)
         ]
     )
+    derived = _grouped_by_keys(body, value, keys, plain)
     select.append(
         "joins",
         exp.Join(this=exp.Subquery(this=derived, alias=exp.TableAlias(this=exp.to_identifier(name))), on=on),
@@ -135,7 +92,79 @@ def _rewrite(select: exp.Select, conj: exp.Expression, sub: exp.Subquery, name: 
     return True
 
 
-def scalar_subqueries_to_joins(expression: exp.Expression, table_types=None) -> exp.Expression:
+def _single_value(body: exp.Expr) -> exp.Expr | None:
+    """The one strict value a plain SELECT ... FROM ... [inner joins] subquery computes, or None."""
+    if not isinstance(body, exp.Select) or any(body.args.get(a) for a in _BLOCKING):
+        return None
+    if len(body.expressions) != 1 or not (body.args.get("from_") or body.args.get("from")):
+        return None
+    value = body.expressions[0].unalias()
+    if not _strict(value) or any(True for _ in value.find_all(exp.Query, exp.Window)):
+        return None
+    if any(
+        j.args.get("side") or j.args.get("kind") or j.args.get("method") for j in body.args.get("joins") or []
+    ):
+        return None
+    return value
+
+
+def _equi_correlation(
+    select: exp.Select, body: exp.Select, table_types
+) -> tuple[list[tuple[exp.Column, exp.Column]], list[exp.Expr]] | None:
+    """The subquery's (inner column, outer column) equalities of exactly comparable types and its
+    uncorrelated WHERE conjuncts; None when it refers to the outer query in any other way."""
+    inner = from_items(body)
+    outer = from_items(select)
+    defined = defined_aliases(body)
+    where = body.args.get("where")
+    keys: list[tuple[exp.Column, exp.Column]] = []
+    plain: list[exp.Expr] = []
+    for c in conjuncts(where.this) if where is not None else []:
+        tables = {col.table for col in c.find_all(exp.Column)}
+        if tables <= defined:
+            plain.append(c)
+            continue
+        if not isinstance(c, exp.EQ) or not all(isinstance(s, exp.Column) for s in (c.this, c.expression)):
+            return None
+        a, b = c.this, c.expression
+        i, o = (a, b) if a.table in inner else (b, a)
+        if i.table not in inner or o.table not in outer or o.table in inner:
+            return None
+        if not _exactly_comparable(_column_type(i, inner, table_types), _column_type(o, outer, table_types)):
+            return None
+        keys.append((i, o))
+    if not keys:
+        return None
+    # No other reference to an enclosing scope anywhere in the subquery.
+    rest = body.copy()
+    rest.set("where", None)
+    if any(col.table and col.table not in defined for col in rest.find_all(exp.Column)):
+        return None
+    return keys, plain
+
+
+def _grouped_by_keys(
+    body: exp.Select,
+    value: exp.Expr,
+    keys: list[tuple[exp.Column, exp.Column]],
+    plain: list[exp.Expr],
+) -> exp.Select:
+    """The subquery as a derived table: its value ``_v`` per inner key ``_k0``, ``_k1``, ..."""
+    derived = exp.select(exp.alias_(value.copy(), "_v", quoted=True))
+    for n, (i, _) in enumerate(keys):
+        derived = derived.select(exp.alias_(i.copy(), f"_k{n}", quoted=True), copy=False)
+    from_ = body.args.get("from_") or body.args.get("from")
+    assert from_ is not None  # only SELECTs with a FROM are decorrelated
+    derived.set("from_", from_.copy())
+    if body.args.get("joins"):
+        derived.set("joins", [j.copy() for j in body.args["joins"]])
+    if plain:
+        derived.set("where", exp.Where(this=exp.and_(*[c.copy() for c in plain])))
+    derived.set("group", exp.Group(expressions=[i.copy() for i, _ in keys]))
+    return derived
+
+
+def scalar_subqueries_to_joins(expression: exp.Expr, table_types=None) -> exp.Expr:
     """An optimizer rule, after qualify; ``table_types``: catalog table -> column -> DuckDB type."""
     table_types = table_types or {}
     counter = 0

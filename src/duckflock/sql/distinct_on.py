@@ -13,7 +13,7 @@ from sqlglot import exp
 from duckflock.sql.allowlist import unsupported
 
 
-def distinct_on_as_qualify(tree: exp.Expression) -> exp.Expression:
+def distinct_on_as_qualify(tree: exp.Expr) -> exp.Expr:
     for select in list(tree.find_all(exp.Select)):
         distinct = select.args.get("distinct")
         if distinct is not None and distinct.args.get("on") is not None:
@@ -42,7 +42,7 @@ def _ordered(o: exp.Ordered, select: exp.Select) -> exp.Ordered:
     return copy
 
 
-def _resolved(e: exp.Expression, select: exp.Select) -> exp.Expression:
+def _resolved(e: exp.Expr, select: exp.Select) -> exp.Expr:
     """A DISTINCT ON or ORDER BY item as an expression over the FROM clause: like ORDER BY, it may
     name an output column by position or alias, which a window cannot."""
     items = select.expressions
@@ -62,5 +62,5 @@ def _resolved(e: exp.Expression, select: exp.Select) -> exp.Expression:
     return e.copy()
 
 
-def _unaliased(e: exp.Expression) -> exp.Expression:
+def _unaliased(e: exp.Expr) -> exp.Expr:
     return e.this if isinstance(e, exp.Alias) else e

@@ -47,7 +47,7 @@ def _calls_any(body: str, names: set[str]) -> bool:
     return any(function_name(f) in names for f in tree.find_all(exp.Func))
 
 
-def function_name(node: exp.Expression) -> str | None:
+def function_name(node: exp.Expr) -> str | None:
     """The name DuckDB sees for a function call node (sqlglot renames some: LIST -> ARRAY_AGG)."""
     if isinstance(node, exp.Anonymous):
         return node.name.lower()
@@ -57,7 +57,7 @@ def function_name(node: exp.Expression) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def unit_of(call: exp.Expression) -> exp.Expression:
+def unit_of(call: exp.Expr) -> exp.Expr:
     """The aggregate call together with its FILTER / IGNORE NULLS / WITHIN GROUP wrappers."""
     unit = call
     while isinstance(unit.parent, WRAPPERS) and unit.parent.this is unit:
@@ -65,7 +65,7 @@ def unit_of(call: exp.Expression) -> exp.Expression:
     return unit
 
 
-def call_of(unit: exp.Expression) -> exp.Expression:
+def call_of(unit: exp.Expr) -> exp.Expr:
     """The aggregate call inside a unit (the inverse of ``unit_of``)."""
     while isinstance(unit, WRAPPERS):
         unit = unit.this
@@ -78,13 +78,13 @@ class Aggregates:
     def __init__(self, names: frozenset[str]):
         self.names = names
 
-    def is_call(self, node: exp.Expression) -> bool:
+    def is_call(self, node: exp.Expr) -> bool:
         return function_name(node) in self.names
 
-    def units(self, e: exp.Expression) -> list[exp.Expression]:
+    def units(self, e: exp.Expr) -> list[exp.Expr]:
         """Grouping aggregates in ``e`` (not window functions), outermost units, not nested in a
         subquery (those belong to the subquery's own scope)."""
-        out: list[exp.Expression] = []
+        out: list[exp.Expr] = []
         for node in e.find_all(exp.Func):
             if not self.is_call(node) or _in_subquery(node, e):
                 continue
@@ -97,7 +97,7 @@ class Aggregates:
         return [u for u in out if not any(u is not o and _inside(u, o) for o in out)]
 
 
-def _inside(node: exp.Expression, outer: exp.Expression) -> bool:
+def _inside(node: exp.Expr, outer: exp.Expr) -> bool:
     p = node.parent
     while p is not None:
         if p is outer:
@@ -106,7 +106,7 @@ def _inside(node: exp.Expression, outer: exp.Expression) -> bool:
     return False
 
 
-def _in_subquery(node: exp.Expression, root: exp.Expression) -> bool:
+def _in_subquery(node: exp.Expr, root: exp.Expr) -> bool:
     p = node.parent
     while p is not None and p is not root:
         if isinstance(p, exp.Query):

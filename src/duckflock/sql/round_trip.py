@@ -36,7 +36,7 @@ EQUIVALENT = {
 
 
 def check_round_trip(
-    con: duckdb.DuckDBPyConnection, aliases: dict[str, str], text: str, tree: exp.Expression
+    con: duckdb.DuckDBPyConnection, aliases: dict[str, str], text: str, tree: exp.Expr
 ) -> None:
     """Raise SqlError (unsupported) when sqlglot's DuckDB SQL for ``tree`` calls other functions
     than ``text`` does, or calls a function whose value depends on where it runs."""
@@ -56,9 +56,9 @@ def check_round_trip(
 
 
 def _equivalent(call: Call) -> Call:
-    name, args, *rest = call
+    name, args, distinct, filtered, orders = call
     name, args = EQUIVALENT.get((name, args), (name, args))
-    return (name, args, *rest)
+    return (name, args, distinct, filtered, orders)
 
 
 def _calls(con: duckdb.DuckDBPyConnection, sql: str, aliases: dict[str, str]) -> Counter[Call] | None:

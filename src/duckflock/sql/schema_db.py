@@ -9,12 +9,12 @@ import duckdb
 import pyarrow as pa
 
 from duckflock.catalog import Catalog
-from duckflock.catalog.partitioning import quote_ident as q
 from duckflock.errors import CatalogError, SqlError, duckdb_message
 from duckflock.local_duckdb import restrict
 from duckflock.plan.nodes import Node
 from duckflock.plan.render import render
 from duckflock.sql.functions import aggregate_names
+from duckflock.sqltext import quote_ident as q
 
 
 class SchemaDB:

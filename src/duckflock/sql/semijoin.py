@@ -15,7 +15,7 @@ from duckflock.sql.scopes import conjuncts, from_items
 _BLOCKING = ("group", "having", "limit", "offset", "order", "distinct", "qualify", "joins", "with_", "with")
 
 
-def _candidate(sub: exp.Expression) -> exp.Select | None:
+def _candidate(sub: exp.Expr) -> exp.Select | None:
     """The subquery's SELECT when it is a plain filtered scan of one table."""
     if not isinstance(sub, exp.Select) or any(sub.args.get(a) for a in _BLOCKING):
         return None
@@ -31,13 +31,13 @@ def _candidate(sub: exp.Expression) -> exp.Select | None:
     return sub
 
 
-def exists_to_semi_join(expression: exp.Expression, **_: object) -> exp.Expression:
+def exists_to_semi_join(expression: exp.Expr, **_: object) -> exp.Expr:
     counter = 0
     for select in list(expression.find_all(exp.Select)):
         where = select.args.get("where")
         if where is None or not (select.args.get("from_") or select.args.get("from")):
             continue
-        keep: list[exp.Expression] = []
+        keep: list[exp.Expr] = []
         for conj in conjuncts(where.this):
             negated = isinstance(conj, exp.Not) and isinstance(conj.this, exp.Exists)
             exists = conj.this if negated else conj
@@ -45,7 +45,9 @@ def exists_to_semi_join(expression: exp.Expression, **_: object) -> exp.Expressi
             if sub is None:
                 keep.append(conj)
                 continue
-            table = (sub.args.get("from_") or sub.args.get("from")).this.copy()
+            from_ = sub.args.get("from_") or sub.args.get("from")
+            assert from_ is not None  # _candidate only returns SELECTs with a FROM
+            table = from_.this.copy()
             inner = table.alias_or_name
             if inner in from_items(select):  # the outer query uses the alias: give the inner one its own
                 counter += 1

@@ -39,7 +39,7 @@ PREFIX = "duckflock"  # namespaces: duckflock-<tag>-<i>, tag = <pid hex>x<sequen
 BRIDGE_PREFIX = "dfb"  # bridge: dfb<tag>; root ends of the veths: dfv<tag>.<i hex>
 VETH_PREFIX = "dfv"
 MAX_HOSTS = 16  # interface names have at most 15 characters: dfv + 6 + x + 3 + . + 1
-SUBNETS = ipaddress.ip_network("10.250.0.0/16")
+SUBNETS = ipaddress.IPv4Network("10.250.0.0/16")
 _seq = itertools.count()
 
 
@@ -110,7 +110,7 @@ def _used_subnets() -> set[ipaddress.IPv4Network]:
     out = _run(ip, "-4", "route", "show", check=False).stdout if ip else ""
     used = set()
     for word in re.findall(r"\b10\.250\.\d+\.\d+(?:/\d+)?", out):
-        used.add(ipaddress.ip_network(word, strict=False).supernet(new_prefix=24))
+        used.add(ipaddress.IPv4Network(word, strict=False).supernet(new_prefix=24))
     return used
 
 

@@ -163,6 +163,8 @@ def _check(r: Record, db, ref: duckdb.DuckDBPyConnection) -> Outcome:
         if r.kind == "error" and r.message.lower() in message.lower():
             return Outcome(r, "refused", message)
         return Outcome(r, "failed", f"refused: {message}")
+    except Exception as e:  # anything but a clear duckflock error reaching the user is a defect
+        return Outcome(r, "failed", f"{type(e).__name__}: {e}")
     if r.kind == "error":
         return Outcome(r, "failed", f"expected a refusal naming {r.message!r}, got {got.num_rows} rows")
     want = ref.sql(r.sql).to_arrow_table()
@@ -219,12 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     for ranks in (int(r) for r in args.ranks.split(",")):
         total = {"correct": 0, "refused": 0, "wrong": 0, "failed": 0}
         for f in files:
-            outcomes = run(
-                parse(f),
-                lambda d, extra, n=ranks: duckflock.connect(
-                    d, ranks=n, transport=args.transport, config={**config, **extra}
-                ),
-            )
+
+            def session(d: str, extra: dict[str, int], n: int = ranks) -> duckflock.Session:
+                return duckflock.connect(d, ranks=n, transport=args.transport, config={**config, **extra})
+
+            outcomes = run(parse(f), session)
             counts = summary(outcomes)
             print(f"{ranks} ranks  {f.name:32} " + "  ".join(f"{k} {v}" for k, v in counts.items()))
             for o in outcomes:

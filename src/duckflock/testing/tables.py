@@ -9,9 +9,9 @@ import duckdb
 import pyarrow as pa
 
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
-from duckflock.catalog.partitioning import canonical_hash_type, hash_sql
-from duckflock.catalog.partitioning import quote_ident as q
-from duckflock.ingest.load import scan_sql
+from duckflock.catalog.partitioning import canonical_hash_type
+from duckflock.plan.sql_text import hash_sql, read_files
+from duckflock.sqltext import quote_ident as q
 from duckflock.sqltext import sql_literal
 
 
@@ -33,7 +33,13 @@ def make_table(
     if isinstance(source, pa.Table):
         con.register("__arrow_src", source)
         source = "SELECT * FROM __arrow_src"
-    con.execute(f"CREATE TABLE src AS {source}")
+    # Rows as Parquet gives them back (TIMESTAMP_S reads as TIMESTAMP, UNION as STRUCT, ...): the
+    # catalog must record, and hash partitioning use, the types the ranks will read.
+    (root / name).mkdir(parents=True, exist_ok=True)
+    whole = root / name / "__whole.parquet"
+    con.execute(f"COPY ({source}) TO {sql_literal(str(whole))} (FORMAT parquet)")
+    con.execute(f"CREATE TABLE src AS SELECT * FROM read_parquet({sql_literal(str(whole))})")
+    whole.unlink()
     cols = tuple((r[0], r[1]) for r in con.execute("DESCRIBE src").fetchall())
     types = dict(cols)
     (root / name).mkdir(parents=True, exist_ok=True)
@@ -72,7 +78,7 @@ def oracle(data: str | os.PathLike[str], threads: int | None = None) -> duckdb.D
     for name, info in catalog.tables.items():
         files = [catalog.path(f) for p in info.partitions for f in p.files]
         if files:
-            source = scan_sql(info.format, files, info.csv_options, info.columns)
+            source = read_files(info.format, files, info.csv_options, info.columns)
         else:  # no file at all (zero rows loaded): the schema from the catalog
             source = (
                 "(SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {q(c)}" for c, t in info.columns) + " LIMIT 0)"

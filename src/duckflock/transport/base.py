@@ -51,3 +51,9 @@ class Transport(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
+
+
+def view(payload: object) -> memoryview:
+    """A bytes-like payload as a memoryview. Payloads are typed ``object`` because a transport also
+    carries frame lists and in-process objects; this is where a bytes-like one is asserted."""
+    return memoryview(payload)  # type: ignore[arg-type]  # Buffer protocol is not expressible in 3.11

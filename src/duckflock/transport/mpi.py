@@ -96,7 +96,7 @@ class MpiTransport(Transport):
             incoming.waiting -= 1
             if tag & _MULTIPART:
                 req.Wait()  # a few bytes: the part count, then the caller's first frame
-                incoming.waiting = int(struct.unpack_from("<q", buf)[0])
+                incoming.waiting = int(struct.unpack_from("<q", bytes(buf[:8]))[0])
                 incoming.parts[0] = buf[8:]
             if incoming.waiting:
                 self._assembling[src] = incoming
