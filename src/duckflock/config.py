@@ -56,6 +56,12 @@ class Config:
     # by DuckDB on the driver when the tables it reads hold at most this many bytes (estimated from
     # the catalog); above it the query is refused, naming the construct.
     driver_fallback_bytes: int = 256 * 1024 * 1024
+    # A join of two hashed sides deals the rows of heavy-hitter keys of its bigger side over all
+    # ranks and replicates the other side's rows of those keys (plan/skew.py), when that side has
+    # at least ``skew_min_rows`` rows (estimated by the planner, then counted at run time). Such a
+    # join's output is then not partitioned by its keys.
+    skew_joins: bool = True
+    skew_min_rows: int = 100_000
     # Test hook: before each stage every rank writes its pid to <dir>/rank<R>.stage<S>, then waits while
     # <dir>/hold exists, so a test injects a fault at an observed point instead of racing a sleep.
     stage_gate_dir: str = ""

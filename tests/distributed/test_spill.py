@@ -29,6 +29,9 @@ QUERIES = {
     "(SELECT k2, s, row_number() OVER (PARTITION BY k2 % 7 ORDER BY s, v) AS rn FROM f) GROUP BY 1",
     "sort": "SELECT s, v FROM f WHERE v % 10 = 0 ORDER BY s, v",
     "skewed join": "SELECT count(*) AS n, sum(f.v) AS v, max(d.s) AS s FROM f JOIN d ON f.hot = d.k2",
+    # A FULL join cannot spread its hot key over the ranks (plan/skew.py): one rank gets half of f.
+    "skewed full join": "SELECT count(*) AS n, sum(f.v) AS v, max(f.s || d.s) AS s FROM f FULL JOIN d "
+    "ON f.hot = d.k2",
 }
 
 
@@ -58,16 +61,19 @@ def test_queries_spill_and_match_duckdb(data, tmp_path, transport):
     base = tmp_path / "scratch"
     ref = oracle(data)
     config = {**TIGHT, "temp_dir": str(base)}
-    spilled = {}
+    spilled, spread = {}, set()
     with duckflock.connect(str(data), ranks=2, transport=transport, config=config) as db:
         for name, sql in QUERIES.items():
             result = db.sql(sql, profile=True)
             order = ["s", "v"] if name == "sort" else None
             assert_same(result.arrow(), ref.sql(sql).to_arrow_table(), order_by=order)
             spilled[name] = sum(s.exchange.bytes_spilled for s in result.stats)
+            spread |= {name for s in result.stats if "spread over all ranks" in s.note}
             assert not spill_files(base), f"{name}: files left after the query"
-    # Inputs that exceed the budget (partial aggregates and the filtered sort stay under it).
-    assert all(spilled[q] > 0 for q in ("shuffle join", "distinct", "window", "skewed join")), spilled
+    # Inputs that exceed the budget (partial aggregates and the filtered sort stay under it; the
+    # skewed inner join's hot key is spread over the ranks).
+    assert all(spilled[q] > 0 for q in ("shuffle join", "distinct", "window", "skewed full join")), spilled
+    assert spread == {"skewed join"}, spread
     assert not list(base.glob("duckflock-*")), "spill directories left after the session"
 
 

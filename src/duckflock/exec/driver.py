@@ -40,6 +40,7 @@ from duckflock.exec.result_files import (
     prepare_directory,
 )
 from duckflock.exec.runtime import Runtime
+from duckflock.exec.skew import HotKeys
 from duckflock.exec.stage import StageStats, run_stage
 from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import ExchangeRead, Scan, walk
@@ -101,6 +102,7 @@ class _RankQuery:
         budget = rt.budget.exchange_bytes if rt.budget is not None else 0
         self.received = QueryInputs(rt.mux, cmd.qid, QuerySpill(rt.spill_dir, budget))
         self.shuffled: set[int] = set()  # measured broadcasts that fell back to a shuffle
+        self.hot: HotKeys = {}  # hot join keys found by the stages that spread them
         self.started: set[int] = set()
         self.direct = passed_on_gather(self.plan)
         self.part: ResultWriter | None = None
@@ -151,7 +153,9 @@ class _RankQuery:
     def run_stage(self, stage: Stage) -> None:
         self.stage_id = stage.sid
         writes = self.part if stage.sid == self.direct else None
-        out, st = run_stage(self.rt_q, self.cmd.qid, self.plan, stage, self.received, self.shuffled, writes)
+        out, st = run_stage(
+            self.rt_q, self.cmd.qid, self.plan, stage, self.received, self.shuffled, writes, self.hot
+        )
         self.stats.append(st)
         if st.fell_back:
             self.shuffled.add(stage.sid)  # the id of the exchange it produces

@@ -16,7 +16,7 @@ from duckflock.catalog import Catalog
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
-from duckflock.exec import adaptive, range_sort
+from duckflock.exec import adaptive, range_sort, skew
 from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
 from duckflock.local_duckdb import fetch_as_duckdb_returns
@@ -32,6 +32,7 @@ from duckflock.plan.sql_text import (
     read_files,
     target_sql,
     typed_empty,
+    with_key_hash,
     with_target,
 )
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
@@ -49,6 +50,10 @@ class StageStats:
     exchange: ExchangeStats = field(default_factory=ExchangeStats)
     fell_back: bool = False  # a measured broadcast was larger than the threshold: hashed instead
     note: str = ""  # what a measured broadcast found, for the profile
+    received: dict[int, int] = field(default_factory=dict)  # rows taken from each exchange read
+
+    def set_note(self, text: str) -> None:
+        self.note = text
 
 
 def scan_source(catalog: Catalog, rank: int, size: int):
@@ -79,6 +84,7 @@ class _StageRun:
     con: duckdb.DuckDBPyConnection
     stats: StageStats
     registered: list[str] = field(default_factory=list)
+    hot: skew.HotKeys = field(default_factory=dict)  # the query's hot join keys (exec/skew.py)
 
     def register(self, name: str, table: pa.Table) -> None:
         self.con.register(name, table)
@@ -97,9 +103,11 @@ def run_stage(
     received: QueryInputs,
     shuffled: set[int],
     part: ResultWriter | None = None,
+    hot: skew.HotKeys | None = None,
 ) -> tuple[pa.Table | None, StageStats]:
     """``shuffled``: the measured broadcasts that fell back so far (which plan each AdaptiveJoin runs).
-    ``part``: this rank's result file, written instead of sending the stage's output (a gather)."""
+    ``part``: this rank's result file, written instead of sending the stage's output (a gather).
+    ``hot``: the query's hot join keys so far (found by spreading stages, used by replicating ones)."""
     if rt.config.stage_gate_dir:
         _wait_at_gate(rt, qid, stage.sid)
     stats = StageStats(stage.sid, rt.rank)
@@ -108,11 +116,12 @@ def run_stage(
     taken = adaptive.reads(root)
     # The final stage, on the driver, may run on a DuckDB with every core of the node.
     con = rt.final_connection() if stage.on_driver and stage.output is None else rt.con
-    run = _StageRun(rt, qid, con, stats)
+    run = _StageRun(rt, qid, con, stats, hot={} if hot is None else hot)
     try:
         inputs = {}
         for xid in taken:
             inputs[xid] = received.take(xid, stats.exchange)
+            stats.received[xid] = inputs[xid].num_rows
             run.register(exchange_table(xid), inputs[xid])
         if stage.output is None:
             return _result(run, root, inputs, plan.output_schema), stats
@@ -151,6 +160,8 @@ def _send(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, root: Node, part:
     t0 = time.perf_counter()  # from here on DuckDB produces the rows as they are read
     reader = _reader(run, routed)
     del routed  # a materialized sort input lives on only in the reader's batches
+    if skew.applies(spec):
+        reader = skew.route(rt, run.qid, spec, reader, run.hot, stats.set_note)
     out = _Output(spec.kind, [], reader.schema)
     if spec.fallback_target is not None:
         out = _measure(run, spec, reader)
@@ -183,6 +194,8 @@ def _routed(run: _StageRun, spec: ExchangeSpec, sql: str) -> str | pa.Table:
     size = run.rt.size
     if spec.kind in (ExchangeKind.HASH, ExchangeKind.RANGE):
         assert spec.target is not None
+        if skew.applies(spec):  # the key hashes name hot keys (exec/skew.py)
+            sql = with_key_hash(sql, spec.keys, spec.target)
         sql = with_target(sql, target_sql(spec.keys, spec.target, size))
         # every rank holds all rows: keep this rank's share, send no copies
         return own_share(sql, run.rt.rank) if spec.local else sql

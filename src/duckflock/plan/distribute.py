@@ -25,6 +25,7 @@ from duckflock.catalog.partitioning import (
     co_located,
 )
 from duckflock.config import Config
+from duckflock.plan import skew
 from duckflock.plan.aggregates import split_aggregates
 from duckflock.plan.kinds import ExchangeKind, JoinKind, JoinStrategy, SetOpKind
 from duckflock.plan.nodes import (
@@ -302,6 +303,12 @@ class _Planner:
         else:
             left = self.hash_to(left, node.left_keys, self._fresh_hash(node, "left"))
             right = self.hash_to(right, node.right_keys, self._fresh_hash(node, "right"))
+        if self.config.skew_joins:
+            marked = skew.spread_hot_keys(node, left, right, strategy, self.config.skew_min_rows, self.fresh)
+            if marked is not None:
+                # Rows of a hot key end up on every rank: the output is partitioned by nothing.
+                lp, rp = replace(left, node=marked[0]), replace(right, node=marked[1])
+                return _joined(node, lp, rp, (Arbitrary(),), strategy)
         return _joined(node, left, right, _join_parts(node.kind, left.parts, right.parts), strategy)
 
     def checked_broadcast(self, node: Join, left: Placed, right: Placed, small: Side) -> Placed:

@@ -29,6 +29,8 @@ def explain_plan(plan: StagePlan, stats: list | None = None) -> str:
                 target += f", hash {spec.fallback_target.describe()} if over {above}"
             elif spec.kind is ExchangeKind.BROADCAST:
                 target += " (any size: no shuffle gives the same rows)"
+            if spec.skew is not None:  # plan/skew.py
+                target += f", hot keys {spec.skew.describe} all ranks"
             order = " (in rank order)" if spec.ordered else ""
             rows, size = spec.est
             out = f"{spec.kind}{target}{order} -> x{spec.xid} [est. {human(rows)} rows, {human(size, 'B')}]"

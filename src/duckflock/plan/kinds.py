@@ -98,6 +98,17 @@ class JoinStrategy(StrEnum):
     LATERAL = "lateral over replicated inputs"
 
 
+class SkewRole(StrEnum):
+    """What a join's hash exchange does with the rows of heavy-hitter keys (plan/skew.py)."""
+
+    SPREAD = "spread"  # dealt round-robin over all ranks
+    REPLICATE = "replicate"  # sent to every rank
+
+    @property
+    def describe(self) -> str:
+        return "spread over" if self is SkewRole.SPREAD else "replicated to"
+
+
 class SetOpKind(StrEnum):
     UNION = "union"
     INTERSECT = "intersect"

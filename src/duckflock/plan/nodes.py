@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from duckflock.catalog.partitioning import Partitioning
-from duckflock.plan.kinds import ExchangeKind, JoinKind, JoinStrategy, SetOpKind
+from duckflock.plan.kinds import ExchangeKind, JoinKind, JoinStrategy, SetOpKind, SkewRole
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,11 +244,17 @@ class Exchange(Unary):
     fallback_keys: tuple[str, ...] = ()
     fallback_target: Partitioning | None = None
     fallback_above: int = 0
+    # A join's hash exchange for heavy-hitter keys (plan/skew.py): spread or replicate the rows of
+    # the hot keys found at run time; ``skew_group`` pairs it with the other side's exchange.
+    skew: SkewRole | None = None
+    skew_group: str = ""
 
     def explain_line(self) -> str:
         what = self.target.describe() if self.target is not None else ""
         if self.fallback_target is not None:
             what += f", or hash {self.fallback_target.describe()} if over {self.fallback_above} bytes"
+        if self.skew is not None:
+            what += f", hot keys {self.skew.describe} all ranks"
         return f"Exchange {self.kind} {what}".rstrip()
 
 

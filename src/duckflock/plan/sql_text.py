@@ -12,6 +12,7 @@ from duckflock.sqltext import quote_ident as q
 from duckflock.sqltext import sql_literal
 
 TARGET_COLUMN = "__target"  # a routed row's receiving rank, added to the producing query
+KEY_HASH_COLUMN = "__khash"  # a row's join key hash, just before the target (exec/skew.py)
 
 # ---- reading files ---------------------------------------------------------------------------------
 
@@ -70,10 +71,7 @@ def target_sql(keys: tuple[str, ...], target: Partitioning, size: int) -> str:
     """SQL computing each row's target rank from its ``keys``, evaluated by DuckDB inside the
     producing query, so that rows land on the rank of ``target`` partition they belong to."""
     if isinstance(target, Hashed):
-        if all(t == "" for t in target.key_types):  # hashed as they are, no cast
-            part = f"(hash({', '.join(keys)}) % {target.count})"
-        else:
-            part = hash_sql(list(keys), target.key_types, target.count)
+        part = f"({key_hash_sql(keys, target)} % {target.count})"
         return f"CAST({part} % {size} AS USMALLINT)"
     if isinstance(target, Ranged):
         # Partition p holds keys up to its upper bound; keys in no partition's range match nothing
@@ -85,6 +83,21 @@ def target_sql(keys: tuple[str, ...], target: Partitioning, size: int) -> str:
         last = bounds[-1][1] % size if bounds else 0
         return f"CAST(CASE {whens} ELSE {last} END AS USMALLINT)"
     raise ValueError(f"no target function for {target.describe()}")
+
+
+def key_hash_sql(keys: tuple[str, ...], target: Hashed) -> str:
+    """DuckDB's deterministic hash of a row's ``keys`` cast to ``target``'s key types (as they are
+    when it has none): what places the row in ``target``."""
+    if all(t == "" for t in target.key_types):  # hashed as they are, no cast
+        return f"hash({', '.join(keys)})"
+    casts = ", ".join(f"CAST({k} AS {t})" for k, t in zip(keys, target.key_types, strict=True))
+    return f"hash({casts})"
+
+
+def with_key_hash(query: str, keys: tuple[str, ...], target: Partitioning) -> str:
+    """The query's rows with the hash of their ``keys`` (as ``target`` hashes them) appended."""
+    assert isinstance(target, Hashed)
+    return f"SELECT *, {key_hash_sql(keys, target)} AS {KEY_HASH_COLUMN} FROM ({query})"
 
 
 def with_target(query: str, target: str) -> str:

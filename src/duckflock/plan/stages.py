@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from duckflock.catalog.partitioning import Partitioning
-from duckflock.plan.kinds import ExchangeKind
+from duckflock.plan import skew
+from duckflock.plan.kinds import ExchangeKind, SkewRole
 from duckflock.plan.nodes import AdaptiveJoin, Exchange, ExchangeRead, Node
 
 
@@ -31,6 +32,8 @@ class ExchangeSpec:
     fallback_keys: tuple[str, ...] = ()
     fallback_target: Partitioning | None = None
     fallback_above: int = 0
+    skew: SkewRole | None = None  # spread or replicate the rows of hot keys (plan/skew.py)
+    skew_group: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,8 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
                 if xid not in inputs:
                     inputs.append(xid)
                 return ExchangeRead(node.columns, xid=xid)
-            children = tuple(replace_exchanges(c) for c in node.children)
+            cut_children = {i: replace_exchanges(node.children[i]) for i in skew.child_order(node)}
+            children = tuple(cut_children[i] for i in range(len(node.children)))
             return node.with_children(children) if children != node.children else node
 
         new_root = replace_exchanges(root)
@@ -128,10 +132,12 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
                 fallback_keys=ex.fallback_keys,
                 fallback_target=ex.fallback_target,
                 fallback_above=ex.fallback_above,
+                skew=ex.skew,
+                skew_group=ex.skew_group,
             )
             stages_by_x[sid] = spec
         stages.append(Stage(sid, new_root, tuple(inputs), spec, on_driver, tuple(when)))
         return sid
 
     build(plan, None)
-    return StagePlan(tuple(stages), output_names, output_schema)
+    return StagePlan(tuple(skew.unmark_misordered(stages)), output_names, output_schema)

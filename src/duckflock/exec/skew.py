@@ -1,0 +1,159 @@
+"""Heavy-hitter keys of a join found at run time, and the routing of their rows (see plan/skew.py).
+
+The stage producing the spreading side holds its first rows (up to ``SAMPLE_ROWS`` per rank), counts
+the hashes of their join keys, and the ranks agree through one allgather on the keys whose estimated
+share of all rows exceeds 1/(2·ranks). A key is identified by the same DuckDB hash of its cast values
+that places it, so both sides name it alike whatever its type (NULL included); two keys sharing a
+hash are just treated alike on both sides, which stays exact. The spreading side deals the rows of
+hot keys round-robin over the ranks; the replicating side, cut into a later stage, sends its rows of
+those keys to every rank. Without hot keys both sides are hashed as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from duckflock.catalog.partitioning import Hashed
+from duckflock.exchange.arrays import numpy_view
+from duckflock.exec.runtime import Runtime
+from duckflock.plan.kinds import ExchangeKind, SkewRole
+from duckflock.plan.sql_text import KEY_HASH_COLUMN
+from duckflock.plan.stages import ExchangeSpec
+
+SAMPLE_ROWS = 64 * 1024
+
+# Hot keys of each spread/replicate pair of one query, by the exchanges' ``skew_group``.
+HotKeys = dict[str, np.ndarray]
+
+
+def applies(spec: ExchangeSpec) -> bool:
+    """Whether the stage routes hot keys' rows: a marked hash exchange that sends rows (its query
+    then carries each row's key hash, ``sql_text.with_key_hash``, before the target column)."""
+    hashed = spec.kind is ExchangeKind.HASH and isinstance(spec.target, Hashed) and not spec.local
+    return spec.skew is not None and hashed
+
+
+def route(
+    rt: Runtime,
+    qid: int,
+    spec: ExchangeSpec,
+    reader: pa.RecordBatchReader,
+    hot: HotKeys,
+    note: Callable[[str], None],
+) -> pa.RecordBatchReader:
+    """``reader``'s batches (key hash and target last) with the targets of hot keys' rows changed
+    and the key hash dropped. On the spreading side a collective: every rank agrees on the hot keys.
+    What was done goes to ``note`` once the batches are exhausted (for the profile)."""
+    schema = reader.schema.remove(reader.schema.get_field_index(KEY_HASH_COLUMN))
+    if spec.skew is SkewRole.SPREAD:
+        held, keys = _detect(rt, qid, reader)
+        hot[spec.skew_group] = keys
+        batches = _spread(held, reader, keys, rt.rank, rt.size, spec.xid, note)
+    else:
+        # No entry when the spreading stage did not run here: then it sent nothing either.
+        keys = hot.get(spec.skew_group, np.empty(0, np.uint64))
+        batches = _replicate(reader, keys, rt.size, spec.xid, note)
+    return pa.RecordBatchReader.from_batches(schema, batches)
+
+
+def _detect(rt: Runtime, qid: int, reader: pa.RecordBatchReader) -> tuple[list[pa.RecordBatch], np.ndarray]:
+    """This rank's first batches (held, to be sent after) and the hot key hashes all ranks agree on."""
+    held: list[pa.RecordBatch] = []
+    rows = 0
+    while rows < SAMPLE_ROWS:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            break
+        held.append(batch)
+        rows += batch.num_rows
+    full = rows >= SAMPLE_ROWS
+    hashes = np.concatenate([_hashes(b) for b in held]) if held else np.empty(0, np.uint64)
+    values, counts = np.unique(hashes, return_counts=True)
+    # Only candidates travel: a key over 1/(2·ranks) of all rows is over 1/(4·ranks) somewhere.
+    keep = counts > rows / (4 * rt.size)
+    gathered = rt.mux.allgather(qid, (rows, full, values[keep], counts[keep]))
+    total = sum(g[0] for g in gathered)
+    if rt.size == 1 or total == 0 or not (any(g[1] for g in gathered) or total >= rt.config.skew_min_rows):
+        return held, np.empty(0, np.uint64)
+    merged: dict[int, int] = {}
+    for _, _, v, c in gathered:
+        for key, n in zip(v.tolist(), c.tolist(), strict=True):
+            merged[key] = merged.get(key, 0) + n
+    hot = sorted(k for k, n in merged.items() if n > total / (2 * rt.size))
+    return held, np.array(hot, dtype=np.uint64)
+
+
+def _hashes(batch: pa.RecordBatch) -> np.ndarray:
+    return numpy_view(batch.column(batch.num_columns - 2)).astype(np.uint64, copy=False)
+
+
+def _targets(batch: pa.RecordBatch) -> np.ndarray:
+    return numpy_view(batch.column(batch.num_columns - 1)).astype(np.uint16)
+
+
+def _with_targets(batch: pa.RecordBatch, targets: np.ndarray) -> pa.RecordBatch:
+    """The data columns of ``batch`` followed by ``targets``."""
+    data = batch.drop_columns([KEY_HASH_COLUMN, batch.schema.names[-1]])
+    return data.append_column(batch.schema.field(batch.num_columns - 1), pa.array(targets, pa.uint16()))
+
+
+def _batches(held: list[pa.RecordBatch], reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+    held.reverse()
+    while held:
+        yield held.pop()  # let go of each held batch as it is handed out
+    yield from reader
+
+
+def _spread(
+    held: list[pa.RecordBatch],
+    reader: pa.RecordBatchReader,
+    keys: np.ndarray,
+    rank: int,
+    size: int,
+    xid: int,
+    note: Callable[[str], None],
+) -> Iterator[pa.RecordBatch]:
+    """Rows of hot keys dealt round-robin, starting at this rank so the ranks' deals interleave."""
+    next_target = rank
+    spread = 0
+    for batch in _batches(held, reader):
+        targets = _targets(batch)
+        if len(keys):
+            hot = np.isin(_hashes(batch), keys)
+            n = int(hot.sum())
+            targets[hot] = (next_target + np.arange(n)) % size
+            next_target = (next_target + n) % size
+            spread += n
+        yield _with_targets(batch, targets)
+    note(
+        f"x{xid}: {len(keys)} hot join keys, {spread:,} rows of them spread over all ranks"
+        if len(keys)
+        else f"x{xid}: no hot join keys"
+    )
+
+
+def _replicate(
+    reader: pa.RecordBatchReader, keys: np.ndarray, size: int, xid: int, note: Callable[[str], None]
+) -> Iterator[pa.RecordBatch]:
+    """Rows of hot keys once for every rank, the others to their hashed target."""
+    copied = 0
+    for batch in reader:
+        targets = _targets(batch)
+        hot = np.isin(_hashes(batch), keys) if len(keys) else None
+        if hot is None or not hot.any():
+            yield _with_targets(batch, targets)
+            continue
+        yield _with_targets(batch.filter(pa.array(~hot)), targets[~hot])
+        rows = batch.filter(pa.array(hot))
+        copied += rows.num_rows
+        for t in range(size):
+            yield _with_targets(rows, np.full(rows.num_rows, t, np.uint16))
+    note(
+        f"x{xid}: {len(keys)} hot join keys, {copied:,} rows of them sent to every rank"
+        if len(keys)
+        else f"x{xid}: no hot join keys"
+    )
