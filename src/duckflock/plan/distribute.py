@@ -27,7 +27,7 @@ from duckflock.catalog.partitioning import (
 from duckflock.config import Config
 from duckflock.plan import skew
 from duckflock.plan.aggregates import split_aggregates
-from duckflock.plan.kinds import ExchangeKind, JoinKind, JoinStrategy, SetOpKind
+from duckflock.plan.kinds import AggPhase, ExchangeKind, JoinKind, JoinStrategy, SetOpKind
 from duckflock.plan.nodes import (
     AdaptiveJoin,
     Aggregate,
@@ -415,7 +415,7 @@ class _Planner:
             child=child.node,
             groups=node.groups + tuple(e for _, e in extra),
             aggs=tuple(e for _, e in split.partial),
-            phase="partial",
+            phase=AggPhase.PARTIAL,
         )
         pp = Placed(partial, child.parts, rows, width)
         moved = self.hash_columns(pp, gkeys, node.key_types) if node.groups else self.to_single(pp)
@@ -432,7 +432,7 @@ class _Planner:
             child=before_final,
             groups=gkeys,
             aggs=tuple(e for _, e in split.final),
-            phase="final",
+            phase=AggPhase.FINAL,
         )
         result = Project(node.columns, child=final, exprs=gkeys + split.result)
         return Placed(result, moved.parts, rows, width)
@@ -451,7 +451,7 @@ class _Planner:
             child=child.node,
             groups=node.groups,
             aggs=tuple(e for _, e in split.partial),
-            phase="partial",
+            phase=AggPhase.PARTIAL,
         )
         moved = self.to_single(Placed(partial, child.parts, rows, width))
         gkeys = tuple(q(g) for g in group_names)
@@ -460,7 +460,7 @@ class _Planner:
             child=moved.node,
             groups=gkeys,
             aggs=tuple(e for _, e in split.final),
-            phase="final",
+            phase=AggPhase.FINAL,
             grouping_sets=node.grouping_sets,
         )
         result = Project(node.columns, child=final, exprs=gkeys + split.result)

@@ -113,3 +113,11 @@ class SetOpKind(StrEnum):
     UNION = "union"
     INTERSECT = "intersect"
     EXCEPT = "except"
+
+
+class AggPhase(StrEnum):
+    """Where an Aggregate sits in a two-phase aggregation."""
+
+    SINGLE = "single"  # all of a group's rows are in one place: computed once
+    PARTIAL = "partial"  # per rank, over its rows; combined by the FINAL one after an exchange
+    FINAL = "final"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from duckflock.catalog.partitioning import Partitioning
-from duckflock.plan.kinds import ExchangeKind, JoinKind, JoinStrategy, SetOpKind, SkewRole
+from duckflock.plan.kinds import AggPhase, ExchangeKind, JoinKind, JoinStrategy, SetOpKind, SkewRole
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,7 +147,7 @@ class Join(Node):
 class Aggregate(Unary):
     groups: tuple[str, ...] = ()  # SQL of the group keys; output columns are groups then aggs
     aggs: tuple[str, ...] = ()  # SQL of the aggregate calls
-    phase: str = "single"  # single, partial or final
+    phase: AggPhase = AggPhase.SINGLE
     key_types: tuple[str, ...] = ()  # canonical hash types of the groups (to shuffle them reusably)
     arg_types: tuple[str, ...] = ()  # DuckDB type of each aggregate's first argument ("" if none)
     # GROUPING SETS as indices into ``groups`` (ROLLUP and CUBE written out); None: GROUP BY groups.
