@@ -26,13 +26,16 @@ QUICK = [
     ("mpi", 3, "off"),
     ("threads", 4, "off"),
 ]
-# The widest generated files (hundreds of functions each, where distribution matters less than in
-# joins) run on fewer combinations by default, to keep `make test` short.
+# The generated files (hundreds of queries each) run on fewer combinations by default, to keep
+# `make test` short; the widest, where distribution matters least, on one.
+SPREAD = [("threads", 2, "off"), ("threads", 3, "default"), ("mpi", 3, "off")]
 WIDE = {
+    "aggregates": SPREAD,
+    "combinations": SPREAD,
     "scalars": [("threads", 3, "off")],
     "windows": [("threads", 3, "default")],
-    "join_matrix": [("threads", 2, "off"), ("threads", 3, "default"), ("mpi", 3, "off")],
-    "type_matrix": [("threads", 2, "off"), ("threads", 3, "default"), ("mpi", 3, "off")],
+    "join_matrix": SPREAD,
+    "type_matrix": SPREAD,
 }
 
 
