@@ -83,5 +83,6 @@ def test_progress_counts_the_plan_not_taken_as_done(data, transport):
             seen = []
             result = db.sql(sql, progress=seen.append)
             assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
+            # `finished` counts reports received (nothing is marked done at close): a stage the
+            # driver waited for in vain would leave the last snapshot unfinished.
             assert seen and seen[-1].finished, (sql, seen[-1:])
-            assert result.seconds < 8, "progress waited for stages that never ran"
