@@ -5,6 +5,9 @@ Below every layer: the ranks (exec/), the planner's schema DuckDB (sql/) and loa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import duckdb
 import pyarrow as pa
 
@@ -58,3 +61,21 @@ def restrict(con: duckdb.DuckDBPyConnection, dirs: list[str]) -> None:
     """No file, URL or extension outside ``dirs``; cannot be undone on this connection."""
     con.execute(f"SET allowed_directories = {sql_literal(dirs)}")
     con.execute("SET enable_external_access = false")
+
+
+@contextmanager
+def joins_as_written(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Plan the queries started inside with DuckDB's join reordering off: each join builds its right
+    side and probes with its left (plan/streaming.py). The setting is the whole database's: no other
+    query on it may be planned meanwhile."""
+    settings = con.cursor()  # ``con`` has the started query's result open by the time it is reset
+    try:
+        (old,) = settings.sql("SELECT current_setting('disabled_optimizers')").fetchall()[0]
+        off = ",".join(o for o in (old, "join_order", "build_side_probe_side") if o)
+        settings.execute(f"SET disabled_optimizers = {sql_literal(off)}")
+        try:
+            yield
+        finally:
+            settings.execute(f"SET disabled_optimizers = {sql_literal(old)}")
+    finally:
+        settings.close()

@@ -147,7 +147,7 @@ def run_load(args: argparse.Namespace) -> int:
     """SPMD: every rank loads its share; a failure on any rank fails all of them, and rank 0 prints
     one message naming the rank that failed. With --repartition every stale hash table is rewritten,
     each as a load of its own."""
-    from duckflock.exec.driver import describe_error
+    from duckflock.exec.rank_query import describe_error
     from duckflock.exec.runtime import mpi_runtime
     from duckflock.ingest.load import load_table, repartition_table
 

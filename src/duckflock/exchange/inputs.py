@@ -3,7 +3,8 @@
 Each exchange this rank reads is received by a thread of its own from the moment the query starts,
 not when the stage reading it starts: rows sent while this rank still runs an earlier stage (its
 own rows included) go straight into the exchange's sink, and past the query's memory budget to a
-local file, instead of piling up in the multiplexer. A stage then takes its inputs, complete.
+local file, instead of piling up in the multiplexer. A stage then takes its inputs, complete, or
+(an input it streams, see plan/streaming.py) as a reader of the batches while they still arrive.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from duckflock.exchange.mux import Mux
-from duckflock.exchange.shuffle import ExchangeStats, read_exchange, stream_exchange
+from duckflock.exchange.shuffle import ExchangeStats, pipe_exchange, read_exchange, stream_exchange
 from duckflock.exchange.spill import QuerySpill
+from duckflock.exchange.stream import StreamedInput
 
 
 @dataclass
@@ -26,6 +28,7 @@ class _Receiving:
     stats: ExchangeStats = field(default_factory=ExchangeStats)
     data: pa.Table | None = None
     error: BaseException | None = None
+    stream: StreamedInput | None = None  # read while it arrives
 
 
 class QueryInputs:
@@ -39,23 +42,29 @@ class QueryInputs:
         senders: list[int],
         ordered: bool,
         write: Callable[[pa.RecordBatch], None] | None = None,
+        streamed: bool = False,
     ) -> None:
         """Begin receiving exchange ``xid`` in the background; with ``write``, each batch goes there
-        as it arrives (the result, into a file) and the stage taking ``xid`` gets no rows."""
+        as it arrives (the result, into a file) and the stage taking ``xid`` gets no rows; when
+        ``streamed``, the stage takes it with ``take_stream``."""
         thread = threading.Thread(target=self._run, args=(xid, senders, ordered, write), daemon=True)
-        self._receiving[xid] = _Receiving(thread)
+        self._receiving[xid] = _Receiving(thread, stream=StreamedInput(self.spill) if streamed else None)
         thread.start()
 
     def _run(self, xid: int, senders: list[int], ordered: bool, write) -> None:
         r = self._receiving[xid]
         try:
-            if write is not None:
+            if r.stream is not None:
+                pipe_exchange(self.mux, self.qid, xid, senders, r.stats, r.stream)
+            elif write is not None:
                 schema = stream_exchange(self.mux, self.qid, xid, senders, r.stats, ordered, write)
                 r.data = pa.Table.from_batches([], schema)  # empty_table() cannot build unions
             else:
                 r.data = read_exchange(self.mux, self.qid, xid, senders, r.stats, ordered, self.spill)
         except BaseException as e:  # the query failed elsewhere, or this rank's transport did
             r.error = e
+            if r.stream is not None:
+                r.stream.fail(e)
 
     def take(self, xid: int, stats: ExchangeStats) -> pa.Table:
         """Exchange ``xid``'s rows once all have arrived; its receiving counts go to ``stats``."""
@@ -71,10 +80,36 @@ class QueryInputs:
         assert r.data is not None
         return r.data
 
+    def streamed(self, xid: int) -> bool:
+        return self._receiving[xid].stream is not None
+
+    def take_stream(self, xid: int) -> pa.RecordBatchReader:
+        """Exchange ``xid``'s rows as DuckDB pulls them, from when its schema is known (the first
+        batch or end of stream); ``finish_stream`` adds up its counts once the stage is done."""
+        r = self._receiving[xid]
+        assert r.stream is not None
+        r.stream.known.wait()
+        return r.stream.reader()
+
+    def finish_stream(self, xid: int, stats: ExchangeStats) -> int:
+        """Wait for the receiving thread to end; add its counts to ``stats``; the rows read."""
+        r = self._receiving[xid]
+        assert r.stream is not None
+        r.thread.join()
+        stats.recv_wait_s += r.stream.wait_s
+        stats.rows_in += r.stream.rows
+        stats.bytes_in += r.stats.bytes_in
+        stats.bytes_spilled += r.stream.spilled_bytes
+        if r.error is not None:
+            raise r.error
+        return r.stream.rows
+
     def done(self, xid: int) -> None:
         """The stage that read ``xid`` has finished: its rows in memory no longer count."""
         r = self._receiving.pop(xid)
         self.spill.release(r.stats.bytes_held)
+        if r.stream is not None:
+            r.stream.release()
         r.data = None
 
     def close(self) -> None:

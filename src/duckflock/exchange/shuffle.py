@@ -27,6 +27,7 @@ from duckflock.exchange.codec import decode, encode, frames_supported, from_fram
 from duckflock.exchange.mux import FIRST_EXCHANGE, Mux
 from duckflock.exchange.partition import split_by_target
 from duckflock.exchange.spill import InputSink, QuerySpill
+from duckflock.exchange.stream import StreamedInput
 from duckflock.plan.kinds import ExchangeKind
 from duckflock.transport.base import view
 
@@ -251,6 +252,20 @@ def read_exchange(
     stats.bytes_held = sink.held_bytes if budget is spill else 0
     stats.bytes_spilled = sink.spilled_bytes
     return data
+
+
+def pipe_exchange(
+    mux: Mux, qid: int, xid: int, senders: list[int], stats: ExchangeStats, stream: StreamedInput
+) -> None:
+    """Hand exchange ``xid``'s batches to ``stream`` as they arrive; a stage reads them meanwhile."""
+    schema: pa.Schema | None = None
+    for _, received, _, end_schema in _messages(mux, qid, xid, senders, stats):
+        if received is None:
+            schema = schema or end_schema
+        elif received:
+            stream.add(received)
+    assert schema is not None
+    stream.end(schema)
 
 
 def stream_exchange(

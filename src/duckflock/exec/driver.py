@@ -3,7 +3,6 @@ runs its own share, finishes the result and (when profiling) collects every rank
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import time
 from collections.abc import Callable
@@ -11,16 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-import duckdb
 import pyarrow as pa
 
 from duckflock.catalog import Catalog
-from duckflock.errors import DuckflockError, ExecutionError, duckdb_message
-from duckflock.exchange.inputs import QueryInputs
+from duckflock.errors import ExecutionError
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
-from duckflock.exchange.spill import QuerySpill
-from duckflock.exec import adaptive
-from duckflock.exec.memory import release_free_memory
 from duckflock.exec.messages import (
     PlanReply,
     PlanRequest,
@@ -31,7 +25,8 @@ from duckflock.exec.messages import (
     SqlRequest,
     Stop,
 )
-from duckflock.exec.progress import Follower, ProgressCallback, report
+from duckflock.exec.progress import Follower, ProgressCallback
+from duckflock.exec.rank_query import execute_on_rank, passed_on_gather
 from duckflock.exec.result_files import (
     ResultWriter,
     is_directory,
@@ -40,11 +35,9 @@ from duckflock.exec.result_files import (
     prepare_directory,
 )
 from duckflock.exec.runtime import Runtime
-from duckflock.exec.skew import HotKeys
-from duckflock.exec.stage import StageStats, run_stage
-from duckflock.plan.kinds import ExchangeKind
-from duckflock.plan.nodes import ExchangeRead, Scan, walk
-from duckflock.plan.stages import Stage, StagePlan
+from duckflock.exec.stage import StageStats
+from duckflock.plan.nodes import Scan, walk
+from duckflock.plan.stages import StagePlan
 
 _LAST_REPORTS_S = 10.0
 
@@ -59,133 +52,6 @@ class QueryOutcome:
     stats: list[StageStats]  # every rank's, when profiled; the driver's otherwise
     seconds: float
     rows_written: int = 0  # rows written to the output file or directory (then ``table`` is empty)
-
-
-def passed_on_gather(plan: StagePlan) -> int | None:
-    """The gather whose rows the final stage returns as they are, when all ranks produce them: the
-    exchange that part files replace, or that the driver streams into a result file."""
-    root = plan.stages[-1].root
-    if not isinstance(root, ExchangeRead) or plan.exchange(root.xid).kind is not ExchangeKind.GATHER:
-        return None
-    return None if plan.stage(plan.exchange(root.xid).producer).on_driver else root.xid
-
-
-def execute_on_rank(
-    rt: Runtime, cmd: RunQuery, result_file: ResultWriter | None = None
-) -> tuple[pa.Table | None, list[StageStats]]:
-    """This rank's part of a query. A failure here is reported to every rank before raising.
-
-    With ``cmd.parts_dir`` the ranks write the gathered rows to part files and return no result;
-    with ``result_file`` (the driver) those rows stream into it as they arrive."""
-    query = _RankQuery(rt, cmd, result_file)
-    try:
-        query.run()
-    except ExecutionError:
-        raise
-    except Exception as e:
-        raise query.failed(e) from None
-    finally:
-        query.close()
-    return query.result, query.stats
-
-
-class _RankQuery:
-    """One query's stages on this rank, and the exchanges it receives."""
-
-    def __init__(self, rt: Runtime, cmd: RunQuery, result_file: ResultWriter | None):
-        self.rt, self.cmd, self.plan = rt, cmd, cmd.plan
-        self.result: pa.Table | None = None
-        self.stats: list[StageStats] = []
-        self.stage_id: int | None = None  # the stage running, for an error
-        catalog = Catalog(rt.catalog.root if rt.catalog else ".", cmd.tables)
-        self.rt_q = dataclasses.replace(rt, catalog=catalog)
-        budget = rt.budget.exchange_bytes if rt.budget is not None else 0
-        self.received = QueryInputs(rt.mux, cmd.qid, QuerySpill(rt.spill_dir, budget))
-        self.shuffled: set[int] = set()  # measured broadcasts that fell back to a shuffle
-        self.hot: HotKeys = {}  # hot join keys found by the stages that spread them
-        self.started: set[int] = set()
-        self.direct = passed_on_gather(self.plan)
-        self.part: ResultWriter | None = None
-        if cmd.parts_dir is not None and self.direct is not None:
-            self.part = ResultWriter(Path(cmd.parts_dir) / part_name(rt.rank), self.plan.output_schema)
-            self.started.add(self.direct)  # written to files instead of gathered
-        self.streamed = result_file.write if result_file is not None and self.direct is not None else None
-
-    def start_inputs(self) -> None:
-        """Receive every exchange this rank reads whose producer the plans chosen so far run."""
-        plan, rank = self.plan, self.rt.rank
-        for stage in plan.stages:
-            if stage.on_driver and rank != 0:
-                continue
-            for xid in stage.inputs:
-                producer = plan.stage(plan.exchange(xid).producer)
-                if xid not in self.started and adaptive.runs(producer, self.shuffled):
-                    write = self.streamed if xid == self.direct else None
-                    self.received.start(
-                        xid, plan.senders(xid, self.rt.size), plan.exchange(xid).ordered, write
-                    )
-                    self.started.add(xid)
-
-    def run(self) -> None:
-        self.start_inputs()  # from the start, so rows sent while earlier stages run are taken in
-        for stage in self.plan.stages:
-            if not adaptive.runs(stage, self.shuffled) or (self.part is not None and stage.output is None):
-                if not stage.on_driver or self.rt.rank == 0:  # done, for the progress display: nothing to run
-                    report(self.rt.mux, self.cmd.qid, StageStats(stage.sid, self.rt.rank))
-            elif stage.on_driver and self.rt.rank != 0:
-                self.agree_without_rows(stage)
-            else:
-                self.run_stage(stage)
-        if self.part is not None:
-            self.part.commit()
-            self.part = None
-        self.rt.mux.flush(self.cmd.qid)
-
-    def agree_without_rows(self, stage: Stage) -> None:
-        """A measured broadcast from the driver: this rank holds none of it but agrees too."""
-        spec = stage.output
-        if spec is None or spec.fallback_target is None:
-            return
-        if adaptive.agree(self.rt, self.cmd.qid, 0) > spec.fallback_above:
-            self.shuffled.add(spec.xid)
-            self.start_inputs()
-
-    def run_stage(self, stage: Stage) -> None:
-        self.stage_id = stage.sid
-        writes = self.part if stage.sid == self.direct else None
-        out, st = run_stage(
-            self.rt_q, self.cmd.qid, self.plan, stage, self.received, self.shuffled, writes, self.hot
-        )
-        self.stats.append(st)
-        if st.fell_back:
-            self.shuffled.add(stage.sid)  # the id of the exchange it produces
-            self.start_inputs()
-        report(self.rt.mux, self.cmd.qid, st)
-        if stage.output is None:
-            self.result = out
-        release_free_memory()
-
-    def failed(self, e: Exception) -> Exception:
-        """The error to raise for ``e``: another rank's, when it failed first; else ours, told to all."""
-        remote = self.rt.mux.failure(self.cmd.qid)
-        if remote is not None:  # we were interrupted because another rank failed first
-            return remote.error()
-        cause = describe_error(e)
-        self.rt.mux.fail(self.cmd.qid, self.stage_id, cause)
-        return ExecutionError(self.rt.rank, self.stage_id, cause)
-
-    def close(self) -> None:
-        self.received.close()
-        if self.part is not None:
-            self.part.abort()
-
-
-def describe_error(e: Exception) -> str:
-    if isinstance(e, duckdb.Error):
-        return duckdb_message(e)
-    if isinstance(e, DuckflockError):
-        return str(e).strip()
-    return f"{type(e).__name__}: {e}"
 
 
 class Driver:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +40,9 @@ class Runtime:
     budget: Budget | None = None
     spill_dir: Path | None = None  # this rank's own, on node-local storage; removed by close()
     _driver_con: list[duckdb.DuckDBPyConnection] = field(default_factory=list)
+    # Connections of stages running alongside another on this rank (plan/streaming.py), shared
+    # by the copies of this Runtime like ``_driver_con``: a failure interrupts them too.
+    _side_cons: list[duckdb.DuckDBPyConnection] = field(default_factory=list)
 
     @property
     def rank(self) -> int:
@@ -92,8 +97,20 @@ class Runtime:
             )
         return self._driver_con[0] if self._driver_con else self.con
 
+    @contextmanager
+    def side_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A second connection to the rank's DuckDB (same memory limit, threads and settings), for a
+        stage that runs while another one does."""
+        con = self.con.cursor()
+        self._side_cons.append(con)
+        try:
+            yield con
+        finally:
+            self._side_cons.remove(con)
+            con.close()
+
     def interrupt(self) -> None:
-        for con in (self.con, *self._driver_con):
+        for con in (self.con, *self._driver_con, *self._side_cons):
             con.interrupt()
 
     def close(self) -> None:

@@ -4,8 +4,10 @@ into its exchange (or return it, for the final stage)."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
 from duckflock.exec import adaptive, range_sort, skew
 from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
-from duckflock.local_duckdb import fetch_as_duckdb_returns
+from duckflock.local_duckdb import fetch_as_duckdb_returns, joins_as_written
 from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import DriverQuery, ExchangeRead, Node, Scan
 from duckflock.plan.render import exchange_table, render
@@ -51,6 +53,7 @@ class StageStats:
     fell_back: bool = False  # a measured broadcast was larger than the threshold: hashed instead
     note: str = ""  # what a measured broadcast found, for the profile
     received: dict[int, int] = field(default_factory=dict)  # rows taken from each exchange read
+    streamed: tuple[int, ...] = ()  # exchanges read while their producer still ran (plan/streaming.py)
 
     def set_note(self, text: str) -> None:
         self.note = text
@@ -76,6 +79,17 @@ def scan_source(catalog: Catalog, rank: int, size: int):
 
 
 @dataclass
+class Overlap:
+    """A stage running alongside another one on this rank: a consumer streaming the exchange its
+    producer is still writing (plan/streaming.py)."""
+
+    con: duckdb.DuckDBPyConnection  # its own connection to the rank's DuckDB
+    planned: threading.Event = field(default_factory=threading.Event)  # its query is planned (or it ended)
+    after: threading.Event | None = None  # the other stage's ``planned``: plan this stage's query after it
+    joins_as_written: bool = False  # plan it with DuckDB's join reordering off
+
+
+@dataclass
 class _StageRun:
     """One stage's run on this rank: its connection, statistics and the Arrow tables it registered."""
 
@@ -85,6 +99,26 @@ class _StageRun:
     stats: StageStats
     registered: list[str] = field(default_factory=list)
     hot: skew.HotKeys = field(default_factory=dict)  # the query's hot join keys (exec/skew.py)
+    overlap: Overlap | None = None
+
+    @contextmanager
+    def planning(self) -> Iterator[None]:
+        """Around starting the stage's DuckDB query: the order two overlapping stages are planned
+        in, since DuckDB's optimizer settings hold for the whole database."""
+        o = self.overlap
+        if o is None:
+            yield
+            return
+        if o.after is not None:
+            o.after.wait()
+        try:
+            if o.joins_as_written:
+                with joins_as_written(self.con):
+                    yield
+            else:
+                yield
+        finally:
+            o.planned.set()
 
     def register(self, name: str, table: pa.Table) -> None:
         self.con.register(name, table)
@@ -104,10 +138,13 @@ def run_stage(
     shuffled: set[int],
     part: ResultWriter | None = None,
     hot: skew.HotKeys | None = None,
+    overlap: Overlap | None = None,
 ) -> tuple[pa.Table | None, StageStats]:
     """``shuffled``: the measured broadcasts that fell back so far (which plan each AdaptiveJoin runs).
     ``part``: this rank's result file, written instead of sending the stage's output (a gather).
-    ``hot``: the query's hot join keys so far (found by spreading stages, used by replicating ones)."""
+    ``hot``: the query's hot join keys so far (found by spreading stages, used by replicating ones).
+    ``overlap``: the stage runs alongside another one (its inputs streamed by ``received`` are read
+    as they arrive)."""
     if rt.config.stage_gate_dir:
         _wait_at_gate(rt, qid, stage.sid)
     stats = StageStats(stage.sid, rt.rank)
@@ -116,18 +153,29 @@ def run_stage(
     taken = adaptive.reads(root)
     # The final stage, on the driver, may run on a DuckDB with every core of the node.
     con = rt.final_connection() if stage.on_driver and stage.output is None else rt.con
-    run = _StageRun(rt, qid, con, stats, hot={} if hot is None else hot)
+    run = _StageRun(
+        rt, qid, overlap.con if overlap else con, stats, hot={} if hot is None else hot, overlap=overlap
+    )
+    streams = [xid for xid in taken if received.streamed(xid)]
+    stats.streamed = tuple(streams)
     try:
         inputs = {}
         for xid in taken:
+            if xid in streams:
+                run.register(exchange_table(xid), received.take_stream(xid))
+                continue
             inputs[xid] = received.take(xid, stats.exchange)
             stats.received[xid] = inputs[xid].num_rows
             run.register(exchange_table(xid), inputs[xid])
         if stage.output is None:
             return _result(run, root, inputs, plan.output_schema), stats
         _send(run, plan, stage.output, root, part)
+        for xid in streams:
+            stats.received[xid] = received.finish_stream(xid, stats.exchange)
         return None, stats
     finally:
+        if overlap is not None:
+            overlap.planned.set()  # also when the stage failed before its query started
         run.unregister_all()
         for xid in taken:
             received.done(xid)
@@ -158,7 +206,8 @@ def _send(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, root: Node, part:
     rt, stats = run.rt, run.stats
     routed = _routed(run, spec, _stage_sql(run, root))
     t0 = time.perf_counter()  # from here on DuckDB produces the rows as they are read
-    reader = _reader(run, routed)
+    with run.planning():
+        reader = _reader(run, routed)
     del routed  # a materialized sort input lives on only in the reader's batches
     if skew.applies(spec):
         reader = skew.route(rt, run.qid, spec, reader, run.hot, stats.set_note)

@@ -1,0 +1,134 @@
+"""An exchange read as a stream: DuckDB takes its batches while they still arrive.
+
+The receiving thread adds batches; the stage's DuckDB query pulls them through a RecordBatchReader.
+Producers usually outpace the consumer (it may still be building a join's other side, and shares
+the rank's cores with the producer), so what waits is bounded: up to ``MEMORY_BYTES`` (and within
+the query's budget) in memory, the rest in local Arrow IPC files of ``FILE_BYTES`` each, queued
+behind the batches in memory and removed once read. Row order is not kept: only unordered
+exchanges are streamed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+
+from duckflock.exchange.spill import QuerySpill
+
+_END = object()
+_names = itertools.count()
+
+MEMORY_BYTES = 32 << 20  # a stream's batches waiting in memory: a few chunks from each sender
+FILE_BYTES = 32 << 20  # a spill file is handed to the reader once this full (or at the end)
+
+
+class StreamedInput:
+    def __init__(self, spill: QuerySpill):
+        self.spill = spill
+        self.schema: pa.Schema | None = None
+        self.known = threading.Event()  # the schema is known (or receiving failed)
+        self.rows = 0  # handed to DuckDB so far
+        self.wait_s = 0.0  # DuckDB waiting for batches to arrive
+        self.held_bytes = 0  # in memory now, counted against the budget
+        self.spilled_bytes = 0
+        self._queue: queue.Queue = queue.Queue()
+        self._writer: pa.ipc.RecordBatchFileWriter | None = None
+        self._path: Path | None = None
+        self._file_bytes = 0
+        self._lock = threading.Lock()
+
+    # ---- the receiving thread ------------------------------------------------------------------
+    def add(self, batches: list[pa.RecordBatch]) -> None:
+        if self.schema is None and batches:
+            self._know(batches[0].schema)
+        for b in batches:
+            with self._lock:
+                room = self.held_bytes + b.nbytes <= MEMORY_BYTES or self.spill.directory is None
+            if room and self.spill.reserve(b.nbytes):
+                with self._lock:
+                    self.held_bytes += b.nbytes
+                self._queue.put(b)
+            else:
+                self._spill(b)
+
+    def end(self, schema: pa.Schema) -> None:
+        """Every sender has finished (``schema``: the exchange's, should no batch have come)."""
+        if self.schema is None:
+            self._know(schema)
+        self._hand_over_file()
+        self._queue.put(_END)
+
+    def fail(self, error: BaseException) -> None:
+        self._queue.put(error)
+        self.known.set()
+
+    def _know(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.known.set()
+
+    def _spill(self, batch: pa.RecordBatch) -> None:
+        if self._writer is None:
+            assert self.spill.directory is not None  # only spilled with a spill directory
+            self._path = self.spill.directory / f"stream-{next(_names)}.arrow"
+            with self.spill.lock:
+                self.spill.files.append(self._path)
+            self._writer = pa.ipc.new_file(str(self._path), batch.schema)
+        self._writer.write_batch(batch)
+        self.spilled_bytes += batch.nbytes
+        self._file_bytes += batch.nbytes
+        if self._file_bytes >= FILE_BYTES:
+            self._hand_over_file()
+
+    def _hand_over_file(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._queue.put(self._path)
+            self._writer, self._path, self._file_bytes = None, None, 0
+
+    # ---- the stage -----------------------------------------------------------------------------
+    def reader(self) -> pa.RecordBatchReader:
+        """The batches as DuckDB pulls them; call once ``known`` is set."""
+        if self.schema is None:  # receiving failed before any batch: its error
+            raise self._queue.get()
+        return pa.RecordBatchReader.from_batches(self.schema, self._batches())
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        while True:
+            t0 = time.perf_counter()
+            item = self._queue.get()
+            self.wait_s += time.perf_counter() - t0
+            if item is _END:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, Path):
+                yield from self._read_file(item)
+                continue
+            with self._lock:
+                self.held_bytes -= item.nbytes
+            self.spill.release(item.nbytes)
+            self.rows += item.num_rows
+            yield item
+
+    def _read_file(self, path: Path) -> Iterator[pa.RecordBatch]:
+        """A spill file's batches, read one at a time (not mapped: each is freed once DuckDB has
+        it), then the file is removed."""
+        with pa.OSFile(str(path)) as f:
+            spilled = pa.ipc.open_file(f)
+            for i in range(spilled.num_record_batches):
+                batch = spilled.get_batch(i)
+                self.rows += batch.num_rows
+                yield batch
+        path.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        """The stage has ended (also early, on failure): batches still queued no longer count."""
+        with self._lock:
+            held, self.held_bytes = self.held_bytes, 0
+        self.spill.release(held)

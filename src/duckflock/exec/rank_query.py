@@ -1,0 +1,206 @@
+"""One query's stages on one rank, and the exchanges it receives. Stages run in the plan's order,
+except that a consumer may run alongside the stage just before it, reading the exchange that stage
+writes as it arrives (plan/streaming.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from duckflock.catalog import Catalog
+from duckflock.errors import DuckflockError, ExecutionError, duckdb_message
+from duckflock.exchange.inputs import QueryInputs
+from duckflock.exchange.spill import QuerySpill
+from duckflock.exec import adaptive
+from duckflock.exec.memory import release_free_memory
+from duckflock.exec.messages import RunQuery
+from duckflock.exec.progress import report
+from duckflock.exec.result_files import ResultWriter, part_name
+from duckflock.exec.runtime import Runtime
+from duckflock.exec.skew import HotKeys
+from duckflock.exec.stage import Overlap, StageStats, run_stage
+from duckflock.plan import streaming
+from duckflock.plan.kinds import ExchangeKind
+from duckflock.plan.nodes import ExchangeRead
+from duckflock.plan.stages import Stage, StagePlan
+
+
+def passed_on_gather(plan: StagePlan) -> int | None:
+    """The gather whose rows the final stage returns as they are, when all ranks produce them: the
+    exchange that part files replace, or that the driver streams into a result file."""
+    root = plan.stages[-1].root
+    if not isinstance(root, ExchangeRead) or plan.exchange(root.xid).kind is not ExchangeKind.GATHER:
+        return None
+    return None if plan.stage(plan.exchange(root.xid).producer).on_driver else root.xid
+
+
+def execute_on_rank(
+    rt: Runtime, cmd: RunQuery, result_file: ResultWriter | None = None
+) -> tuple[pa.Table | None, list[StageStats]]:
+    """This rank's part of a query. A failure here is reported to every rank before raising.
+
+    With ``cmd.parts_dir`` the ranks write the gathered rows to part files and return no result;
+    with ``result_file`` (the driver) those rows stream into it as they arrive."""
+    query = _RankQuery(rt, cmd, result_file)
+    try:
+        query.run()
+    except ExecutionError:
+        raise
+    except Exception as e:
+        raise query.failed(e) from None
+    finally:
+        query.close()
+    return query.result, query.stats
+
+
+class _RankQuery:
+    """One query's stages on this rank, and the exchanges it receives."""
+
+    def __init__(self, rt: Runtime, cmd: RunQuery, result_file: ResultWriter | None):
+        self.rt, self.cmd, self.plan = rt, cmd, cmd.plan
+        self.result: pa.Table | None = None
+        self.stats: list[StageStats] = []
+        self.stage_id: int | None = None  # the stage running, for an error
+        catalog = Catalog(rt.catalog.root if rt.catalog else ".", cmd.tables)
+        self.rt_q = dataclasses.replace(rt, catalog=catalog)
+        budget = rt.budget.exchange_bytes if rt.budget is not None else 0
+        self.received = QueryInputs(rt.mux, cmd.qid, QuerySpill(rt.spill_dir, budget))
+        self.shuffled: set[int] = set()  # measured broadcasts that fell back to a shuffle
+        self.hot: HotKeys = {}  # hot join keys found by the stages that spread them
+        self.started: set[int] = set()
+        self.direct = passed_on_gather(self.plan)
+        self.part: ResultWriter | None = None
+        if cmd.parts_dir is not None and self.direct is not None:
+            self.part = ResultWriter(Path(cmd.parts_dir) / part_name(rt.rank), self.plan.output_schema)
+            self.started.add(self.direct)  # written to files instead of gathered
+        self.streamed = result_file.write if result_file is not None and self.direct is not None else None
+        self.streams = self._streams()  # consumer stage id -> the exchange it streams from the stage before
+
+    def _streams(self) -> dict[int, int]:
+        """The stages that run alongside the stage before them, each pair on its own (no chains)."""
+        streams: dict[int, int] = {}
+        stages, catalog = self.plan.stages, self.rt_q.catalog
+        assert catalog is not None
+        for i, stage in enumerate(stages):
+            if i == 0 or stages[i - 1].sid in streams or stage.when or stages[i - 1].when:
+                continue
+            xid = streaming.streamed_input(self.plan, i, catalog, self.rt.size)
+            if xid is not None and xid != self.direct:
+                streams[stage.sid] = xid
+        return streams
+
+    def start_inputs(self) -> None:
+        """Receive every exchange this rank reads whose producer the plans chosen so far run."""
+        plan, rank = self.plan, self.rt.rank
+        for stage in plan.stages:
+            if stage.on_driver and rank != 0:
+                continue
+            for xid in stage.inputs:
+                producer = plan.stage(plan.exchange(xid).producer)
+                if xid not in self.started and adaptive.runs(producer, self.shuffled):
+                    write = self.streamed if xid == self.direct else None
+                    senders, ordered = plan.senders(xid, self.rt.size), plan.exchange(xid).ordered
+                    streamed = self.streams.get(stage.sid) == xid
+                    self.received.start(xid, senders, ordered, write, streamed)
+                    self.started.add(xid)
+
+    def run(self) -> None:
+        self.start_inputs()  # from the start, so rows sent while earlier stages run are taken in
+        stages = self.plan.stages
+        for i, stage in enumerate(stages):
+            if stage.sid in self.streams:
+                continue  # ran with the stage before it
+            if i + 1 < len(stages) and stages[i + 1].sid in self.streams:
+                self.run_overlapped(stage, stages[i + 1])
+            elif not adaptive.runs(stage, self.shuffled) or (self.part is not None and stage.output is None):
+                if not stage.on_driver or self.rt.rank == 0:  # done, for the progress display: nothing to run
+                    report(self.rt.mux, self.cmd.qid, StageStats(stage.sid, self.rt.rank))
+            elif stage.on_driver and self.rt.rank != 0:
+                self.agree_without_rows(stage)
+            else:
+                self.run_stage(stage)
+        if self.part is not None:
+            self.part.commit()
+            self.part = None
+        self.rt.mux.flush(self.cmd.qid)
+
+    def agree_without_rows(self, stage: Stage) -> None:
+        """A measured broadcast from the driver: this rank holds none of it but agrees too."""
+        spec = stage.output
+        if spec is None or spec.fallback_target is None:
+            return
+        if adaptive.agree(self.rt, self.cmd.qid, 0) > spec.fallback_above:
+            self.shuffled.add(spec.xid)
+            self.start_inputs()
+
+    def run_overlapped(self, producer: Stage, consumer: Stage) -> None:
+        """Run ``consumer`` while ``producer`` still writes the exchange it streams. Either failing
+        is told to every rank at once, which interrupts the other stage (and other ranks')."""
+        first = Overlap(self.rt.con)
+        errors: list[Exception] = []
+
+        def produce() -> None:
+            try:
+                self.run_stage(producer, first)
+            except Exception as e:
+                errors.append(e if isinstance(e, ExecutionError) else self.failed(e, producer.sid))
+
+        thread = threading.Thread(target=produce, name="duckflock-producer", daemon=True)
+        thread.start()
+        try:
+            with self.rt.side_connection() as con:
+                as_written = streaming.fixed_join_order(consumer)
+                self.run_stage(consumer, Overlap(con, after=first.planned, joins_as_written=as_written))
+        except Exception as e:
+            errors.insert(0, e if isinstance(e, ExecutionError) else self.failed(e, consumer.sid))
+        finally:
+            thread.join()
+        if errors:
+            raise errors[0]
+        self.stats.sort(key=lambda st: st.sid)
+
+    def run_stage(self, stage: Stage, overlap: Overlap | None = None) -> None:
+        self.stage_id = stage.sid
+        writes = self.part if stage.sid == self.direct else None
+        out, st = run_stage(
+            self.rt_q, self.cmd.qid, self.plan, stage, self.received, self.shuffled, writes, self.hot, overlap
+        )
+        self.stats.append(st)
+        if st.fell_back:
+            self.shuffled.add(stage.sid)  # the id of the exchange it produces
+            self.start_inputs()
+        report(self.rt.mux, self.cmd.qid, st)
+        if stage.output is None:
+            self.result = out
+        release_free_memory()
+
+    def failed(self, e: Exception, sid: int | None = None) -> ExecutionError:
+        """The error to raise for ``e`` (in stage ``sid``, else the one running): another rank's,
+        when it failed first; else ours, told to all."""
+        remote = self.rt.mux.failure(self.cmd.qid)
+        if remote is not None:  # we were interrupted because another rank failed first
+            return remote.error()
+        cause = describe_error(e)
+        sid = self.stage_id if sid is None else sid
+        self.rt.mux.fail(self.cmd.qid, sid, cause)
+        return ExecutionError(self.rt.rank, sid, cause)
+
+    def close(self) -> None:
+        self.received.close()
+        if self.part is not None:
+            self.part.abort()
+
+
+def describe_error(e: Exception) -> str:
+    if isinstance(e, duckdb.Error):
+        return duckdb_message(e)
+    if isinstance(e, DuckflockError):
+        return str(e).strip()
+    if isinstance(e, OSError) and re.match(r"[A-Z][A-Za-z ]* Error: ", str(e)):
+        return str(e).strip()  # DuckDB's error, raised through an Arrow stream reading its result
+    return f"{type(e).__name__}: {e}"

@@ -1,0 +1,111 @@
+"""Which stage may read an exchange as a stream, while the stage producing it still runs.
+
+A stage otherwise starts only once its inputs have all arrived, so a rank holds the whole of each
+input (and spills what exceeds its budget) where single-process DuckDB streams the large side of a
+join from its files. A consumer may instead run alongside the stage just before it (its producer)
+and take that exchange's batches as they arrive, when DuckDB can process them as a stream:
+
+- the path from the consumer's root to the exchange passes only through single-input operators and
+  the probe (left) sides of hash joins (inner, left, semi, anti) whose build sides hold no joins or
+  subqueries, and by the planner's estimates are not larger than the stream;
+- neither stage calls a collective (a measured broadcast, a sampled sort, hot-key routing): those
+  pair their calls by order, which two stages running at once would interleave;
+- both stages run on every rank, and the consumer is not the final stage.
+
+DuckDB cannot know a stream's size (it estimates one row) and would build its hash table on it; a
+consumer that streams through joins is therefore planned with DuckDB's join reordering off, so its
+joins run as written: the stream probes, the other sides are built (``fixed_join_order``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from duckflock.catalog import Catalog
+from duckflock.plan.kinds import ExchangeKind, JoinKind
+from duckflock.plan.nodes import (
+    AdaptiveJoin,
+    ExchangeRead,
+    Join,
+    Node,
+    Scan,
+    SetOp,
+    Unary,
+    WithSubqueries,
+    walk,
+)
+from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
+
+_PROBE_LEFT = (JoinKind.INNER, JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
+
+
+def streamed_input(plan: StagePlan, i: int, catalog: Catalog, size: int) -> int | None:
+    """The exchange stage ``plan.stages[i]`` may read as a stream from the stage before it, if any."""
+    if i == 0:
+        return None
+    producer, consumer = plan.stages[i - 1], plan.stages[i]
+    spec = producer.output
+    if producer.on_driver or consumer.on_driver or consumer.output is None or spec is None:
+        return None
+    if not (_collective_free(spec) and _collective_free(consumer.output)) or spec.ordered:
+        return None
+    if spec.xid not in consumer.inputs or any(isinstance(n, AdaptiveJoin) for n in walk(consumer.root)):
+        return None
+    if sum(1 for n in walk(consumer.root) if isinstance(n, ExchangeRead) and n.xid == spec.xid) != 1:
+        return None  # DuckDB reads a stream once
+    stream_rows = _per_rank(spec, size)
+    ok = _streams_to(consumer.root, spec.xid, lambda side: _rows(side, plan, catalog, size) <= stream_rows)
+    return spec.xid if ok else None
+
+
+def fixed_join_order(stage: Stage) -> bool:
+    """Whether the stage's joins must run as written (it streams an input through a join)."""
+    return any(isinstance(n, Join) for n in walk(stage.root))
+
+
+def _collective_free(spec: ExchangeSpec) -> bool:
+    return spec.kind is not ExchangeKind.SORT and spec.fallback_target is None and spec.skew is None
+
+
+def _streams_to(node: Node, xid: int, small_enough: Callable[[Node], bool]) -> bool:
+    """Whether ``node``'s rows can be computed while exchange ``xid`` streams in (see the module)."""
+    if isinstance(node, ExchangeRead):
+        return node.xid == xid
+    if isinstance(node, WithSubqueries) and node.subqueries:
+        return False
+    if isinstance(node, Unary):
+        return _streams_to(node.child, xid, small_enough)
+    if isinstance(node, Join):
+        probe_left = node.kind in _PROBE_LEFT and node.left_keys and not node.lateral
+        return bool(
+            probe_left
+            and _plain(node.right)
+            and small_enough(node.right)
+            and _streams_to(node.left, xid, small_enough)
+        )
+    return False
+
+
+def _plain(node: Node) -> bool:
+    """No join, set operation or subquery: DuckDB builds it the same way in any join order."""
+    for n in walk(node):
+        if isinstance(n, (Join, SetOp, AdaptiveJoin)) or (isinstance(n, WithSubqueries) and n.subqueries):
+            return False
+    return True
+
+
+def _per_rank(spec: ExchangeSpec, size: int) -> float:
+    rows = spec.est[0]
+    return rows if spec.kind is ExchangeKind.BROADCAST else rows / size
+
+
+def _rows(node: Node, plan: StagePlan, catalog: Catalog, size: int) -> float:
+    """Rows a build side holds on one rank, by the catalog and the planner's estimates."""
+    total = 0.0
+    for n in walk(node):
+        if isinstance(n, ExchangeRead):
+            total += _per_rank(plan.exchange(n.xid), size)
+        elif isinstance(n, Scan):
+            rows = catalog.table(n.table).rows
+            total += rows if n.replicated else rows / size
+    return total

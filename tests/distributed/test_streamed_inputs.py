@@ -1,0 +1,94 @@
+"""A stage reading an exchange while its producer still runs (plan/streaming.py): DuckDB's answer,
+spilled past the budget into files that are gone afterwards, and a producer failing mid-stream ends
+the query with one message naming the rank (bounded in time: a hang fails the test)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import duckflock
+from support import assert_same, make_table, oracle
+
+pytestmark = pytest.mark.dist
+BOUND_S = 90
+
+# No received batch fits the exchange budget: every one goes through a spill file, whatever the
+# timing (a consumer that keeps up would otherwise leave nothing waiting to spill).
+TIGHT = {"memory_limit_bytes": 128 << 20, "exchange_memory_bytes": 1, "broadcast_threshold_bytes": 0}
+
+# The large side f is sent to where d's ranges of k2 live (as TPC-H's lineitem to partsupp); the
+# join stage reads it as a stream, through one join (built on d) or two (built on d and the
+# replicated e). A final aggregate streams its partial aggregates.
+QUERIES = {
+    "join": "SELECT count(*) AS n, max(f.s || d.s) AS m FROM f JOIN d ON f.k2 = d.k2",
+    "two joins": "SELECT d.k2 % 5 AS g, count(*) AS n, sum(f.v) AS v FROM f JOIN d ON f.k2 = d.k2 "
+    "JOIN e ON f.k2 % 100 = e.k GROUP BY 1",
+    "left join": "SELECT count(*) AS n, count(d.s) AS m FROM f LEFT JOIN d ON f.k2 = d.k2 AND d.k2 % 2 = 0",
+    "semi join": "SELECT count(*) AS n FROM f SEMI JOIN d ON f.k2 = d.k2 AND d.s LIKE '%7'",
+    "aggregate": "SELECT k2 % 1000 AS g, count(*) AS n, max(s) AS m FROM f GROUP BY 1",
+}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("streamed")
+    make_table(
+        root,
+        "f",
+        "SELECT i AS k, (i * 7919) % 50000 AS k2, i AS v, "
+        "CASE WHEN i = 123457 THEN 'oops' ELSE repeat('x', 20) || i::VARCHAR END AS s "
+        "FROM range(400000) t(i)",
+        4,
+        "hash",
+        ("k",),
+    )
+    make_table(
+        root, "d", "SELECT i AS k2, 'd' || i::VARCHAR AS s FROM range(50000) t(i)", 4, "range", ("k2",)
+    )
+    make_table(root, "e", "SELECT i AS k FROM range(100) t(i)", 2)
+    return root
+
+
+@pytest.mark.parametrize("transport", ["threads", "mpi"])
+def test_streamed_inputs_match_duckdb_and_spill(data, tmp_path, transport):
+    base = tmp_path / "scratch"
+    ref = oracle(data)
+    with duckflock.connect(
+        str(data), ranks=2, transport=transport, config={**TIGHT, "temp_dir": str(base)}
+    ) as db:
+        spilled = {}
+        for name, sql in QUERIES.items():
+            result = db.sql(sql, profile=True)
+            assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
+            streaming = [s for s in result.stats if s.streamed]
+            assert streaming, f"{name}: no stage streamed its input"
+            spilled[name] = sum(s.exchange.bytes_spilled for s in streaming)
+            assert not [p for p in base.rglob("*") if p.is_file()], f"{name}: files left after the query"
+    assert all(spilled.values()), spilled
+
+
+def test_producer_failing_mid_stream_ends_the_query(data):
+    """The row that cannot be cast is in the middle of f: the join stage is streaming by then."""
+    sql = "SELECT count(*) FROM f JOIN d ON CAST(substr(f.s, 21) AS BIGINT) % 50000 = d.k2"
+    config = {"broadcast_threshold_bytes": 0}
+    with duckflock.connect(
+        str(data), ranks=2, transport="threads", config=config
+    ) as db:  # same plan, succeeding
+        stats = db.sql(sql.replace("CAST(", "TRY_CAST("), profile=True).stats
+        assert any(s.streamed for s in stats)
+    proc = subprocess.run(
+        [sys.executable, "-m", "duckflock.cli.main", "sql", "--data", str(data), "--ranks", "2", sql],
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+        env={**os.environ, "DUCKFLOCK_BROADCAST_THRESHOLD_BYTES": "0"},
+    )
+    assert proc.returncode != 0
+    assert "Conversion Error: Could not convert" in proc.stderr and "rank " in proc.stderr
+    assert "Traceback" not in proc.stderr and "OSError" not in proc.stderr
+    assert proc.stderr.count("error:") == 1, proc.stderr

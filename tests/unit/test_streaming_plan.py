@@ -1,0 +1,70 @@
+"""Which stage reads its input as a stream while the stage before it still runs (plan/streaming.py)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from duckflock.catalog import Catalog
+from duckflock.plan.kinds import ExchangeKind, JoinKind, SkewRole
+from duckflock.plan.nodes import Aggregate, ExchangeRead, Filter, Join, Values
+from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
+from duckflock.plan.streaming import fixed_join_order, streamed_input
+
+COLS = ("a",)
+
+
+def _plan(consumer_root, big=1e6, small=1e3, kind=ExchangeKind.HASH, **spec) -> StagePlan:
+    """Stage 0 sends the small side (x0), stage 1 the big one (x1), stage 2 reads both."""
+    x0 = ExchangeSpec(0, ExchangeKind.HASH, COLS, None, 0, est=(small, small * 8))
+    x1 = ExchangeSpec(1, kind, COLS, None, 1, est=(big, big * 8), **spec)
+    out = ExchangeSpec(2, ExchangeKind.GATHER, (), None, 2)
+    stages = (
+        Stage(0, Values(COLS), (), x0, False),
+        Stage(1, Values(COLS), (), x1, False),
+        Stage(2, consumer_root, (0, 1), out, False),
+        Stage(3, ExchangeRead(COLS, xid=2), (2,), None, True),
+    )
+    return StagePlan(stages, COLS, pa.schema([("a", pa.int64())]))
+
+
+def _join(left, right, kind=JoinKind.INNER):
+    return Join(COLS, left=left, right=right, kind=kind, left_keys=COLS, right_keys=COLS)
+
+
+BIG, SMALL = ExchangeRead(COLS, xid=1), ExchangeRead(COLS, xid=0)
+CATALOG = Catalog(".", {})
+
+
+@pytest.mark.parametrize("kind", [JoinKind.INNER, JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI])
+def test_probe_side_streams(kind):
+    root = Aggregate(COLS, child=_join(Filter(COLS, child=BIG, condition="a > 0"), SMALL, kind))
+    plan = _plan(root)
+    assert streamed_input(plan, 2, CATALOG, 2) == 1
+    assert fixed_join_order(plan.stages[2])
+
+
+@pytest.mark.parametrize(
+    ("root", "plan_args"),
+    [
+        (_join(SMALL, BIG), {}),  # the stream would be the build side
+        (_join(BIG, SMALL, JoinKind.RIGHT), {}),  # DuckDB builds the left of a RIGHT join
+        (_join(BIG, SMALL, JoinKind.FULL), {}),
+        (_join(BIG, SMALL), {"big": 10.0}),  # by the estimates, the build side is the larger
+        (_join(BIG, SMALL), {"kind": ExchangeKind.SORT}),  # splitters: a collective
+        (_join(BIG, SMALL), {"skew": SkewRole.SPREAD}),  # hot keys: a collective
+        (_join(BIG, _join(SMALL, SMALL)), {}),  # a build side with a join of its own
+    ],
+)
+def test_not_streamed(root, plan_args):
+    assert streamed_input(_plan(root, **plan_args), 2, CATALOG, 2) is None
+
+
+def test_a_stream_is_read_once():
+    assert streamed_input(_plan(_join(BIG, BIG)), 2, CATALOG, 2) is None
+
+
+def test_an_aggregate_streams_without_fixing_the_join_order():
+    plan = _plan(Aggregate(COLS, child=BIG))
+    assert streamed_input(plan, 2, CATALOG, 2) == 1
+    assert not fixed_join_order(plan.stages[2])
