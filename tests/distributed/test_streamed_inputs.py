@@ -31,6 +31,8 @@ QUERIES = {
     "left join": "SELECT count(*) AS n, count(d.s) AS m FROM f LEFT JOIN d ON f.k2 = d.k2 AND d.k2 % 2 = 0",
     "semi join": "SELECT count(*) AS n FROM f SEMI JOIN d ON f.k2 = d.k2 AND d.s LIKE '%7'",
     "aggregate": "SELECT k2 % 1000 AS g, count(*) AS n, max(s) AS m FROM f GROUP BY 1",
+    # Both sides hashed on the join key, hot keys looked for: d's stage runs while f still streams.
+    "both sides shuffled": "SELECT count(*) AS n, max(f.s || h.s) AS m FROM f JOIN h ON f.v % 40000 = h.k",
 }
 
 
@@ -51,6 +53,7 @@ def data(tmp_path_factory) -> Path:
         root, "d", "SELECT i AS k2, 'd' || i::VARCHAR AS s FROM range(50000) t(i)", 4, "range", ("k2",)
     )
     make_table(root, "e", "SELECT i AS k FROM range(100) t(i)", 2)
+    make_table(root, "h", "SELECT i AS k, 'h' || i::VARCHAR AS s FROM range(50000) t(i)", 3)
     return root
 
 

@@ -6,6 +6,7 @@ import pyarrow as pa
 import pytest
 
 from duckflock.catalog import Catalog
+from duckflock.catalog.partitioning import Hashed
 from duckflock.plan.kinds import ExchangeKind, JoinKind, SkewRole
 from duckflock.plan.nodes import Aggregate, ExchangeRead, Filter, Join, Values
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
@@ -14,9 +15,9 @@ from duckflock.plan.streaming import fixed_join_order, streamed_input
 COLS = ("a",)
 
 
-def _plan(consumer_root, big=1e6, small=1e3, kind=ExchangeKind.HASH, **spec) -> StagePlan:
+def _plan(consumer_root, big=1e6, small=1e3, kind=ExchangeKind.HASH, small_skew=None, **spec) -> StagePlan:
     """Stage 0 sends the small side (x0), stage 1 the big one (x1), stage 2 reads both."""
-    x0 = ExchangeSpec(0, ExchangeKind.HASH, COLS, None, 0, est=(small, small * 8))
+    x0 = ExchangeSpec(0, ExchangeKind.HASH, COLS, None, 0, est=(small, small * 8), skew=small_skew)
     x1 = ExchangeSpec(1, kind, COLS, None, 1, est=(big, big * 8), **spec)
     out = ExchangeSpec(2, ExchangeKind.GATHER, (), None, 2)
     stages = (
@@ -51,8 +52,10 @@ def test_probe_side_streams(kind):
         (_join(BIG, SMALL, JoinKind.RIGHT), {}),  # DuckDB builds the left of a RIGHT join
         (_join(BIG, SMALL, JoinKind.FULL), {}),
         (_join(BIG, SMALL), {"big": 10.0}),  # by the estimates, the build side is the larger
-        (_join(BIG, SMALL), {"kind": ExchangeKind.SORT}),  # splitters: a collective
-        (_join(BIG, SMALL), {"skew": SkewRole.SPREAD}),  # hot keys: a collective
+        (
+            _join(BIG, SMALL),
+            {"fallback_target": Hashed(("a",), ("BIGINT",), 2), "fallback_above": 1},
+        ),  # measured
         (_join(BIG, _join(SMALL, SMALL)), {}),  # a build side with a join of its own
     ],
 )
@@ -68,3 +71,29 @@ def test_an_aggregate_streams_without_fixing_the_join_order():
     plan = _plan(Aggregate(COLS, child=BIG))
     assert streamed_input(plan, 2, CATALOG, 2) == 1
     assert not fixed_join_order(plan.stages[2])
+
+
+@pytest.mark.parametrize(
+    "spec", [{"kind": ExchangeKind.SORT}, {"skew": SkewRole.SPREAD}, {"small_skew": SkewRole.REPLICATE}]
+)
+def test_the_producer_alone_may_call_collectives(spec):
+    assert streamed_input(_plan(_join(BIG, SMALL), **spec), 2, CATALOG, 2) == 1
+
+
+def test_stages_in_between_run_meanwhile_unless_they_call_collectives():
+    """The big side produced first (x0), the small side's stage between it and the join."""
+
+    def plan(between_skew):
+        x0 = ExchangeSpec(0, ExchangeKind.HASH, COLS, None, 0, est=(1e6, 8e6))
+        x1 = ExchangeSpec(1, ExchangeKind.HASH, COLS, None, 1, est=(1e3, 8e3), skew=between_skew)
+        root = _join(ExchangeRead(COLS, xid=0), ExchangeRead(COLS, xid=1))
+        stages = (
+            Stage(0, Values(COLS), (), x0, False),
+            Stage(1, Values(COLS), (), x1, False),
+            Stage(2, root, (0, 1), ExchangeSpec(2, ExchangeKind.GATHER, (), None, 2), False),
+        )
+        return StagePlan(stages, COLS, pa.schema([("a", pa.int64())]))
+
+    assert streamed_input(plan(None), 2, CATALOG, 2) == 0
+    assert streamed_input(plan(SkewRole.REPLICATE), 2, CATALOG, 2) == 0  # waits for the hot keys
+    assert streamed_input(plan(SkewRole.SPREAD), 2, CATALOG, 2) is None  # a collective

@@ -82,17 +82,23 @@ class _RankQuery:
         self.streams = self._streams()  # consumer stage id -> the exchange it streams from the stage before
 
     def _streams(self) -> dict[int, int]:
-        """The stages that run alongside the stage before them, each pair on its own (no chains)."""
+        """Consumer stage id -> the exchange it streams. The stages from a stream's producer to its
+        consumer run together; no stage belongs to two such runs."""
         streams: dict[int, int] = {}
         stages, catalog = self.plan.stages, self.rt_q.catalog
         assert catalog is not None
+        last = -1  # index of the latest run's consumer
         for i, stage in enumerate(stages):
-            if i == 0 or stages[i - 1].sid in streams or stage.when or stages[i - 1].when:
-                continue
             xid = streaming.streamed_input(self.plan, i, catalog, self.rt.size)
-            if xid is not None and xid != self.direct:
+            if xid is None or xid == self.direct:
+                continue
+            if self._index(self.plan.exchange(xid).producer) > last:
                 streams[stage.sid] = xid
+                last = i
         return streams
+
+    def _index(self, sid: int) -> int:
+        return next(i for i, s in enumerate(self.plan.stages) if s.sid == sid)
 
     def start_inputs(self) -> None:
         """Receive every exchange this rank reads whose producer the plans chosen so far run."""
@@ -112,22 +118,29 @@ class _RankQuery:
     def run(self) -> None:
         self.start_inputs()  # from the start, so rows sent while earlier stages run are taken in
         stages = self.plan.stages
-        for i, stage in enumerate(stages):
-            if stage.sid in self.streams:
-                continue  # ran with the stage before it
-            if i + 1 < len(stages) and stages[i + 1].sid in self.streams:
-                self.run_overlapped(stage, stages[i + 1])
-            elif not adaptive.runs(stage, self.shuffled) or (self.part is not None and stage.output is None):
-                if not stage.on_driver or self.rt.rank == 0:  # done, for the progress display: nothing to run
-                    report(self.rt.mux, self.cmd.qid, StageStats(stage.sid, self.rt.rank))
-            elif stage.on_driver and self.rt.rank != 0:
-                self.agree_without_rows(stage)
+        # producer index -> consumer index of each run of stages streaming an exchange
+        runs = {self._index(self.plan.exchange(x).producer): self._index(c) for c, x in self.streams.items()}
+        i = 0
+        while i < len(stages):
+            if i in runs:
+                self.run_overlapped(stages[i], stages[i + 1 : runs[i]], stages[runs[i]])
+                i = runs[i] + 1
             else:
-                self.run_stage(stage)
+                self.run_one(stages[i])
+                i += 1
         if self.part is not None:
             self.part.commit()
             self.part = None
         self.rt.mux.flush(self.cmd.qid)
+
+    def run_one(self, stage: Stage) -> None:
+        if not adaptive.runs(stage, self.shuffled) or (self.part is not None and stage.output is None):
+            if not stage.on_driver or self.rt.rank == 0:  # done, for the progress display: nothing to run
+                report(self.rt.mux, self.cmd.qid, StageStats(stage.sid, self.rt.rank))
+        elif stage.on_driver and self.rt.rank != 0:
+            self.agree_without_rows(stage)
+        else:
+            self.run_stage(stage)
 
     def agree_without_rows(self, stage: Stage) -> None:
         """A measured broadcast from the driver: this rank holds none of it but agrees too."""
@@ -138,9 +151,10 @@ class _RankQuery:
             self.shuffled.add(spec.xid)
             self.start_inputs()
 
-    def run_overlapped(self, producer: Stage, consumer: Stage) -> None:
-        """Run ``consumer`` while ``producer`` still writes the exchange it streams. Either failing
-        is told to every rank at once, which interrupts the other stage (and other ranks')."""
+    def run_overlapped(self, producer: Stage, between: tuple[Stage, ...], consumer: Stage) -> None:
+        """Run ``producer`` on its own thread; meanwhile, once its query has started, the stages
+        ``between`` and then ``consumer``, which streams the producer's exchange. Either thread
+        failing is told to every rank at once, which interrupts the other (and other ranks')."""
         first = Overlap(self.rt.con)
         errors: list[Exception] = []
 
@@ -152,12 +166,17 @@ class _RankQuery:
 
         thread = threading.Thread(target=produce, name="duckflock-producer", daemon=True)
         thread.start()
+        sid = consumer.sid
         try:
             with self.rt.side_connection() as con:
+                for stage in between:
+                    sid = stage.sid
+                    self.run_stage(stage, Overlap(con, after=first.started))
+                sid = consumer.sid
                 as_written = streaming.fixed_join_order(consumer)
-                self.run_stage(consumer, Overlap(con, after=first.planned, joins_as_written=as_written))
+                self.run_stage(consumer, Overlap(con, after=first.started, joins_as_written=as_written))
         except Exception as e:
-            errors.insert(0, e if isinstance(e, ExecutionError) else self.failed(e, consumer.sid))
+            errors.insert(0, e if isinstance(e, ExecutionError) else self.failed(e, sid))
         finally:
             thread.join()
         if errors:

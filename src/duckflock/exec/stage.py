@@ -80,12 +80,13 @@ def scan_source(catalog: Catalog, rank: int, size: int):
 
 @dataclass
 class Overlap:
-    """A stage running alongside another one on this rank: a consumer streaming the exchange its
-    producer is still writing (plan/streaming.py)."""
+    """A stage running alongside another one on this rank: the producer of a streamed exchange, or
+    a stage that runs (on another connection) while that producer still does (plan/streaming.py)."""
 
-    con: duckdb.DuckDBPyConnection  # its own connection to the rank's DuckDB
-    planned: threading.Event = field(default_factory=threading.Event)  # its query is planned (or it ended)
-    after: threading.Event | None = None  # the other stage's ``planned``: plan this stage's query after it
+    con: duckdb.DuckDBPyConnection  # the connection to the rank's DuckDB this stage uses
+    # Set once this stage's query is planned and, if it spreads hot keys, they are known (or it ended).
+    started: threading.Event = field(default_factory=threading.Event)
+    after: threading.Event | None = None  # the producer's ``started``: start this stage only then
     joins_as_written: bool = False  # plan it with DuckDB's join reordering off
 
 
@@ -103,22 +104,13 @@ class _StageRun:
 
     @contextmanager
     def planning(self) -> Iterator[None]:
-        """Around starting the stage's DuckDB query: the order two overlapping stages are planned
-        in, since DuckDB's optimizer settings hold for the whole database."""
-        o = self.overlap
-        if o is None:
-            yield
-            return
-        if o.after is not None:
-            o.after.wait()
-        try:
-            if o.joins_as_written:
-                with joins_as_written(self.con):
-                    yield
-            else:
+        """Around starting the stage's DuckDB query: with join reordering off where asked (a setting
+        of the whole database, so only once the producer's query is planned: ``after``)."""
+        if self.overlap is not None and self.overlap.joins_as_written:
+            with joins_as_written(self.con):
                 yield
-        finally:
-            o.planned.set()
+        else:
+            yield
 
     def register(self, name: str, table: pa.Table) -> None:
         self.con.register(name, table)
@@ -158,6 +150,8 @@ def run_stage(
     )
     streams = [xid for xid in taken if received.streamed(xid)]
     stats.streamed = tuple(streams)
+    if overlap is not None and overlap.after is not None:
+        overlap.after.wait()
     try:
         inputs = {}
         for xid in taken:
@@ -175,7 +169,7 @@ def run_stage(
         return None, stats
     finally:
         if overlap is not None:
-            overlap.planned.set()  # also when the stage failed before its query started
+            overlap.started.set()  # also when the stage failed before its query started
         run.unregister_all()
         for xid in taken:
             received.done(xid)
@@ -211,6 +205,8 @@ def _send(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, root: Node, part:
     del routed  # a materialized sort input lives on only in the reader's batches
     if skew.applies(spec):
         reader = skew.route(rt, run.qid, spec, reader, run.hot, stats.set_note)
+    if run.overlap is not None:
+        run.overlap.started.set()
     out = _Output(spec.kind, [], reader.schema)
     if spec.fallback_target is not None:
         out = _measure(run, spec, reader)

@@ -2,15 +2,19 @@
 
 A stage otherwise starts only once its inputs have all arrived, so a rank holds the whole of each
 input (and spills what exceeds its budget) where single-process DuckDB streams the large side of a
-join from its files. A consumer may instead run alongside the stage just before it (its producer)
-and take that exchange's batches as they arrive, when DuckDB can process them as a stream:
+join from its files. A consumer may instead run while the producer of one of its inputs still runs,
+taking that exchange's batches as they arrive; the stages planned between the two (typically the
+other side of the join) run meanwhile too, before the consumer, on the same thread as it. This holds
+when DuckDB can process the exchange as a stream and the stages can overlap:
 
 - the path from the consumer's root to the exchange passes only through single-input operators and
   the probe (left) sides of hash joins (inner, left, semi, anti) whose build sides hold no joins or
-  subqueries, and by the planner's estimates are not larger than the stream;
-- neither stage calls a collective (a measured broadcast, a sampled sort, hot-key routing): those
-  pair their calls by order, which two stages running at once would interleave;
-- both stages run on every rank, and the consumer is not the final stage.
+  subqueries and, by the planner's estimates, are not larger than the stream;
+- only the producer may call a collective (a sampled sort, hot-key detection): collectives pair
+  their calls by order, which stages running at once would interleave; the producer's output is
+  not a measured broadcast (its outcome changes which stages run);
+- every stage involved runs on every rank, the stages in between do not read the exchange, and the
+  consumer is not the final stage.
 
 DuckDB cannot know a stream's size (it estimates one row) and would build its hash table on it; a
 consumer that streams through joins is therefore planned with DuckDB's join reordering off, so its
@@ -22,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from duckflock.catalog import Catalog
-from duckflock.plan.kinds import ExchangeKind, JoinKind
+from duckflock.plan.kinds import ExchangeKind, JoinKind, SkewRole
 from duckflock.plan.nodes import (
     AdaptiveJoin,
     ExchangeRead,
@@ -40,22 +44,37 @@ _PROBE_LEFT = (JoinKind.INNER, JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
 
 
 def streamed_input(plan: StagePlan, i: int, catalog: Catalog, size: int) -> int | None:
-    """The exchange stage ``plan.stages[i]`` may read as a stream from the stage before it, if any."""
-    if i == 0:
+    """The exchange stage ``plan.stages[i]`` may read as a stream, if any (see the module)."""
+    consumer = plan.stages[i]
+    if consumer.on_driver or consumer.output is None or consumer.when or _collective(consumer.output):
         return None
-    producer, consumer = plan.stages[i - 1], plan.stages[i]
+    if any(isinstance(n, AdaptiveJoin) for n in walk(consumer.root)):
+        return None
+    for xid in consumer.inputs:
+        j = next(k for k, s in enumerate(plan.stages) if s.sid == plan.exchange(xid).producer)
+        if _overlappable(plan, j, i, xid) and _probe_stream(plan, consumer, xid, catalog, size):
+            return xid
+    return None
+
+
+def _overlappable(plan: StagePlan, j: int, i: int, xid: int) -> bool:
+    """Whether stages ``j`` (producing ``xid``) to ``i`` (reading it) may run as the module says."""
+    producer, between = plan.stages[j], plan.stages[j + 1 : i]
     spec = producer.output
-    if producer.on_driver or consumer.on_driver or consumer.output is None or spec is None:
-        return None
-    if not (_collective_free(spec) and _collective_free(consumer.output)) or spec.ordered:
-        return None
-    if spec.xid not in consumer.inputs or any(isinstance(n, AdaptiveJoin) for n in walk(consumer.root)):
-        return None
-    if sum(1 for n in walk(consumer.root) if isinstance(n, ExchangeRead) and n.xid == spec.xid) != 1:
-        return None  # DuckDB reads a stream once
-    stream_rows = _per_rank(spec, size)
-    ok = _streams_to(consumer.root, spec.xid, lambda side: _rows(side, plan, catalog, size) <= stream_rows)
-    return spec.xid if ok else None
+    assert spec is not None
+    if producer.on_driver or producer.when or spec.ordered or spec.fallback_target is not None:
+        return False
+    for s in between:
+        if s.on_driver or s.when or s.output is None or _collective(s.output) or xid in s.inputs:
+            return False
+    return True
+
+
+def _probe_stream(plan: StagePlan, consumer: Stage, xid: int, catalog: Catalog, size: int) -> bool:
+    if sum(1 for n in walk(consumer.root) if isinstance(n, ExchangeRead) and n.xid == xid) != 1:
+        return False  # DuckDB reads a stream once
+    stream_rows = _per_rank(plan.exchange(xid), size)
+    return _streams_to(consumer.root, xid, lambda side: _rows(side, plan, catalog, size) <= stream_rows)
 
 
 def fixed_join_order(stage: Stage) -> bool:
@@ -63,8 +82,10 @@ def fixed_join_order(stage: Stage) -> bool:
     return any(isinstance(n, Join) for n in walk(stage.root))
 
 
-def _collective_free(spec: ExchangeSpec) -> bool:
-    return spec.kind is not ExchangeKind.SORT and spec.fallback_target is None and spec.skew is None
+def _collective(spec: ExchangeSpec) -> bool:
+    """Whether producing this exchange calls a collective."""
+    sort, measured = spec.kind is ExchangeKind.SORT, spec.fallback_target is not None
+    return sort or measured or spec.skew is SkewRole.SPREAD
 
 
 def _streams_to(node: Node, xid: int, small_enough: Callable[[Node], bool]) -> bool:
