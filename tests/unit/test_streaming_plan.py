@@ -10,7 +10,7 @@ from duckflock.catalog.partitioning import Hashed
 from duckflock.plan.kinds import ExchangeKind, JoinKind, SkewRole
 from duckflock.plan.nodes import Aggregate, ExchangeRead, Filter, Join, Values
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
-from duckflock.plan.streaming import fixed_join_order, streamed_input
+from duckflock.plan.streaming import fixed_join_order, probe_first, streamed_input
 
 COLS = ("a",)
 
@@ -48,10 +48,9 @@ def test_probe_side_streams(kind):
 @pytest.mark.parametrize(
     ("root", "plan_args"),
     [
-        (_join(SMALL, BIG), {}),  # the stream would be the build side
+        (_join(SMALL, BIG, JoinKind.SEMI), {}),  # the stream would be the build side
         (_join(BIG, SMALL, JoinKind.RIGHT), {}),  # DuckDB builds the left of a RIGHT join
         (_join(BIG, SMALL, JoinKind.FULL), {}),
-        (_join(BIG, SMALL), {"big": 10.0}),  # by the estimates, the build side is the larger
         (
             _join(BIG, SMALL),
             {"fallback_target": Hashed(("a",), ("BIGINT",), 2), "fallback_above": 1},
@@ -97,3 +96,17 @@ def test_stages_in_between_run_meanwhile_unless_they_call_collectives():
     assert streamed_input(plan(None), 2, CATALOG, 2) == 0
     assert streamed_input(plan(SkewRole.REPLICATE), 2, CATALOG, 2) == 0  # waits for the hot keys
     assert streamed_input(plan(SkewRole.SPREAD), 2, CATALOG, 2) is None  # a collective
+
+
+@pytest.mark.parametrize(
+    ("kind", "swapped"), [(JoinKind.INNER, JoinKind.INNER), (JoinKind.RIGHT, JoinKind.LEFT)]
+)
+def test_a_stream_on_the_right_is_written_first(kind, swapped):
+    plan = _plan(_join(SMALL, BIG, kind))
+    assert streamed_input(plan, 2, CATALOG, 2) == 1
+    join = probe_first(plan.stages[2].root, 1)
+    assert isinstance(join, Join) and (join.left, join.right, join.kind) == (BIG, SMALL, swapped)
+
+
+def test_the_larger_input_by_the_estimates_streams():
+    assert streamed_input(_plan(_join(BIG, SMALL), big=10.0), 2, CATALOG, 2) == 0

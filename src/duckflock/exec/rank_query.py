@@ -4,6 +4,7 @@ writes as it arrives (plan/streaming.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import threading
@@ -79,23 +80,30 @@ class _RankQuery:
             self.part = ResultWriter(Path(cmd.parts_dir) / part_name(rt.rank), self.plan.output_schema)
             self.started.add(self.direct)  # written to files instead of gathered
         self.streamed = result_file.write if result_file is not None and self.direct is not None else None
-        self.streams = self._streams()  # consumer stage id -> the exchange it streams from the stage before
+        self.streams, self.groups = self._plan_streams()
 
-    def _streams(self) -> dict[int, int]:
-        """Consumer stage id -> the exchange it streams. The stages from a stream's producer to its
-        consumer run together; no stage belongs to two such runs."""
+    def _plan_streams(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Which stages stream an input (consumer stage id -> exchange id), and the groups of stages
+        that therefore run together (first index -> last index): from a stream's producer to its
+        consumer, chained when a producer is in the group before. Only a group's first stage may
+        call collectives (plan/streaming.py)."""
         streams: dict[int, int] = {}
+        groups: dict[int, int] = {}
         stages, catalog = self.plan.stages, self.rt_q.catalog
         assert catalog is not None
-        last = -1  # index of the latest run's consumer
+        first = last = -1  # the latest group
         for i, stage in enumerate(stages):
             xid = streaming.streamed_input(self.plan, i, catalog, self.rt.size)
             if xid is None or xid == self.direct:
                 continue
-            if self._index(self.plan.exchange(xid).producer) > last:
-                streams[stage.sid] = xid
-                last = i
-        return streams
+            j = self._index(self.plan.exchange(xid).producer)
+            if j > last:
+                first = j
+            elif j < first or (j > first and streaming.calls_collective(self.plan.exchange(xid))):
+                continue
+            streams[stage.sid] = xid
+            groups[first] = last = i
+        return streams, groups
 
     def _index(self, sid: int) -> int:
         return next(i for i, s in enumerate(self.plan.stages) if s.sid == sid)
@@ -118,13 +126,11 @@ class _RankQuery:
     def run(self) -> None:
         self.start_inputs()  # from the start, so rows sent while earlier stages run are taken in
         stages = self.plan.stages
-        # producer index -> consumer index of each run of stages streaming an exchange
-        runs = {self._index(self.plan.exchange(x).producer): self._index(c) for c, x in self.streams.items()}
         i = 0
         while i < len(stages):
-            if i in runs:
-                self.run_overlapped(stages[i], stages[i + 1 : runs[i]], stages[runs[i]])
-                i = runs[i] + 1
+            if i in self.groups:
+                self.run_together(stages[i : self.groups[i] + 1])
+                i = self.groups[i] + 1
             else:
                 self.run_one(stages[i])
                 i += 1
@@ -151,34 +157,35 @@ class _RankQuery:
             self.shuffled.add(spec.xid)
             self.start_inputs()
 
-    def run_overlapped(self, producer: Stage, between: tuple[Stage, ...], consumer: Stage) -> None:
-        """Run ``producer`` on its own thread; meanwhile, once its query has started, the stages
-        ``between`` and then ``consumer``, which streams the producer's exchange. Either thread
-        failing is told to every rank at once, which interrupts the other (and other ranks')."""
-        first = Overlap(self.rt.con)
+    def run_together(self, group: tuple[Stage, ...]) -> None:
+        """Each stage of ``group`` on a thread and connection of its own, each starting once the one
+        before it has started its query (the producer of hot keys has found them, and DuckDB
+        settings for one stage's planning never meet another's); a consumer reads its streamed
+        input as it arrives. A failure on any thread is told to every rank at once, which
+        interrupts the others (and other ranks')."""
         errors: list[Exception] = []
 
-        def produce() -> None:
+        def run(stage: Stage, overlap: Overlap) -> None:
             try:
-                self.run_stage(producer, first)
+                self.run_stage(stage, overlap)
             except Exception as e:
-                errors.append(e if isinstance(e, ExecutionError) else self.failed(e, producer.sid))
+                errors.append(e if isinstance(e, ExecutionError) else self.failed(e, stage.sid))
 
-        thread = threading.Thread(target=produce, name="duckflock-producer", daemon=True)
-        thread.start()
-        sid = consumer.sid
-        try:
-            with self.rt.side_connection() as con:
-                for stage in between:
-                    sid = stage.sid
-                    self.run_stage(stage, Overlap(con, after=first.started))
-                sid = consumer.sid
-                as_written = streaming.fixed_join_order(consumer)
-                self.run_stage(consumer, Overlap(con, after=first.started, joins_as_written=as_written))
-        except Exception as e:
-            errors.insert(0, e if isinstance(e, ExecutionError) else self.failed(e, sid))
-        finally:
-            thread.join()
+        threads = []
+        with contextlib.ExitStack() as connections:
+            before: Overlap | None = None
+            for k, stage in enumerate(group):
+                xid = self.streams.get(stage.sid)
+                if xid is not None:  # the stream on the side DuckDB probes with
+                    stage = dataclasses.replace(stage, root=streaming.probe_first(stage.root, xid))
+                con = self.rt.con if k == 0 else connections.enter_context(self.rt.side_connection())
+                as_written = xid is not None and streaming.fixed_join_order(stage)
+                overlap = Overlap(con, after=before.started if before else None, joins_as_written=as_written)
+                threads.append(threading.Thread(target=run, args=(stage, overlap), daemon=True))
+                threads[-1].start()
+                before = overlap
+            for t in threads:
+                t.join()
         if errors:
             raise errors[0]
         self.stats.sort(key=lambda st: st.sid)

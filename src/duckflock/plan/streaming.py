@@ -18,12 +18,14 @@ when DuckDB can process the exchange as a stream and the stages can overlap:
 
 DuckDB cannot know a stream's size (it estimates one row) and would build its hash table on it; a
 consumer that streams through joins is therefore planned with DuckDB's join reordering off, so its
-joins run as written: the stream probes, the other sides are built (``fixed_join_order``).
+joins run as written: the stream probes, the other sides are built (``fixed_join_order``). Inner and
+right joins with the stream on their right are written the other way round first (``probe_first``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from duckflock.catalog import Catalog
 from duckflock.plan.kinds import ExchangeKind, JoinKind, SkewRole
@@ -36,6 +38,7 @@ from duckflock.plan.nodes import (
     SetOp,
     Unary,
     WithSubqueries,
+    transform_up,
     walk,
 )
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
@@ -46,7 +49,7 @@ _PROBE_LEFT = (JoinKind.INNER, JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
 def streamed_input(plan: StagePlan, i: int, catalog: Catalog, size: int) -> int | None:
     """The exchange stage ``plan.stages[i]`` may read as a stream, if any (see the module)."""
     consumer = plan.stages[i]
-    if consumer.on_driver or consumer.output is None or consumer.when or _collective(consumer.output):
+    if consumer.on_driver or consumer.output is None or consumer.when or calls_collective(consumer.output):
         return None
     if any(isinstance(n, AdaptiveJoin) for n in walk(consumer.root)):
         return None
@@ -65,7 +68,7 @@ def _overlappable(plan: StagePlan, j: int, i: int, xid: int) -> bool:
     if producer.on_driver or producer.when or spec.ordered or spec.fallback_target is not None:
         return False
     for s in between:
-        if s.on_driver or s.when or s.output is None or _collective(s.output) or xid in s.inputs:
+        if s.on_driver or s.when or s.output is None or calls_collective(s.output) or xid in s.inputs:
             return False
     return True
 
@@ -74,7 +77,36 @@ def _probe_stream(plan: StagePlan, consumer: Stage, xid: int, catalog: Catalog, 
     if sum(1 for n in walk(consumer.root) if isinstance(n, ExchangeRead) and n.xid == xid) != 1:
         return False  # DuckDB reads a stream once
     stream_rows = _per_rank(plan.exchange(xid), size)
-    return _streams_to(consumer.root, xid, lambda side: _rows(side, plan, catalog, size) <= stream_rows)
+    root = probe_first(consumer.root, xid)
+    return _streams_to(root, xid, lambda side: _rows(side, plan, catalog, size) <= stream_rows)
+
+
+def probe_first(root: Node, xid: int) -> Node:
+    """``root`` with every inner or right join that reads exchange ``xid`` on its right side written
+    the other way round (a right join becomes a left one): the same rows, named columns in the same
+    order, and the stream on the side DuckDB probes with when joins run as written."""
+
+    def swap(node: Node) -> Node:
+        if not isinstance(node, Join) or node.lateral or node.kind not in (JoinKind.INNER, JoinKind.RIGHT):
+            return node
+        if not _reads(node.right, xid) or _reads(node.left, xid):
+            return node
+        return replace(
+            node,
+            left=node.right,
+            right=node.left,
+            kind=JoinKind.INNER if node.kind is JoinKind.INNER else JoinKind.LEFT,
+            left_keys=node.right_keys,
+            right_keys=node.left_keys,
+            left_key_cols=node.right_key_cols,
+            right_key_cols=node.left_key_cols,
+        )
+
+    return transform_up(root, swap)
+
+
+def _reads(node: Node, xid: int) -> bool:
+    return any(isinstance(n, ExchangeRead) and n.xid == xid for n in walk(node))
 
 
 def fixed_join_order(stage: Stage) -> bool:
@@ -82,7 +114,7 @@ def fixed_join_order(stage: Stage) -> bool:
     return any(isinstance(n, Join) for n in walk(stage.root))
 
 
-def _collective(spec: ExchangeSpec) -> bool:
+def calls_collective(spec: ExchangeSpec) -> bool:
     """Whether producing this exchange calls a collective."""
     sort, measured = spec.kind is ExchangeKind.SORT, spec.fallback_target is not None
     return sort or measured or spec.skew is SkewRole.SPREAD
