@@ -83,13 +83,18 @@ class QueryInputs:
     def streamed(self, xid: int) -> bool:
         return self._receiving[xid].stream is not None
 
-    def take_stream(self, xid: int) -> pa.RecordBatchReader:
-        """Exchange ``xid``'s rows as DuckDB pulls them, from when its schema is known (the first
-        batch or end of stream); ``finish_stream`` adds up its counts once the stage is done."""
+    def take_stream(self, xid: int, more_than: float) -> pa.RecordBatchReader | pa.Table:
+        """Exchange ``xid``'s rows as DuckDB pulls them, once more than ``more_than`` rows have
+        arrived; if it ends before, all of them as a table. ``finish_stream`` adds up its counts
+        once the stage is done."""
         r = self._receiving[xid]
         assert r.stream is not None
-        r.stream.known.wait()
-        return r.stream.reader()
+        if r.stream.wait_for(more_than):
+            return r.stream.reader()
+        r.thread.join()
+        if r.error is not None:
+            raise r.error
+        return r.stream.reader().read_all()
 
     def finish_stream(self, xid: int, stats: ExchangeStats) -> int:
         """Wait for the receiving thread to end; add its counts to ``stats``; the rows read."""

@@ -42,6 +42,9 @@ class StreamedInput:
         self._path: Path | None = None
         self._file_bytes = 0
         self._lock = threading.Lock()
+        self._arrival = threading.Condition()
+        self._arrived = 0  # rows added so far
+        self._ended = False
 
     # ---- the receiving thread ------------------------------------------------------------------
     def add(self, batches: list[pa.RecordBatch]) -> None:
@@ -56,6 +59,9 @@ class StreamedInput:
                 self._queue.put(b)
             else:
                 self._spill(b)
+        with self._arrival:
+            self._arrived += sum(b.num_rows for b in batches)
+            self._arrival.notify_all()
 
     def end(self, schema: pa.Schema) -> None:
         """Every sender has finished (``schema``: the exchange's, should no batch have come)."""
@@ -63,10 +69,24 @@ class StreamedInput:
             self._know(schema)
         self._hand_over_file()
         self._queue.put(_END)
+        self._end()
 
     def fail(self, error: BaseException) -> None:
         self._queue.put(error)
         self.known.set()
+        self._end()
+
+    def _end(self) -> None:
+        with self._arrival:
+            self._ended = True
+            self._arrival.notify_all()
+
+    def wait_for(self, rows: float) -> bool:
+        """Whether more than ``rows`` rows arrive before the stream ends (waits until one happens)."""
+        with self._arrival:
+            while self._arrived <= rows and not self._ended:
+                self._arrival.wait()
+            return self._arrived > rows
 
     def _know(self, schema: pa.Schema) -> None:
         self.schema = schema

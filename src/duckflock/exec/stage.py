@@ -22,6 +22,7 @@ from duckflock.exec import adaptive, range_sort, skew
 from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
 from duckflock.local_duckdb import fetch_as_duckdb_returns, joins_as_written
+from duckflock.plan import streaming
 from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import DriverQuery, ExchangeRead, Node, Scan
 from duckflock.plan.render import exchange_table, render
@@ -101,12 +102,13 @@ class _StageRun:
     registered: list[str] = field(default_factory=list)
     hot: skew.HotKeys = field(default_factory=dict)  # the query's hot join keys (exec/skew.py)
     overlap: Overlap | None = None
+    joins_as_written: bool = False  # it reads a stream through joins: plan them as written
 
     @contextmanager
     def planning(self) -> Iterator[None]:
         """Around starting the stage's DuckDB query: with join reordering off where asked (a setting
         of the whole database, so only once the producer's query is planned: ``after``)."""
-        if self.overlap is not None and self.overlap.joins_as_written:
+        if self.joins_as_written:
             with joins_as_written(self.con):
                 yield
         else:
@@ -149,18 +151,17 @@ def run_stage(
         rt, qid, overlap.con if overlap else con, stats, hot={} if hot is None else hot, overlap=overlap
     )
     streams = [xid for xid in taken if received.streamed(xid)]
-    stats.streamed = tuple(streams)
     if overlap is not None and overlap.after is not None:
         overlap.after.wait()
     try:
         inputs = {}
         for xid in taken:
-            if xid in streams:
-                run.register(exchange_table(xid), received.take_stream(xid))
-                continue
-            inputs[xid] = received.take(xid, stats.exchange)
-            stats.received[xid] = inputs[xid].num_rows
-            run.register(exchange_table(xid), inputs[xid])
+            if xid not in streams:
+                inputs[xid] = received.take(xid, stats.exchange)
+                stats.received[xid] = inputs[xid].num_rows
+                run.register(exchange_table(xid), inputs[xid])
+        for xid in streams:
+            _take_stream(run, root, xid, received)
         if stage.output is None:
             return _result(run, root, inputs, plan.output_schema), stats
         _send(run, plan, stage.output, root, part)
@@ -174,6 +175,19 @@ def run_stage(
         for xid in taken:
             received.done(xid)
         stats.total_s = time.perf_counter() - t_start
+
+
+def _take_stream(run: _StageRun, root: Node, xid: int, received: QueryInputs) -> None:
+    """Register a streamed input: as a stream once it has proved larger than every build side on
+    its path, or whole, should it end before (then DuckDB plans the stage as usual)."""
+    catalog = run.rt.catalog
+    assert catalog is not None
+    builds = streaming.build_rows(root, xid, catalog, run.rt.size, lambda x: run.stats.received.get(x, 0))
+    rows = received.take_stream(xid, builds)
+    run.register(exchange_table(xid), rows)
+    if isinstance(rows, pa.RecordBatchReader):
+        run.stats.streamed += (xid,)
+        run.joins_as_written = run.overlap is not None and run.overlap.joins_as_written
 
 
 def _result(run: _StageRun, root: Node, inputs: dict[int, pa.Table], schema: pa.Schema) -> pa.Table:

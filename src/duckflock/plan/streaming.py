@@ -109,6 +109,29 @@ def _reads(node: Node, xid: int) -> bool:
     return any(isinstance(n, ExchangeRead) and n.xid == xid for n in walk(node))
 
 
+def build_rows(root: Node, xid: int, catalog: Catalog, size: int, received: Callable[[int], int]) -> float:
+    """The most rows any build side on the stream's path holds on this rank: tables by the catalog
+    (an upper bound: filters not counted), exchanges as ``received``. A stream that has brought
+    more rows than this is the larger side of every join it passes, whatever the planner
+    estimated for it."""
+    sides = [0.0]
+
+    def collect(node: Node) -> None:
+        if isinstance(node, Join) and _reads(node.left, xid):
+            side = 0.0
+            for n in walk(node.right):
+                if isinstance(n, ExchangeRead):
+                    side += received(n.xid)
+                elif isinstance(n, Scan):
+                    side += _scan_rows(n, catalog, size)
+            sides.append(side)
+        for c in node.children:
+            collect(c)
+
+    collect(probe_first(root, xid))
+    return max(sides)
+
+
 def fixed_join_order(stage: Stage) -> bool:
     """Whether the stage's joins must run as written (it streams an input through a join)."""
     return any(isinstance(n, Join) for n in walk(stage.root))
@@ -159,6 +182,13 @@ def _rows(node: Node, plan: StagePlan, catalog: Catalog, size: int) -> float:
         if isinstance(n, ExchangeRead):
             total += _per_rank(plan.exchange(n.xid), size)
         elif isinstance(n, Scan):
-            rows = catalog.table(n.table).rows
-            total += rows if n.replicated else rows / size
+            total += _scan_rows(n, catalog, size)
     return total
+
+
+def _scan_rows(scan: Scan, catalog: Catalog, size: int) -> float:
+    """The most rows the scan gives any rank (all of them when replicated)."""
+    info = catalog.table(scan.table)
+    if scan.replicated:
+        return info.rows
+    return max(sum(info.partitions[p].rows for p in info.partitions_of_rank(r, size)) for r in range(size))
