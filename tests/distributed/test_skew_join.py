@@ -58,6 +58,15 @@ def data(tmp_path_factory) -> Path:
         "hash",
         ("k",),
     )
+    # ... and placed by ranges of the key (as TPC-H's part by p_partkey).
+    make_table(
+        root,
+        "small_r",
+        "SELECT i % 5000 AS k, 's' || i::VARCHAR AS s FROM range(5003) t(i) WHERE i % 7 <> 3",
+        4,
+        "range",
+        ("k",),
+    )
     return root
 
 
@@ -111,10 +120,12 @@ def test_output_not_taken_as_partitioned_by_the_key(data):
         assert "hot keys spread over all ranks" in db.explain(sql)
 
 
+@pytest.mark.parametrize("table", ["small_h", "small_r"])
 @pytest.mark.parametrize("kind", ["JOIN", "LEFT JOIN"])
-def test_hot_key_spread_when_only_the_big_side_moves(data, kind):
-    """The side placed by the key stays on its ranks, except its rows of hot keys: sent to all."""
-    sql = f"SELECT count(*) AS n, sum(b.v) AS v, max(s.s) AS s FROM big b {kind} small_h s ON b.k = s.k"
+def test_hot_key_spread_when_only_the_big_side_moves(data, kind, table):
+    """The side placed by the key (hashed or by ranges) stays on its ranks, except its rows of hot
+    keys: sent to all."""
+    sql = f"SELECT count(*) AS n, sum(b.v) AS v, max(s.s) AS s FROM big b {kind} {table} s ON b.k = s.k"
     with duckflock.connect(str(data), ranks=3, config=SHUFFLE) as db:
         assert "[shuffle left]" in db.explain(sql)
         result = db.sql(sql, profile=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from duckflock.catalog.partitioning import Hashed
+from duckflock.catalog.partitioning import Hashed, Ranged
 from duckflock.exchange.arrays import numpy_view
 from duckflock.exec.runtime import Runtime
 from duckflock.plan.kinds import ExchangeKind, SkewRole
@@ -30,10 +30,11 @@ HotKeys = dict[str, np.ndarray]
 
 
 def applies(spec: ExchangeSpec) -> bool:
-    """Whether the stage routes hot keys' rows: a marked hash exchange that sends rows (its query
-    then carries each row's key hash, ``sql_text.with_key_hash``, before the target column)."""
-    hashed = spec.kind is ExchangeKind.HASH and isinstance(spec.target, Hashed) and not spec.local
-    return spec.skew is not None and hashed
+    """Whether the stage routes hot keys' rows: a marked hash or range exchange that sends rows (its
+    query then carries each row's key hash, ``sql_text.with_key_hash``, before the target column)."""
+    hashed = spec.kind is ExchangeKind.HASH and isinstance(spec.target, Hashed)
+    ranged = spec.kind is ExchangeKind.RANGE and isinstance(spec.target, Ranged)
+    return spec.skew is not None and (hashed or ranged) and not spec.local
 
 
 def route(

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
-from duckflock.catalog.partitioning import Hashed
-from duckflock.plan.kinds import ExchangeKind, JoinKind, JoinStrategy, SkewRole
+from duckflock.catalog.partitioning import Hashed, Ranged
+from duckflock.plan.kinds import JoinKind, JoinStrategy, SkewRole
 from duckflock.plan.nodes import Exchange, Join, Node
 
 if TYPE_CHECKING:
@@ -88,26 +88,30 @@ def spread_hot_keys(
 def spread_moved(
     node: Join, left: Placed, right: Placed, moved: Side, min_rows: int, fresh: Callable[[str], str]
 ) -> tuple[Node, Node] | None:
-    """For a join that hashes only the ``moved`` side into the other side's placement: both sides
-    marked, the staying side now hashed too — into its own placement, so its rows stay on their rank
-    (handed over locally) except those of hot keys, which go to every rank. None when the moved side
-    is not the one to spread (see ``spread_side``) or is not hashed."""
+    """For a join that sends only the ``moved`` side into the other side's placement (hashed or by
+    ranges): both sides marked, the staying side now sent too — into its own placement, so its rows
+    stay on their rank (handed over locally) except those of hot keys, which go to every rank. None
+    when the moved side is not the one to spread (see ``spread_side``) or is not placed so."""
     mover, stay = (left, right) if moved == "left" else (right, left)
     ex = mover.node
-    if not isinstance(ex, Exchange) or not isinstance(ex.target, Hashed) or ex.local:
+    if not isinstance(ex, Exchange) or not isinstance(ex.target, Hashed | Ranged) or ex.local:
         return None
     if spread_side(node.kind, left.rows, right.rows, min_rows) != moved:
         return None
     mover_keys = node.left_keys if moved == "left" else node.right_keys
     stay_keys = node.right_keys if moved == "left" else node.left_keys
     stay_cols = node.right_key_cols if moved == "left" else node.left_key_cols
-    # Each moved key's partner in the join's equi pairs: equal keys meet under the same hash.
+    # Each moved key's partner in the join's equi pairs: equal keys meet in the same partition.
     pairs = [mover_keys.index(k) for k in ex.keys]
-    target = Hashed(tuple(stay_cols[j] for j in pairs), ex.target.key_types, ex.target.count)
+    target: Hashed | Ranged
+    if isinstance(ex.target, Hashed):
+        target = Hashed(tuple(stay_cols[j] for j in pairs), ex.target.key_types, ex.target.count)
+    else:
+        target = replace(ex.target, key=stay_cols[pairs[0]])
     kept = Exchange(
         stay.node.columns,
         child=stay.node,
-        kind=ExchangeKind.HASH,
+        kind=ex.kind,
         target=target,
         keys=tuple(stay_keys[j] for j in pairs),
         est=(stay.rows, stay.bytes),

@@ -95,7 +95,10 @@ def key_hash_sql(keys: tuple[str, ...], target: Hashed) -> str:
 
 
 def with_key_hash(query: str, keys: tuple[str, ...], target: Partitioning) -> str:
-    """The query's rows with the hash of their ``keys`` (as ``target`` hashes them) appended."""
+    """The query's rows with the hash of their ``keys`` appended: as ``target`` hashes them, or for
+    a range, of the key in its canonical type (both sides of a join name a key alike)."""
+    if isinstance(target, Ranged):
+        target = Hashed((target.key,), (canonical_hash_type(target.key_type),), target.count)
     assert isinstance(target, Hashed)
     return f"SELECT *, {key_hash_sql(keys, target)} AS {KEY_HASH_COLUMN} FROM ({query})"
 
