@@ -62,6 +62,9 @@ class Config:
     # join's output is then not partitioned by its keys.
     skew_joins: bool = True
     skew_min_rows: int = 100_000
+    # A stage may read an exchange as it arrives, running alongside the stages from its producer on
+    # (plan/streaming.py), when the rank's memory leaves room for them (exec/budget.py).
+    stream_inputs: bool = True
     # Test hook: before each stage every rank writes its pid to <dir>/rank<R>.stage<S>, then waits while
     # <dir>/hold exists, so a test injects a fault at an observed point instead of racing a sleep.
     stage_gate_dir: str = ""

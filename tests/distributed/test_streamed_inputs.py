@@ -19,7 +19,7 @@ BOUND_S = 90
 
 # No received batch fits the exchange budget: every one goes through a spill file, whatever the
 # timing (a consumer that keeps up would otherwise leave nothing waiting to spill).
-TIGHT = {"memory_limit_bytes": 128 << 20, "exchange_memory_bytes": 1, "broadcast_threshold_bytes": 0}
+TIGHT = {"memory_limit_bytes": 2 << 30, "exchange_memory_bytes": 1, "broadcast_threshold_bytes": 0}
 
 # The large side f is sent to where d's ranges of k2 live (as TPC-H's lineitem to partsupp); the
 # join stage reads it as a stream, through one join (built on d) or two (built on d and the

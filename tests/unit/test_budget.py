@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from duckflock.config import Config
 from duckflock.exec import budget
 
@@ -34,3 +36,11 @@ def test_slurm_allocation_and_split(monkeypatch):
     assert b.rank_bytes == 1000 << 20
     assert b.duckdb_bytes + b.exchange_bytes + b.inflight_bytes < b.rank_bytes
     assert budget.Budget.of_rank(Config(exchange_memory_bytes=7), 2).exchange_bytes == 7
+
+
+@pytest.mark.parametrize(("rank_mib", "at_once"), [(128, 1), (307, 1), (614, 1), (2048, 4), (16384, 8)])
+def test_stages_at_once_fit_what_duckdb_and_exchanges_leave(rank_mib, at_once, monkeypatch):
+    """Streaming runs several stages at once only where their Arrow batches fit (exec/budget.py)."""
+    monkeypatch.setattr(budget, "own_anon_bytes", lambda: 100 << 20)
+    got = budget.Budget.of_rank(Config(memory_limit_bytes=rank_mib << 20), 1).stages_at_once
+    assert got == at_once

@@ -3,7 +3,9 @@
 The node's real limit is the smallest of: the cgroup limits on this process's own cgroup path and
 its parents (v2 ``memory.max``, v1 ``memory.limit_in_bytes``), SLURM's allocation, physical memory.
 A rank's share of it is split between DuckDB (which spills by itself past its ``memory_limit``),
-received exchange data (spilled to local Arrow IPC files past its part) and data in flight.
+received exchange data (spilled to local Arrow IPC files past its part) and data in flight; the
+rest holds the Arrow batches of the stages running (and what DuckDB allocates beyond its limit),
+which decides how many stages may run at once (plan/streaming.py).
 
 Each rank spills into its own directory on node-local storage (SLURM's job scratch, ``$TMPDIR``,
 else the system's temp directory; never the shared working directory), removed when the rank
@@ -26,6 +28,13 @@ from duckflock.config import Config
 DUCKDB_PART = 0.6
 EXCHANGE_PART = 0.2
 INFLIGHT_PART = 0.05
+# What one running stage holds outside DuckDB's limit: a result batch of ``batch_rows`` rows and its
+# pieces split by target (12 MB each for the join: lineitem with l_comment), the chunks
+# waiting per target, DuckDB's own overshoot. Two stages per 64 MiB left over OOM-killed the join
+# at SF 10 with 4 ranks in a 1.5 GiB cgroup, one did not.
+STAGE_BYTES = 64 << 20
+REST_PART = 1 - DUCKDB_PART - EXCHANGE_PART - INFLIGHT_PART
+MAX_STAGES_AT_ONCE = 8
 _PREFIX = "duckflock-"
 
 
@@ -35,6 +44,7 @@ class Budget:
     duckdb_bytes: int  # memory_limit of each of the rank's DuckDB instances
     exchange_bytes: int  # received exchange data held in memory per stage before it spills
     inflight_bytes: int  # sent bytes not yet delivered before the producer waits
+    stages_at_once: int = 1  # stages that may run at the same time (streaming, plan/streaming.py)
 
     @classmethod
     def of_rank(cls, config: Config, ranks_on_node: int) -> Budget:
@@ -48,6 +58,7 @@ class Budget:
             inflight_bytes=max(
                 min(config.max_inflight_bytes, int(free * INFLIGHT_PART)), 2 * config.chunk_bytes
             ),
+            stages_at_once=min(MAX_STAGES_AT_ONCE, max(1, int(free * REST_PART) // STAGE_BYTES)),
         )
 
 

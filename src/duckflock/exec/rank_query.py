@@ -91,12 +91,18 @@ class _RankQuery:
         groups: dict[int, int] = {}
         stages, catalog = self.plan.stages, self.rt_q.catalog
         assert catalog is not None
+        at_once = self.rt.budget.stages_at_once if self.rt.budget is not None else 1
+        if not self.rt.config.stream_inputs or at_once < 2:
+            return streams, groups
         first = last = -1  # the latest group
         for i, stage in enumerate(stages):
             xid = streaming.streamed_input(self.plan, i, catalog, self.rt.size)
             if xid is None or xid == self.direct:
                 continue
             j = self._index(self.plan.exchange(xid).producer)
+            start = j if j > last else first
+            if i - start + 1 > at_once:
+                continue  # more stages at once than the rank's memory has room for
             if j > last:
                 first = j
             elif j < first or (j > first and streaming.calls_collective(self.plan.exchange(xid))):
