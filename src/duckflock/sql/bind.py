@@ -354,7 +354,16 @@ class _Builder:
             sets.append(tuple(members))
         return groups, tuple(sets)
 
-    def aggregate(self, rel, groups, selects, order_keys, having, qualify_, sets=None):
+    def aggregate(
+        self,
+        rel: Node,
+        groups: list[exp.Expr],
+        selects: list[exp.Expr],
+        order_keys: list[exp.Expr],
+        having: exp.Expr | None,
+        qualify_: exp.Expr | None,
+        sets: tuple[tuple[int, ...], ...] | None = None,
+    ) -> tuple[Node, list[exp.Expr], list[exp.Expr], exp.Expr | None, exp.Expr | None]:
         group_names: list[str] = []
         group_sql = [_sql(g) for g in groups]
         for g in groups:
