@@ -95,3 +95,19 @@ def test_producer_failing_mid_stream_ends_the_query(data):
     assert "Conversion Error: Could not convert" in proc.stderr and "rank " in proc.stderr
     assert "Traceback" not in proc.stderr and "OSError" not in proc.stderr
     assert proc.stderr.count("error:") == 1, proc.stderr
+
+
+@pytest.mark.parametrize("transport", ["threads", "mpi"])
+def test_a_stream_smaller_than_its_build_side_is_taken_whole(data, tmp_path, transport):
+    """f filtered down to 400 rows never outgrows d's rows on a rank: the join stage takes it whole
+    (from its spill files, memory-mapped) and DuckDB plans as usual."""
+    sql = "SELECT count(*) AS n, max(f.s || d.s) AS m FROM f JOIN d ON f.k2 = d.k2 WHERE f.v % 1000 = 0"
+    base = tmp_path / "scratch"
+    with duckflock.connect(
+        str(data), ranks=2, transport=transport, config={**TIGHT, "temp_dir": str(base)}
+    ) as db:
+        result = db.sql(sql, profile=True)
+        assert_same(result.arrow(), oracle(data).sql(sql).to_arrow_table())
+        assert not any(s.streamed for s in result.stats)
+        assert sum(s.exchange.bytes_spilled for s in result.stats) > 0
+        assert not [p for p in base.rglob("*") if p.is_file()]

@@ -94,7 +94,7 @@ class QueryInputs:
         r.thread.join()
         if r.error is not None:
             raise r.error
-        return r.stream.reader().read_all()
+        return r.stream.whole()
 
     def finish_stream(self, xid: int, stats: ExchangeStats) -> int:
         """Wait for the receiving thread to end; add its counts to ``stats``; the rows read."""

@@ -136,6 +136,21 @@ class StreamedInput:
             self.rows += item.num_rows
             yield item
 
+    def whole(self) -> pa.Table:
+        """Every row, once the stream has ended: the batches in memory as they are (still counted
+        until ``release``), the spill files memory-mapped (pages the kernel can drop)."""
+        assert self.schema is not None
+        batches: list[pa.RecordBatch] = []
+        while (item := self._queue.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, Path):
+                batches.extend(pa.ipc.open_file(pa.memory_map(str(item))).read_all().to_batches())
+            else:
+                batches.append(item)
+        self.rows = sum(b.num_rows for b in batches)
+        return pa.Table.from_batches(batches, self.schema)
+
     def _read_file(self, path: Path) -> Iterator[pa.RecordBatch]:
         """A spill file's batches, read one at a time (not mapped: each is freed once DuckDB has
         it), then the file is removed."""

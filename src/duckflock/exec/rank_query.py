@@ -179,19 +179,24 @@ class _RankQuery:
 
         threads = []
         with contextlib.ExitStack() as connections:
-            before: Overlap | None = None
-            for k, stage in enumerate(group):
-                xid = self.streams.get(stage.sid)
-                if xid is not None:  # the stream on the side DuckDB probes with
-                    stage = dataclasses.replace(stage, root=streaming.probe_first(stage.root, xid))
-                con = self.rt.con if k == 0 else connections.enter_context(self.rt.side_connection())
-                as_written = xid is not None and streaming.fixed_join_order(stage)
-                overlap = Overlap(con, after=before.started if before else None, joins_as_written=as_written)
-                threads.append(threading.Thread(target=run, args=(stage, overlap), daemon=True))
-                threads[-1].start()
-                before = overlap
-            for t in threads:
-                t.join()
+            try:
+                before: Overlap | None = None
+                for k, stage in enumerate(group):
+                    xid = self.streams.get(stage.sid)
+                    if xid is not None:  # the stream on the side DuckDB probes with
+                        stage = dataclasses.replace(stage, root=streaming.probe_first(stage.root, xid))
+                    con = self.rt.con if k == 0 else connections.enter_context(self.rt.side_connection())
+                    as_written = xid is not None and streaming.fixed_join_order(stage)
+                    after = before.started if before else None
+                    overlap = Overlap(con, after=after, joins_as_written=as_written)
+                    threads.append(threading.Thread(target=run, args=(stage, overlap), daemon=True))
+                    threads[-1].start()
+                    before = overlap
+            except Exception as e:  # no connection or thread for a stage: stop the ones started
+                errors.insert(0, self.failed(e, group[len(threads)].sid))
+            finally:
+                for t in threads:
+                    t.join()
         if errors:
             raise errors[0]
         self.stats.sort(key=lambda st: st.sid)

@@ -3,6 +3,7 @@ node, and the catalog. Built once per process and reused by every query (warm ra
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
@@ -110,8 +111,11 @@ class Runtime:
             con.close()
 
     def interrupt(self) -> None:
-        for con in (self.con, *self._driver_con, *self._side_cons):
-            con.interrupt()
+        # Called by the mux thread while a stage's side connection may be closing: a connection
+        # already closed has nothing to interrupt (and the mux thread must not die of it).
+        for con in (self.con, *self._driver_con, *list(self._side_cons)):
+            with contextlib.suppress(duckdb.Error):
+                con.interrupt()
 
     def close(self) -> None:
         self.mux.close()

@@ -139,8 +139,6 @@ def run_stage(
     ``hot``: the query's hot join keys so far (found by spreading stages, used by replicating ones).
     ``overlap``: the stage runs alongside another one (its inputs streamed by ``received`` are read
     as they arrive)."""
-    if rt.config.stage_gate_dir:
-        _wait_at_gate(rt, qid, stage.sid)
     stats = StageStats(stage.sid, rt.rank)
     t_start = time.perf_counter()
     root = adaptive.resolve(stage.root, shuffled)
@@ -151,9 +149,11 @@ def run_stage(
         rt, qid, overlap.con if overlap else con, stats, hot={} if hot is None else hot, overlap=overlap
     )
     streams = [xid for xid in taken if received.streamed(xid)]
-    if overlap is not None and overlap.after is not None:
-        overlap.after.wait()
     try:
+        if rt.config.stage_gate_dir:
+            _wait_at_gate(rt, qid, stage.sid)
+        if overlap is not None and overlap.after is not None:
+            _wait_for(rt, qid, overlap.after)
         inputs = {}
         for xid in taken:
             if xid not in streams:
@@ -355,6 +355,14 @@ def _wait_at_gate(rt: Runtime, qid: int, sid: int) -> None:
         if failure is not None:
             raise failure.error()
         time.sleep(0.02)
+
+
+def _wait_for(rt: Runtime, qid: int, event: threading.Event) -> None:
+    """Wait for another stage of this rank to start its query; raise if the query failed meanwhile."""
+    while not event.wait(0.05):
+        failure = rt.mux.failure(qid)
+        if failure is not None:
+            raise failure.error()
 
 
 def _drain(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

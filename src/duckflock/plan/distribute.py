@@ -52,9 +52,10 @@ from duckflock.plan.nodes import (
 from duckflock.sqltext import quote_ident as q
 
 # How far over the broadcast threshold a filtered side's estimate may be and still be broadcast
-# (measured): estimates take every filter to keep half the rows, LIKE '%green%' keeps 5% of TPC-H's
-# parts. At SF 10 Q9's filtered part is estimated at 40 MB and is 4 MB: broadcast, lineitem stays
-# where it is instead of being shuffled whole.
+# (measured, or read whole from shared storage when what it scans is at most twice that): estimates
+# take every filter to keep half the rows, LIKE '%green%' keeps 5% of TPC-H's parts. At SF 10 Q9's
+# filtered part is estimated at 40 MB and is 4 MB: broadcast, lineitem stays where it is instead
+# of being shuffled whole.
 FILTERED_SLACK = 4
 
 
@@ -299,7 +300,19 @@ class _Planner:
         """Up to how many estimated bytes ``side`` may be broadcast."""
         small = self.config.broadcast_threshold_bytes
         measured = bool(node.left_keys) and not other.replicated  # see checked_broadcast
-        return small * FILTERED_SLACK if measured and _filtered(side.node) else small
+        # Tables read whole by every rank from shared storage are not measured: bound what they
+        # read before their filters.
+        bounded = self._scanned_bytes(side.node) <= 2 * small * FILTERED_SLACK
+        return small * FILTERED_SLACK if measured and bounded and _filtered(side.node) else small
+
+    def _scanned_bytes(self, node: Node) -> float:
+        """The bytes of the table columns a subtree scans, before any filter."""
+        total = 0.0
+        for n in walk(node):
+            if isinstance(n, Scan):
+                info = self.catalog.table(n.table)
+                total += info.rows * info.row_width(list(n.source_columns))
+        return total
 
     def _join_moving(self, node: Join, left: Placed, right: Placed, strategy: JoinStrategy) -> Placed:
         """Move the inputs as ``strategy`` says, then join them where they meet."""
