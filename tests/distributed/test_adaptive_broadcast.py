@@ -86,3 +86,24 @@ def test_progress_counts_the_plan_not_taken_as_done(data, transport):
             # `finished` counts reports received (nothing is marked done at close): a stage the
             # driver waited for in vain would leave the last snapshot unfinished.
             assert seen and seen[-1].finished, (sql, seen[-1:])
+
+
+# d and the exploding side are over this threshold but under the bound, and copies of them on every
+# rank are smaller than f, which would move instead: they are broadcast, measured against the bound.
+CHEAP = {"broadcast_threshold_bytes": 16 << 10, "broadcast_max_bytes": 1 << 20, "shared_storage": False}
+
+
+@pytest.mark.parametrize("transport", ["threads", "mpi"])
+def test_a_side_cheaper_to_copy_than_the_other_to_move_is_broadcast(data, transport):
+    ref = oracle(data)
+    fits = "SELECT d.g, count(*) AS n, sum(f.v) AS v FROM f JOIN d ON f.k2 = d.k2 GROUP BY 1"
+    with duckflock.connect(str(data), ranks=2, transport=transport, config=CHEAP) as db:
+        assert "if over 1.0MB" in db.explain(fits)
+        result = db.sql(fits, profile=True)
+        assert_same(result.arrow(), ref.sql(fits).to_arrow_table())
+        notes = [s.note for s in result.stats if s.note]
+        assert notes and all(n.endswith(": broadcast") for n in notes), notes
+        # Larger than the bound once measured (not only than the threshold): hashed instead.
+        result = db.sql(FALLS_BACK["inner"], profile=True)
+        assert_same(result.arrow(), ref.sql(FALLS_BACK["inner"]).to_arrow_table())
+        assert any("hashed on the join keys" in s.note for s in result.stats)

@@ -44,3 +44,14 @@ def test_stages_at_once_fit_what_duckdb_and_exchanges_leave(rank_mib, at_once, m
     monkeypatch.setattr(budget, "own_anon_bytes", lambda: 100 << 20)
     got = budget.Budget.of_rank(Config(memory_limit_bytes=rank_mib << 20), 1).stages_at_once
     assert got == at_once
+
+
+def test_broadcast_bound_is_a_share_of_duckdbs_part_of_the_rank(monkeypatch):
+    """Derived from the node's limit only (not from what the process holds), so ``explain`` and the
+    ranks derive the same plan; an explicit bound is kept."""
+    monkeypatch.setattr(budget, "node_memory_bytes", lambda: 10 << 30)
+    derived = budget.with_derived_limits(Config(), ranks_on_node=2).broadcast_max_bytes
+    assert derived == int(int((10 << 30) * 0.8 / 2) * budget.DUCKDB_PART) // budget.BROADCAST_SHARE
+    limited = budget.with_derived_limits(Config(memory_limit_bytes=400 << 20), ranks_on_node=2)
+    assert limited.broadcast_max_bytes == int((400 << 20) * budget.DUCKDB_PART) // budget.BROADCAST_SHARE
+    assert budget.with_derived_limits(Config(broadcast_max_bytes=-1), 2).broadcast_max_bytes == -1

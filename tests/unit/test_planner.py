@@ -246,6 +246,47 @@ def test_a_broadcast_from_the_driver_falls_back_into_the_other_sides_partitionin
     assert all(not s.when for s in p.stages)
 
 
+# tiny (20 rows) is over this threshold, and four copies of it are far smaller than ua (4,000 rows).
+OVER = {"broadcast_threshold_bytes": 64, "shared_storage": False}
+
+
+def test_a_side_over_the_threshold_is_broadcast_where_copying_it_moves_less(plan):
+    """Up to broadcast_max_bytes, a side whose copies on every rank add up to less than the other
+    side is broadcast (measured against that bound), not the other side shuffled."""
+    p = plan("SELECT ua.v, tiny.name FROM ua JOIN tiny ON ua.k = tiny.k", broadcast_max_bytes=1 << 20, **OVER)
+    spec = feeding(p, the_join(p).right)
+    assert spec is not None and spec.kind == "broadcast" and spec.fallback_above == 1 << 20
+    # No bound beyond the threshold, or none at all: both sides are hashed.
+    for extra in (
+        {"broadcast_max_bytes": -1},
+        {"broadcast_max_bytes": 1 << 20, "broadcast_threshold_bytes": 0},
+    ):
+        p = plan("SELECT ua.v, tiny.name FROM ua JOIN tiny ON ua.k = tiny.k", **{**OVER, **extra})
+        assert the_join(p).strategy == "shuffle both", extra
+
+
+def test_a_side_is_not_broadcast_over_the_threshold_when_its_copies_outweigh_the_other(plan):
+    """ua and ub are alike in size: four copies of one weigh more than moving the other."""
+    p = plan("SELECT ua.v, ub.w FROM ua JOIN ub ON ua.k = ub.k", broadcast_max_bytes=1 << 30, **OVER)
+    assert the_join(p).strategy == "shuffle both"
+
+
+def test_a_side_over_the_bound_is_not_broadcast_for_being_cheap_to_copy(plan):
+    p = plan("SELECT ua.v, tiny.name FROM ua JOIN tiny ON ua.k = tiny.k", broadcast_max_bytes=100, **OVER)
+    assert the_join(p).strategy == "shuffle both"
+
+
+def test_shared_storage_reads_a_side_cheap_to_copy_on_every_rank(plan):
+    p = plan(
+        "SELECT ua.v, tiny.name FROM ua JOIN tiny ON ua.k = tiny.k",
+        broadcast_threshold_bytes=64,
+        broadcast_max_bytes=1 << 20,
+    )
+    j = the_join(p)
+    assert j.strategy == "broadcast right" and all(s.replicated for s in scans(j.right))
+    assert exchange_kinds(p) == ["gather"]
+
+
 def test_the_preserved_side_of_an_outer_join_is_never_broadcast(plan):
     """Broadcasting the preserved side would emit its unmatched rows once per rank."""
     p = plan(

@@ -133,12 +133,14 @@ def run_explain(args: argparse.Namespace) -> int:
             if db is not None:
                 code = _query(db, args)
         return code
+    from duckflock.exec.budget import with_derived_limits
     from duckflock.plan.explain import explain_plan
     from duckflock.plan.planner import plan_query
     from duckflock.sql.schema_db import SchemaDB
 
     catalog = Catalog.load(args.data)
-    plan = plan_query(args.query, catalog, SchemaDB(catalog), args.ranks, Config.from_env())
+    config = with_derived_limits(Config.from_env(), args.ranks)  # as the ranks on this node would
+    plan = plan_query(args.query, catalog, SchemaDB(catalog), args.ranks, config)
     out.print(explain_plan(plan), highlight=False, markup=False)
     return 0
 

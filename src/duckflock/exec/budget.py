@@ -18,7 +18,7 @@ import atexit
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from duckflock.config import Config
@@ -35,6 +35,9 @@ INFLIGHT_PART = 0.05
 STAGE_BYTES = 64 << 20
 REST_PART = 1 - DUCKDB_PART - EXCHANGE_PART - INFLIGHT_PART
 MAX_STAGES_AT_ONCE = 8
+# A side broadcast for being cheaper to copy than the other side is to move may take up to one
+# BROADCAST_SHARE-th of DuckDB's part: every rank builds a hash table of all of it.
+BROADCAST_SHARE = 4
 _PREFIX = "duckflock-"
 
 
@@ -48,7 +51,7 @@ class Budget:
 
     @classmethod
     def of_rank(cls, config: Config, ranks_on_node: int) -> Budget:
-        total = config.memory_limit_bytes or int(node_memory_bytes() * 0.8 / max(1, ranks_on_node))
+        total = rank_share_bytes(config, ranks_on_node)
         # What the process already holds (Python, DuckDB, Arrow and MPI loaded: 70-100 MB) is spent.
         free = max(total - own_anon_bytes(), total // 4)
         return cls(
@@ -60,6 +63,21 @@ class Budget:
             ),
             stages_at_once=min(MAX_STAGES_AT_ONCE, max(1, int(free * REST_PART) // STAGE_BYTES)),
         )
+
+
+def rank_share_bytes(config: Config, ranks_on_node: int) -> int:
+    """Everything one rank may hold: the configured limit, or its share of the node's."""
+    return config.memory_limit_bytes or int(node_memory_bytes() * 0.8 / max(1, ranks_on_node))
+
+
+def with_derived_limits(config: Config, ranks_on_node: int) -> Config:
+    """``config`` with the settings that follow from the rank's memory filled in, as the planner
+    needs them. Only the node's limit counts, not what the process holds: ``duckflock explain``
+    derives the same plan as the ranks that run it."""
+    if config.broadcast_max_bytes:
+        return config
+    duckdb_part = int(rank_share_bytes(config, ranks_on_node) * DUCKDB_PART)
+    return replace(config, broadcast_max_bytes=duckdb_part // BROADCAST_SHARE)
 
 
 def own_anon_bytes() -> int:

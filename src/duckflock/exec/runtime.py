@@ -16,7 +16,7 @@ import duckdb
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.exchange.mux import Mux
-from duckflock.exec.budget import Budget, make_spill_dir, remove_spill_dir
+from duckflock.exec.budget import Budget, make_spill_dir, remove_spill_dir, with_derived_limits
 from duckflock.local_duckdb import open_duckdb
 from duckflock.transport.base import Transport
 
@@ -59,6 +59,7 @@ class Runtime:
     ) -> Runtime:
         cores = len(os.sched_getaffinity(0))
         threads = config.threads or max(1, cores // max(1, ranks_on_node))
+        config = with_derived_limits(config, ranks_on_node)
         budget = Budget.of_rank(config, ranks_on_node)
         spill_dir = make_spill_dir(config, transport.rank)
         if config.gil_switch_interval_s:  # process-wide (the caller's, for ranks as threads): Config's say

@@ -303,7 +303,20 @@ class _Planner:
         # Tables read whole by every rank from shared storage are not measured: bound what they
         # read before their filters.
         bounded = self._scanned_bytes(side.node) <= 2 * small * FILTERED_SLACK
-        return small * FILTERED_SLACK if measured and bounded and _filtered(side.node) else small
+        bound = small * FILTERED_SLACK if measured and bounded and _filtered(side.node) else small
+        return bound if side.bytes <= bound else max(bound, self._copy_bound(node, side, other))
+
+    def _copy_bound(self, node: Join, side: Placed, other: Placed) -> int:
+        """For a side over the threshold: ``broadcast_max_bytes`` where a copy of it on every rank
+        adds up to no more than the other side (so broadcasting it moves fewer bytes than moving
+        the other side would), else 0. Only where the copy is measured before it is replicated
+        (checked_broadcast), or, read whole by every rank from shared storage, reads at most that."""
+        cap, small = self.config.broadcast_max_bytes, self.config.broadcast_threshold_bytes
+        if small <= 0 or cap <= small or side.bytes <= small or side.bytes * self.size > other.bytes:
+            return 0
+        if self.config.shared_storage and _scans_only(side.node):
+            return cap if self._scanned_bytes(side.node) <= cap else 0
+        return cap if node.left_keys and not other.replicated else 0
 
     def _scanned_bytes(self, node: Node) -> float:
         """The bytes of the table columns a subtree scans, before any filter."""
@@ -355,7 +368,7 @@ class _Planner:
             bcast.node,
             fallback_keys=fallback[0],
             fallback_target=fallback[1],
-            fallback_above=self.config.broadcast_threshold_bytes,
+            fallback_above=self._copy_bound(node, small_p, big) or self.config.broadcast_threshold_bytes,
         )
         bcast = replace(bcast, node=exchange)
         if kept is not None:  # the big side stays where it is either way
