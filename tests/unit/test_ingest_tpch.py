@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 
@@ -183,3 +184,19 @@ def test_align_parts_fixes_parts_split_by_row_count(tmp_path, tpch):
 def test_parent_intervals_cover_every_key_once():
     assert parent_intervals([10, None, 30, 40]) == [(None, 10), (10, 10), (10, 30), (30, None)]
     assert parent_intervals([5]) == [(None, None)]
+
+
+def test_string_widths_are_recorded_and_added_to_older_catalogs(tpch):
+    """A comment column is estimated wider than a flag; a catalog written without widths gets them
+    on the next call, its data untouched."""
+    cat, parts = tpch
+    widths = dict(cat.table("partsupp").widths)
+    assert widths["ps_comment"] > 100 > dict(cat.table("lineitem").widths)["l_returnflag"]
+    old = {name: replace(info, widths=()) for name, info in cat.tables.items()}
+    for info in old.values():
+        cat.put(info)
+    cat.save()
+    again = generate_tpch(SF, cat.root, parts=parts, progress=False)
+    assert dict(again.table("partsupp").widths) == widths
+    for info in again.tables.values():  # the module's catalog as it was
+        cat.put(info)

@@ -44,6 +44,7 @@ def catalog(tmp_path_factory) -> Catalog:
     make_table(root, "words", "SELECT 'w' || i AS s, (i % 3)::INTEGER AS n FROM range(100) t(i)", 4)
     make_table(root, "ua", f"SELECT (i * 3 % {N})::BIGINT AS k, i % 10 AS v {big}", 4)
     make_table(root, "ub", f"SELECT (i * 7 % {N})::BIGINT AS k, i % 9 AS w {big}", 4)
+    make_table(root, "mid", "SELECT i::BIGINT AS k, i AS w FROM range(1500) t(i)", 4)  # 3/8 of ua's bytes
     return Catalog.load(root)
 
 
@@ -251,8 +252,8 @@ OVER = {"broadcast_threshold_bytes": 64, "shared_storage": False}
 
 
 def test_a_side_over_the_threshold_is_broadcast_where_copying_it_moves_less(plan):
-    """Up to broadcast_max_bytes, a side whose copies on every rank add up to less than the other
-    side is broadcast (measured against that bound), not the other side shuffled."""
+    """Up to broadcast_max_bytes, a side whose copies on every rank add up to at most half the
+    other side is broadcast (measured against that bound), not the other side shuffled."""
     p = plan("SELECT ua.v, tiny.name FROM ua JOIN tiny ON ua.k = tiny.k", broadcast_max_bytes=1 << 20, **OVER)
     spec = feeding(p, the_join(p).right)
     assert spec is not None and spec.kind == "broadcast" and spec.fallback_above == 1 << 20
@@ -268,6 +269,12 @@ def test_a_side_over_the_threshold_is_broadcast_where_copying_it_moves_less(plan
 def test_a_side_is_not_broadcast_over_the_threshold_when_its_copies_outweigh_the_other(plan):
     """ua and ub are alike in size: four copies of one weigh more than moving the other."""
     p = plan("SELECT ua.v, ub.w FROM ua JOIN ub ON ua.k = ub.k", broadcast_max_bytes=1 << 30, **OVER)
+    assert the_join(p).strategy == "shuffle both"
+
+
+def test_copies_must_weigh_at_most_half_the_other_side(plan):
+    """Two copies of mid (3/4 of ua) would move less than ua, but every rank would build all of it."""
+    p = plan("SELECT ua.v, mid.w FROM ua JOIN mid ON ua.k = mid.k", 2, broadcast_max_bytes=1 << 20, **OVER)
     assert the_join(p).strategy == "shuffle both"
 
 

@@ -49,6 +49,8 @@ class TableInfo:
     # Hash tables: the canary of the DuckDB hash that placed the rows, and that DuckDB's version.
     hash_canary: int | None = field(default=None, compare=False)
     duckdb_version: str = field(default="", compare=False)
+    # Measured average bytes per value of string columns (ingest/widths.py); others by their type.
+    widths: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     @property
     def rows(self) -> int:
@@ -63,7 +65,8 @@ class TableInfo:
     def row_width(self, columns: list[str] | None = None) -> int:
         """Rough bytes per row of the given columns, for broadcast-or-shuffle decisions."""
         cols = [c for c in self.columns if columns is None or c[0] in columns]
-        return sum(_TYPE_WIDTH.get(t, 16 if t.startswith("DECIMAL") else 24) for _, t in cols) or 1
+        measured = dict(self.widths)
+        return sum(measured.get(c) or _type_width(t) for c, t in cols) or 1
 
     def hash_key_types(self) -> tuple[str, ...]:
         """The keys' canonical types, as the partition hash sees them."""
@@ -110,6 +113,7 @@ class TableInfo:
                 ),
             },
             "csv_options": self.csv_options,
+            **({"widths": dict(self.widths)} if self.widths else {}),
             "partitions": [
                 {"files": list(p.files), "rows": p.rows, "min": _enc(p.min), "max": _enc(p.max)}
                 for p in self.partitions
@@ -132,7 +136,12 @@ class TableInfo:
             csv_options=data.get("csv_options", {}),
             hash_canary=part.get("hash_canary"),
             duckdb_version=part.get("duckdb", ""),
+            widths=tuple((c, int(w)) for c, w in data.get("widths", {}).items()),
         )
+
+
+def _type_width(typ: str) -> int:
+    return _TYPE_WIDTH.get(typ, 16 if typ.startswith("DECIMAL") else 24)
 
 
 def _enc(v: object) -> object:

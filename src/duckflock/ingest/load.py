@@ -37,6 +37,7 @@ from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
+from duckflock.ingest.widths import with_widths
 from duckflock.plan.sql_text import (
     copy_partitioned,
     copy_schema_probe,
@@ -586,6 +587,7 @@ def _publish(
                 f.unlink(missing_ok=True)
             elif f.name.startswith(_STAGING_PREFIX) and f.is_dir():
                 shutil.rmtree(f, ignore_errors=True)
+    info = with_widths(rt.con, info, root)
     catalog = Catalog.open_or_create(root)
     catalog.put(info)
     catalog.save()

@@ -35,6 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.errors import DuckflockError
 from duckflock.ingest.load import describe, parquet_stats
+from duckflock.ingest.widths import with_widths
 from duckflock.plan.sql_text import read_files
 from duckflock.sqltext import quote_ident, sql_literal
 
@@ -233,6 +234,17 @@ def align_parts(
     return len(work)
 
 
+def _with_widths(catalog: Catalog) -> Catalog:
+    """The catalog with string widths measured where a catalog written before they were lacks them."""
+    stale = [t for t in TABLES if not catalog.table(t).widths]
+    if stale:
+        with duckdb.connect() as con:
+            for t in stale:
+                catalog.put(with_widths(con, catalog.table(t), catalog.root))
+        catalog.save()
+    return catalog
+
+
 def _table_info(con: duckdb.DuckDBPyConnection, out: Path, table: str, parts: int) -> TableInfo:
     key = RANGE_KEYS.get(table)
     numbers: list[int | None] = [None] if key is None else list(range(1, parts + 1))
@@ -249,8 +261,8 @@ def _table_info(con: duckdb.DuckDBPyConnection, out: Path, table: str, parts: in
         for f in files
     )
     if key is None:
-        return TableInfo(table, "parquet", columns, partitions)
-    return TableInfo(table, "parquet", columns, partitions, "range", (key,))
+        return with_widths(con, TableInfo(table, "parquet", columns, partitions), out)
+    return with_widths(con, TableInfo(table, "parquet", columns, partitions, "range", (key,)), out)
 
 
 def _complete(catalog: Catalog) -> bool:
@@ -295,7 +307,7 @@ def generate_tpch(
     want = {"sf": float(sf), "parts": int(parts)}
     catalog = Catalog.open_or_create(out)
     if catalog.meta.get("tpch") == want and _complete(catalog):
-        return catalog
+        return _with_widths(catalog)
 
     # Forget the old tables before deleting their files, so the catalog never points at missing files.
     for t in TABLES:

@@ -58,6 +58,14 @@ from duckflock.sqltext import quote_ident as q
 # of being shuffled whole.
 FILTERED_SLACK = 4
 
+# A side over the broadcast threshold is broadcast only where its copies on all ranks weigh at most
+# 1/COPY_MARGIN of the other side: every rank builds the whole hash table (work and memory repeated
+# on each) and estimates err. Measured at SF 10 on 2 ranks: copying partsupp (1.1 GB estimated) next to
+# lineitem (2.7 GB) in the issue's join was slower than shuffling lineitem (1.65x DuckDB vs 1.47x)
+# and doubled the ranks' memory; copying it in Q9 (0.26 GB next to 7 GB estimated) took as long as
+# the shuffle and 0.55x the memory; the skewed join's part (64 MB next to 2.4 GB) took 0.6x the time.
+COPY_MARGIN = 2
+
 
 @dataclass(frozen=True)
 class Placed:
@@ -307,12 +315,14 @@ class _Planner:
         return bound if side.bytes <= bound else max(bound, self._copy_bound(node, side, other))
 
     def _copy_bound(self, node: Join, side: Placed, other: Placed) -> int:
-        """For a side over the threshold: ``broadcast_max_bytes`` where a copy of it on every rank
-        adds up to no more than the other side (so broadcasting it moves fewer bytes than moving
-        the other side would), else 0. Only where the copy is measured before it is replicated
-        (checked_broadcast), or, read whole by every rank from shared storage, reads at most that."""
+        """For a side over the threshold: ``broadcast_max_bytes`` where its copies on all ranks add
+        up to at most 1/COPY_MARGIN of the other side (so broadcasting it moves fewer bytes than
+        moving the other side would, by a margin), else 0. Only where the copy is measured before it
+        is replicated (checked_broadcast), or, read whole by every rank from shared storage, reads
+        at most that."""
         cap, small = self.config.broadcast_max_bytes, self.config.broadcast_threshold_bytes
-        if small <= 0 or cap <= small or side.bytes <= small or side.bytes * self.size > other.bytes:
+        copies = side.bytes * self.size * COPY_MARGIN
+        if small <= 0 or cap <= small or side.bytes <= small or copies > other.bytes:
             return 0
         if self.config.shared_storage and _scans_only(side.node):
             return cap if self._scanned_bytes(side.node) <= cap else 0

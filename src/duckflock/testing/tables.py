@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type
+from duckflock.ingest.widths import with_widths
 from duckflock.plan.sql_text import hash_sql, read_files
 from duckflock.sqltext import quote_ident as q
 from duckflock.sqltext import sql_literal
@@ -62,8 +63,8 @@ def make_table(
         if kind == "range" and rows:
             lo, hi = con.execute(f"SELECT min({q(keys[0])}), max({q(keys[0])}) FROM {rel}").fetchall()[0]
         infos.append(PartitionInfo((f"{name}/{name}.{p}.parquet",), rows, lo, hi))
+    info = with_widths(con, TableInfo(name, "parquet", cols, tuple(infos), kind=kind, keys=keys), root)
     con.close()
-    info = TableInfo(name, "parquet", cols, tuple(infos), kind=kind, keys=keys)
     catalog = Catalog.open_or_create(root)
     catalog.put(info)
     catalog.save()
