@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+from mpi4py import MPI
 
 import duckflock
 
@@ -21,3 +22,7 @@ with duckflock.spmd(data) as db:
                 continue
             with pa.ipc.new_file(str(out / f"{i}.arrow"), table.schema) as w:
                 w.write_table(table)
+
+# The packages this rank loaded, for tests of what ranks import.
+rank = MPI.COMM_WORLD.Get_rank()
+(out / f"rank{rank}.modules").write_text("\n".join(sorted({m.split(".")[0] for m in sys.modules})))

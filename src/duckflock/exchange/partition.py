@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from duckflock.exchange.arrays import fixed_width_view, numpy_view
+from duckflock.exchange.arrays import arrow_array, fixed_width_view, numpy_view
 
 # Up to this many targets, one ``targets == t`` pass per target beats an argsort.
 _SCAN_TARGETS = 4
@@ -67,6 +67,6 @@ def take(batch: pa.RecordBatch, rows: np.ndarray) -> pa.RecordBatch:
             columns.append(pa.Array.from_buffers(column.type, len(rows), [None, gathered], null_count=0))
             continue
         if arrow_rows is None:
-            arrow_rows = pa.array(rows)
+            arrow_rows = arrow_array(rows)
         columns.append(column.take(arrow_rows))
     return pa.RecordBatch.from_arrays(columns, schema=batch.schema)

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from duckflock.exchange.arrays import null_mask, numpy_view
+from duckflock.exchange.arrays import arrow_array, null_mask, numpy_view
 from duckflock.exec.runtime import Runtime
 from duckflock.plan.sql_text import (
     SPLITTERS_TABLE,
@@ -116,8 +116,8 @@ def target_sql(rt: Runtime, qid: int, table: str, keys: tuple[str, ...]) -> str:
     finally:
         rt.con.unregister("__samples")
     picks = [(i * ordered.num_rows) // rt.size for i in range(1, rt.size)]
-    splitters = ordered.take(pa.array(picks, pa.int64()))
-    splitters = splitters.append_column("__t", pa.array(range(1, rt.size), pa.int32()))
+    splitters = ordered.take(arrow_array(np.asarray(picks, np.int64)))
+    splitters = splitters.append_column("__t", arrow_array(np.arange(1, rt.size, dtype=np.int32)))
     rt.con.register(SPLITTERS_TABLE, splitters)
     null_keys = [[row[f"k{i}"] is None for i in range(len(parsed))] for row in splitters.to_pylist()]
     return splitter_target_sql(parsed, null_keys)

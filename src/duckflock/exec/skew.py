@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from duckflock.catalog.partitioning import Hashed, Ranged
-from duckflock.exchange.arrays import numpy_view
+from duckflock.exchange.arrays import arrow_array, numpy_view
 from duckflock.exec.runtime import Runtime
 from duckflock.plan.kinds import ExchangeKind, SkewRole
 from duckflock.plan.sql_text import KEY_HASH_COLUMN
@@ -99,7 +99,9 @@ def _targets(batch: pa.RecordBatch) -> np.ndarray:
 def _with_targets(batch: pa.RecordBatch, targets: np.ndarray) -> pa.RecordBatch:
     """The data columns of ``batch`` followed by ``targets``."""
     data = batch.drop_columns([KEY_HASH_COLUMN, batch.schema.names[-1]])
-    return data.append_column(batch.schema.field(batch.num_columns - 1), pa.array(targets, pa.uint16()))
+    return data.append_column(
+        batch.schema.field(batch.num_columns - 1), arrow_array(targets.astype(np.uint16, copy=False))
+    )
 
 
 def _batches(held: list[pa.RecordBatch], reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
@@ -148,8 +150,8 @@ def _replicate(
         if hot is None or not hot.any():
             yield _with_targets(batch, targets)
             continue
-        yield _with_targets(batch.filter(pa.array(~hot)), targets[~hot])
-        rows = batch.filter(pa.array(hot))
+        yield _with_targets(batch.filter(arrow_array(~hot)), targets[~hot])
+        rows = batch.filter(arrow_array(hot))
         copied += rows.num_rows
         for t in range(size):
             yield _with_targets(rows, np.full(rows.num_rows, t, np.uint16))

@@ -15,6 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from duckflock.catalog import Catalog
+from duckflock.exchange.arrays import arrow_array
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
@@ -271,7 +272,7 @@ def _sorted(run: _StageRun, spec: ExchangeSpec, sql: str) -> str | pa.Table:
     table = run.con.sql(sql).to_arrow_table()
     fast = range_sort.fast_targets(run.rt, run.qid, table, spec.keys)
     if fast is not None:  # one numeric key: bucket with numpy, no second DuckDB pass
-        routed: str | pa.Table = table.append_column(TARGET_COLUMN, pa.array(fast))
+        routed: str | pa.Table = table.append_column(TARGET_COLUMN, arrow_array(fast))
     else:
         run.register(_SORT_INPUT, table)
         targets = range_sort.target_sql(run.rt, run.qid, _SORT_INPUT, spec.keys)
