@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from duckflock.exchange.arrays import arrow_array
 from duckflock.exchange.codec import decode, encode, frames_supported, from_frames, to_frames, write_options
 from duckflock.exchange.partition import split_by_target
 
@@ -276,3 +277,18 @@ def test_split_by_duckdb_computed_targets():
             assert check == [(0,)]
             all_rows.update(zip(ids, piece.column("s").to_pylist(), strict=True))
     assert all_rows == Counter(zip(t.column("id").to_pylist(), t.column("s").to_pylist(), strict=True))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.arange(10, dtype=np.int64)[::3],  # strided
+        np.array([3, 1, 2], dtype=np.uint16),
+        np.array([True, False, True] * 5),  # packed into Arrow's bit order
+        np.zeros(0, dtype=np.int32),
+        np.zeros(0, dtype=bool),
+    ],
+)
+def test_arrow_array_equals_pyarrows_conversion(values):
+    got = arrow_array(values)
+    assert got.equals(pa.array(values)) and got.null_count == 0
