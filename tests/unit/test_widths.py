@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
-from duckflock.catalog import Catalog
+import duckdb
+
+from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.catalog import CATALOG_FILE
+from duckflock.ingest.widths import with_widths
 from support import make_table
 
 
@@ -23,3 +26,10 @@ def test_a_catalog_without_widths_estimates_strings_by_type(tmp_path):
     del data["tables"]["t"]["widths"]
     path.write_text(json.dumps(data))
     assert Catalog.load(tmp_path).table("t").row_width(["long"]) == 24
+
+
+def test_a_table_that_cannot_be_read_keeps_widths_by_type(tmp_path):
+    """Widths are estimates: a failure to measure must never fail the load that wrote the table."""
+    info = TableInfo("t", "parquet", (("s", "VARCHAR"),), (PartitionInfo(("missing.parquet",), 5),))
+    with duckdb.connect() as con:
+        assert with_widths(con, info, tmp_path).widths == ()

@@ -23,7 +23,7 @@ OFFSET_BYTES = 4  # an Arrow string's offset next to its bytes
 
 def with_widths(con: duckdb.DuckDBPyConnection, info: TableInfo, root: Path) -> TableInfo:
     """``info`` with the average width of each VARCHAR column, measured in its first non-empty
-    partition (unchanged where there is nothing to measure)."""
+    partition (unchanged where there is nothing to measure, or it cannot be read)."""
     strings = [name for name, typ in info.columns if typ == "VARCHAR"]
     part = next((p for p in info.partitions if p.rows and p.files), None)
     if not strings or part is None:
@@ -31,7 +31,10 @@ def with_widths(con: duckdb.DuckDBPyConnection, info: TableInfo, root: Path) -> 
     columns = info.columns if info.format == "csv" else None
     source = read_files(info.format, [root / f for f in part.files], info.csv_options, columns)
     sample = f"SELECT {', '.join(q(c) for c in strings)} FROM {source} LIMIT {SAMPLE_ROWS}"
-    averages = con.execute(f"SELECT {', '.join(f'avg(strlen({q(c)}))' for c in strings)} FROM ({sample})")
-    row = averages.fetchone() or ()
+    try:
+        averages = con.execute(f"SELECT {', '.join(f'avg(strlen({q(c)}))' for c in strings)} FROM ({sample})")
+        row = averages.fetchone() or ()
+    except duckdb.Error:
+        return info  # only an estimate: the widths by type serve (the table was just written or read)
     widths = tuple((c, OFFSET_BYTES + round(a or 0)) for c, a in zip(strings, row, strict=True))
     return replace(info, widths=widths)
