@@ -15,8 +15,9 @@ class Config:
     # A larger side, up to this many bytes, is broadcast too where its copies on all ranks add up to
     # at most half the other side, which would move instead (HyPer's broadcast-vs-hash choice by bytes
     # moved; plan/distribute.py). It is measured before it is replicated, against this bound. 0: a
-    # quarter of one rank's DuckDB memory, set by the runtime (exec/budget.py), so that the copy's
-    # hash table fits on every rank; -1: only sides under the threshold are broadcast.
+    # quarter of DuckDB's part of a rank's share of the node (exec/budget.py; from the node's limit
+    # only, so explain derives it alike), set by the runtime, so that the copy's hash table fits on
+    # every rank; -1: only sides under the threshold are broadcast.
     broadcast_max_bytes: int = 0
     # Rows per record batch pulled from DuckDB; large enough to amortise Python per-batch work.
     batch_rows: int = 256 * 1024

@@ -28,10 +28,10 @@ def numpy_view(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     )
 
 
-def arrow_array(values: np.ndarray | list[int]) -> pa.Array:
-    """A numpy array of numbers or booleans (or a list of ints) as an Arrow array without nulls;
-    numbers share the numpy memory."""
-    values = np.ascontiguousarray(values)
+def arrow_array(values: np.ndarray) -> pa.Array:
+    """A numpy array of numbers or booleans as an Arrow array without nulls; numbers in native byte
+    order share the numpy memory."""
+    values = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
     if values.dtype == np.bool_:
         bits = np.packbits(values, bitorder="little")
         return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])

@@ -1,8 +1,10 @@
 """Broadcasts measured before they are replicated.
 
 The producer of a measured broadcast computes each row's hash target along with the row, holds its
-first rows until they exceed the broadcast threshold (or end), and the ranks add up what they hold:
-within the threshold the rows are broadcast, above it they are hashed on the join keys instead.
+first rows until they exceed the exchange's bound (``fallback_above``: the broadcast threshold, or
+``broadcast_max_bytes`` for a side broadcast for being cheap to copy) or end, and the ranks add up
+what they hold: within the bound the rows are broadcast, above it they are hashed on the join keys
+instead.
 Every rank learns the same answer, so all of them then run the same plan of each AdaptiveJoin.
 """
 

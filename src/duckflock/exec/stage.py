@@ -52,7 +52,7 @@ class StageStats:
     compute_s: float = 0.0  # DuckDB producing the stage's rows (scan, join, aggregate, ...)
     total_s: float = 0.0
     exchange: ExchangeStats = field(default_factory=ExchangeStats)
-    fell_back: bool = False  # a measured broadcast was larger than the threshold: hashed instead
+    fell_back: bool = False  # a measured broadcast was larger than its bound: hashed instead
     note: str = ""  # what a measured broadcast found, for the profile
     received: dict[int, int] = field(default_factory=dict)  # rows taken from each exchange read
     streamed: tuple[int, ...] = ()  # exchanges read while their producer still ran (plan/streaming.py)

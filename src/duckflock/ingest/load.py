@@ -429,9 +429,7 @@ def _repartition_stored(rt: Runtime, qid: int, root: Path, name: str) -> TableIn
     old = [(root / f).resolve() for p in info.partitions for f in p.files]
     if not old:  # no rows: every placement is right, only the canary is stale
         emptied = replace(info, hash_canary=None).stamped()
-        if rt.rank == 0:
-            _publish(rt, root, emptied, [], set())
-        return emptied if rt.rank == 0 else None
+        return _publish(rt, root, emptied, [], set()) if rt.rank == 0 else None
     source = Input(info.format, info.csv_options, info.columns)
     new = _staged(rt, qid, root, info.name, source, old, info.keys, "hash", len(info.partitions), keep=set())
     if new is not None:  # rank 0, after the catalog names only the new files: the old ones go
@@ -502,8 +500,7 @@ def _register(
         partitions=tuple(PartitionInfo((_rel(root, p),), rows[i]) for i, p in enumerate(paths)),
         csv_options=source.csv_options,
     )
-    _publish(rt, root, info, [], set(paths))
-    return info
+    return _publish(rt, root, info, [], set(paths))
 
 
 def _repartition(
@@ -556,8 +553,7 @@ def _repartition(
         kind = "none"  # a partition of only NULL keys has no interval; do not claim range bounds
     info = TableInfo(table, "parquet", out_columns, tuple(infos), kind, keys).stamped()
     moves = [(staging / fname, root / table / fname) for part in parts for fname, *_ in part]
-    _publish(rt, root, info, moves, keep)
-    return info
+    return _publish(rt, root, info, moves, keep)
 
 
 def _merge(prefix: str, files: list[tuple[str, int, Any, Any]]) -> PartitionInfo:
@@ -574,9 +570,10 @@ def _merge(prefix: str, files: list[tuple[str, int, Any, Any]]) -> PartitionInfo
 
 def _publish(
     rt: Runtime, root: Path, info: TableInfo, moves: list[tuple[Path, Path]], inputs: set[Path]
-) -> None:
-    """On rank 0 after every rank succeeded: move staged files in, drop the old table's files, save.
-    ``inputs``: files to keep although the table does not list them (the load's own input files)."""
+) -> TableInfo:
+    """On rank 0 after every rank succeeded: move staged files in, drop the old table's files, save
+    (with its string widths measured); what was saved. ``inputs``: files to keep although the table
+    does not list them (the load's own input files)."""
     tdir = root / info.name
     for src, dst in moves:
         os.replace(src, dst)
@@ -593,3 +590,4 @@ def _publish(
     catalog.save()
     if rt.catalog is not None and rt.catalog.root == root:
         rt.catalog.put(info)
+    return info

@@ -18,6 +18,7 @@ How the tables are partitioned (recorded in the catalog):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -235,13 +236,18 @@ def align_parts(
 
 
 def _with_widths(catalog: Catalog) -> Catalog:
-    """The catalog with string widths measured where a catalog written before they were lacks them."""
+    """The catalog with string widths measured where a catalog written before they were lacks them
+    (saved when that changed anything and the directory is writable: they are only estimates)."""
     stale = [t for t in TABLES if not catalog.table(t).widths]
-    if stale:
-        with duckdb.connect() as con:
-            for t in stale:
-                catalog.put(with_widths(con, catalog.table(t), catalog.root))
-        catalog.save()
+    if not stale:
+        return catalog
+    with duckdb.connect() as con:
+        measured = [with_widths(con, catalog.table(t), catalog.root) for t in stale]
+    if any(info.widths for info in measured):
+        for info in measured:
+            catalog.put(info)
+        with contextlib.suppress(OSError):
+            catalog.save()
     return catalog
 
 

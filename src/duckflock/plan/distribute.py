@@ -280,7 +280,8 @@ class _Planner:
     def _cheapest_strategy(self, node: Join, left: Placed, right: Placed) -> JoinStrategy:
         """The candidate with the least network cost in bytes; broadcasts only below the threshold
         (a filtered side's estimate knows nothing of its filters' selectivity: it may be up to
-        ``FILTERED_SLACK`` times over, since its broadcast is measured and shuffled if too large)."""
+        ``FILTERED_SLACK`` times over, since its broadcast is measured and shuffled if too large),
+        or below ``broadcast_max_bytes`` where copies are cheap next to the other side (_copy_bound)."""
         kind, n = node.kind, self.size
         options: list[tuple[float, JoinStrategy]] = []
         if kind.allows_replicated_right and right.bytes <= self._broadcastable(node, right, left):
@@ -362,7 +363,8 @@ class _Planner:
 
     def checked_broadcast(self, node: Join, left: Placed, right: Placed, small: Side) -> Placed:
         """Broadcast the ``small`` side, measured at run time: if it turns out larger than the
-        threshold it is hashed on the join keys instead — into the other side's partitioning when
+        threshold (or, for a side copied for being cheap, ``_copy_bound``) it is hashed on the join
+        keys instead — into the other side's partitioning when
         that side is partitioned on a join key (nothing else changes), otherwise into a fresh one,
         with the other side hashed too (an AdaptiveJoin of both plans). Kept unmeasured where no
         shuffle gives the same rows: no equi keys, or a replicated other side."""

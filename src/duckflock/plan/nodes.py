@@ -279,7 +279,7 @@ class AdaptiveJoin(Node):
 
     def explain_line(self) -> str:
         on = f" x{self.xid}" if self.xid >= 0 else ""
-        return f"AdaptiveJoin: first plan if{on} is within the broadcast threshold, else the second"
+        return f"AdaptiveJoin: first plan if{on} is within its bound, else the second"
 
 
 @dataclass(frozen=True, eq=False)
