@@ -33,7 +33,7 @@ from duckflock.plan.sql_text import (
     everything,
     no_rows,
     own_share,
-    read_files,
+    read_table_files,
     target_sql,
     typed_empty,
     with_key_hash,
@@ -73,8 +73,7 @@ def scan_source(catalog: Catalog, rank: int, size: int):
             files = [catalog.path(f) for p in info.partitions for f in p.files][:1]
         if not files:  # a table without any file (zero rows loaded): its schema from the catalog
             return typed_empty(info.columns)
-        columns = info.columns if info.format == "csv" else None
-        rel = read_files(info.format, files, info.csv_options, columns)
+        rel = read_table_files(info, files)
         return no_rows(rel) if empty else rel
 
     return source

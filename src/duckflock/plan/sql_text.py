@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from duckflock.catalog.partitioning import Hashed, Partitioning, Ranged, canonical_hash_type
 from duckflock.sqltext import quote_ident as q
 from duckflock.sqltext import sql_literal
+
+if TYPE_CHECKING:  # the catalog imports this module (its hash canary)
+    from duckflock.catalog import TableInfo
 
 TARGET_COLUMN = "__target"  # a routed row's receiving rank, added to the producing query
 KEY_HASH_COLUMN = "__khash"  # a row's join key hash, just before the target (exec/skew.py)
@@ -34,6 +38,11 @@ def read_files(
     cols = f", columns = {sql_literal(dict(columns))}" if columns else ""
     opts = "".join(f", {k} = {sql_literal(v)}" for k, v in (csv_options or {}).items())
     return f"read_csv({files}{cols}{opts})"
+
+
+def read_table_files(info: TableInfo, paths: Iterable[str | os.PathLike[str]]) -> str:
+    """The DuckDB table function reading ``paths`` of the catalog table ``info``, as ranks read it."""
+    return read_files(info.format, paths, info.csv_options, info.columns)
 
 
 def no_rows(relation: str) -> str:

@@ -11,7 +11,7 @@ import pyarrow as pa
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.ingest.widths import with_widths
-from duckflock.plan.sql_text import hash_sql, read_files
+from duckflock.plan.sql_text import hash_sql, read_table_files
 from duckflock.sqltext import quote_ident as q
 from duckflock.sqltext import sql_literal
 
@@ -79,7 +79,7 @@ def oracle(data: str | os.PathLike[str], threads: int | None = None) -> duckdb.D
     for name, info in catalog.tables.items():
         files = [catalog.path(f) for p in info.partitions for f in p.files]
         if files:
-            source = read_files(info.format, files, info.csv_options, info.columns)
+            source = read_table_files(info, files)
         else:  # no file at all (zero rows loaded): the schema from the catalog
             source = (
                 "(SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {q(c)}" for c, t in info.columns) + " LIMIT 0)"
