@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from duckflock.catalog.partitioning import Hashed
 from duckflock.errors import ExecutionError, TransportError
 from duckflock.exchange.codec import write_options
+from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.mux import Mux
 from duckflock.exchange.shuffle import (
     ExchangeStats,
@@ -29,6 +31,7 @@ from duckflock.exchange.shuffle import (
     eos_channel,
     read_exchange,
 )
+from duckflock.exchange.spill import QuerySpill
 from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.sql_text import target_sql
 from duckflock.plan.stages import ExchangeSpec
@@ -393,6 +396,98 @@ def test_messages_of_a_finished_query_do_not_leak_into_the_next(n):
     for r, (got, leftovers) in enumerate(results):
         assert rows(got) == rows(data.filter(pc.equal(everything.column("__target"), r)))
         assert leftovers == []
+
+
+# ---- (h) flow control of streamed inputs -------------------------------------------------------------
+
+MESSAGE_ROWS = 100
+STREAM_CHUNK = 8 << 20  # what the receiver assumes a message holds: a window of 2 messages
+
+
+def streamed_exchange(
+    mux: Mux, messages: int, consume: Callable[[QueryInputs, Callable[[], None]], object]
+) -> object:
+    """Every rank sends ``messages`` messages of MESSAGE_ROWS rows to every rank (a producer thread:
+    one message, then the rest once ``consume`` calls its second argument) while ``consume`` reads
+    this rank's input as a stream, then ends it as a stage does."""
+    n = mux.size
+    received = QueryInputs(mux, 1, QuerySpill(None, 0), STREAM_CHUNK)
+    received.start(0, list(range(n)), ordered=False, streamed=True)
+    batch = pa.record_batch({"v": pa.array(range(MESSAGE_ROWS * n), pa.int64())})
+    batch = batch.append_column("__target", pa.array([i % n for i in range(MESSAGE_ROWS * n)], pa.uint16()))
+    errors: list[BaseException] = []
+    go = threading.Event()
+
+    def produce() -> None:
+        w = ExchangeWriter(mux, 1, 0, ExchangeKind.HASH, list(range(n)), 1, write_options("none"))
+        try:
+            for i in range(messages):
+                w.write(batch)  # chunks of 1 byte: each write sends one message to every rank
+                if i == 0:
+                    go.wait(JOIN_S)
+            w.close(batch.schema)
+        except BaseException as e:
+            errors.append(e)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    try:
+        out = consume(received, go.set)
+        stats = ExchangeStats()
+        received.finish_stream(0, stats)
+        producer.join(JOIN_S)
+        assert not producer.is_alive(), "the producer waits for credit nobody grants"
+        if errors:
+            raise errors[0]
+        return out, stats.rows_in
+    finally:
+        received.done(0)
+        received.close()
+        mux.flush(1)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_senders_wait_for_a_stream_that_is_pulled_slowly(n):
+    """Once DuckDB pulls the stream, at most a window of messages per sender waits unread; before
+    the credits (every message sent at once) all 40 would."""
+    messages = 40
+
+    def consume(received: QueryInputs, go: Callable[[], None]):
+        reader = received.take_stream(0, 0)
+        go()  # the rest is sent while the stream is pulled
+        stream = received._receiving[0].stream
+        waiting = []
+        for b in reader:
+            waiting.append(stream._arrived - stream.rows)
+            time.sleep(0.002)  # a consumer slower than its producers
+            assert b.num_rows == MESSAGE_ROWS
+        return max(waiting)
+
+    for most, rows_in in ok(run_ranks(n, lambda mux: streamed_exchange(mux, messages, consume))):
+        assert rows_in == messages * MESSAGE_ROWS * n
+        assert most <= (2 + 1) * n * MESSAGE_ROWS, most
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_no_sender_waits_on_a_stream_not_pulled(n):
+    """A stage that waits for the whole stream before reading it (its build side is larger), or stops
+    pulling early (DuckDB skips a probe side when the build side is empty), never leaves its
+    senders waiting for credit: the exchange ends within the bound."""
+    messages = 20
+
+    def whole(received: QueryInputs, go: Callable[[], None]):
+        go()
+        return received.take_stream(0, messages * MESSAGE_ROWS * n).num_rows
+
+    def first_batch_only(received: QueryInputs, go: Callable[[], None]):
+        reader = received.take_stream(0, 0)
+        go()
+        return next(iter(reader)).num_rows
+
+    for got, _ in ok(run_ranks(n, lambda mux: streamed_exchange(mux, messages, whole))):
+        assert got == messages * MESSAGE_ROWS * n
+    for got, rows_in in ok(run_ranks(n, lambda mux: streamed_exchange(mux, messages, first_batch_only))):
+        assert got == MESSAGE_ROWS and rows_in < messages * MESSAGE_ROWS * n
 
 
 # ---- property: random tables through a hash exchange ------------------------------------------------

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from duckflock.exchange.mux import Mux
-from duckflock.exchange.shuffle import ExchangeStats, pipe_exchange, read_exchange, stream_exchange
+from duckflock.exchange.shuffle import ExchangeStats, grant, pipe_exchange, read_exchange, stream_exchange
 from duckflock.exchange.spill import QuerySpill
-from duckflock.exchange.stream import StreamedInput
+from duckflock.exchange.stream import MEMORY_BYTES, StreamedInput
 
 
 @dataclass
@@ -32,8 +32,9 @@ class _Receiving:
 
 
 class QueryInputs:
-    def __init__(self, mux: Mux, qid: int, spill: QuerySpill):
+    def __init__(self, mux: Mux, qid: int, spill: QuerySpill, chunk_bytes: int):
         self.mux, self.qid, self.spill = mux, qid, spill
+        self.chunk_bytes = chunk_bytes  # about the size of a sender's data message
         self._receiving: dict[int, _Receiving] = {}
 
     def start(
@@ -48,8 +49,20 @@ class QueryInputs:
         as it arrives (the result, into a file) and the stage taking ``xid`` gets no rows; when
         ``streamed``, the stage takes it with ``take_stream``."""
         thread = threading.Thread(target=self._run, args=(xid, senders, ordered, write), daemon=True)
-        self._receiving[xid] = _Receiving(thread, stream=StreamedInput(self.spill) if streamed else None)
+        self._receiving[xid] = _Receiving(thread, stream=self._stream(xid, senders) if streamed else None)
         thread.start()
+
+    def _stream(self, xid: int, senders: list[int]) -> StreamedInput:
+        """A streamed input whose senders wait for credit: each may have ``window`` messages not
+        yet pulled, half of what the stream keeps in memory over all senders."""
+        window = max(2, MEMORY_BYTES // (2 * self.chunk_bytes * len(senders)))
+
+        def granted(sender: int, taken: int) -> None:
+            grant(self.mux, self.qid, xid, sender, taken, window)
+
+        for sender in senders:
+            granted(sender, 0)
+        return StreamedInput(self.spill, granted)
 
     def _run(self, xid: int, senders: list[int], ordered: bool, write) -> None:
         r = self._receiving[xid]
@@ -100,6 +113,7 @@ class QueryInputs:
         """Wait for the receiving thread to end; add its counts to ``stats``; the rows read."""
         r = self._receiving[xid]
         assert r.stream is not None
+        r.stream.stop()  # rows DuckDB did not pull are not needed: the senders may finish
         r.thread.join()
         stats.recv_wait_s += r.stream.wait_s
         stats.rows_in += r.stream.rows

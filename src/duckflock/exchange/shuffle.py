@@ -12,6 +12,12 @@ the same peer at once. Rows for this rank itself never get serialized.
 
 Receiving: one end-of-stream message per sender carries the schema and how many data messages it
 sent to this rank, so completion does not depend on message order.
+
+Flow control: a receiver that reads the exchange as a stream (plan/streaming.py) grants its senders
+credit, a count of data messages taken so far, on the exchange's credit channel. Once a sender has
+heard from a receiver, it keeps at most ``window`` messages to it not yet taken, and otherwise waits:
+the producer then yields the rank's cores to the consumer instead of outrunning it into spill files.
+Receivers that do not stream grant nothing, and are sent to without waiting.
 """
 
 from __future__ import annotations
@@ -33,11 +39,21 @@ from duckflock.transport.base import view
 
 
 def data_channel(xid: int) -> int:
-    return FIRST_EXCHANGE + 2 * xid
+    return FIRST_EXCHANGE + 3 * xid
 
 
 def eos_channel(xid: int) -> int:
-    return FIRST_EXCHANGE + 2 * xid + 1
+    return FIRST_EXCHANGE + 3 * xid + 1
+
+
+def credit_channel(xid: int) -> int:
+    return FIRST_EXCHANGE + 3 * xid + 2
+
+
+def grant(mux: Mux, qid: int, xid: int, sender: int, taken: int, window: int) -> None:
+    """Tell ``sender`` that ``taken`` of its data messages have been taken, and that it may keep
+    ``window`` more in flight. Never blocks or raises: a failed query no longer reads credits."""
+    mux.send(sender, qid, credit_channel(xid), pickle.dumps((taken, window)), check=False)
 
 
 @dataclass
@@ -84,6 +100,7 @@ class ExchangeWriter:
         self.local_bytes = 0
         self.schema: pa.Schema | None = None
         self._frames: bytes | None = None  # the serialized schema, once frames are chosen
+        self.credit: dict[int, tuple[int, int]] = {}  # receiver -> (messages it took, window)
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self.kind.routes_rows:
@@ -139,10 +156,27 @@ class ExchangeWriter:
     def _send(self, target: int, message: tuple[object, int]) -> None:
         t0 = time.perf_counter()
         payload, size = message
+        self._wait_for_credit(target)
         self.mux.send(target, self.qid, data_channel(self.xid), payload, size)
         self.stats.send_wait_s += time.perf_counter() - t0
         self.stats.bytes_out += size
         self.sent[target] += 1
+
+    def _wait_for_credit(self, target: int) -> None:
+        """Take the credits granted so far; wait while ``target`` has a full window not taken."""
+        timeout: float | None = 0.0
+        while True:
+            got = self.mux.try_recv(self.qid, credit_channel(self.xid), timeout)
+            if got is not None:
+                receiver, payload = got
+                taken, window = pickle.loads(view(payload))
+                self.credit[receiver] = (max(taken, self.credit.get(receiver, (0, 0))[0]), window)
+                timeout = 0.0
+                continue
+            taken, window = self.credit.get(target, (0, 0))
+            if not window or self.sent[target] - taken < window:
+                return
+            timeout = None  # wait for the next grant
 
     def _flush(self, target: int) -> None:
         batches = self.pending[target]
@@ -154,7 +188,10 @@ class ExchangeWriter:
     def _hand_over_local(self) -> None:
         """This rank's own rows go to its receiving side in chunks too, so they are not all held
         here until the stage ends (the receiving side may spill them)."""
+        t0 = time.perf_counter()
+        self._wait_for_credit(self.rank)
         self.mux.send(self.rank, self.qid, data_channel(self.xid), Local(self.local))
+        self.stats.send_wait_s += time.perf_counter() - t0
         self.sent[self.rank] += 1
         self.local, self.local_bytes = [], 0
 
@@ -259,11 +296,11 @@ def pipe_exchange(
 ) -> None:
     """Hand exchange ``xid``'s batches to ``stream`` as they arrive; a stage reads them meanwhile."""
     schema: pa.Schema | None = None
-    for _, received, _, end_schema in _messages(mux, qid, xid, senders, stats):
+    for src, received, _, end_schema in _messages(mux, qid, xid, senders, stats):
         if received is None:
             schema = schema or end_schema
-        elif received:
-            stream.add(received)
+        else:
+            stream.add(received, src)
     assert schema is not None
     stream.end(schema)
 

@@ -6,6 +6,12 @@ the rank's cores with the producer), so what waits is bounded: up to ``MEMORY_BY
 the query's budget) in memory, the rest in local Arrow IPC files of ``FILE_BYTES`` each, queued
 behind the batches in memory and removed once read. Row order is not kept: only unordered
 exchanges are streamed.
+
+Once DuckDB reads the stream, a sender's message counts as taken when DuckDB has pulled up to it, and
+the senders are granted credit for that (exchange/shuffle.py), so they wait instead of outrunning
+DuckDB; before then (the stage is still building other sides, or waiting to know the stream is the
+larger side) and after the stage's query has ended, a message counts as taken on arrival, so no
+sender waits on a stage that is not pulling.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,9 +35,21 @@ MEMORY_BYTES = 32 << 20  # a stream's batches waiting in memory: a few chunks fr
 FILE_BYTES = 32 << 20  # a spill file is handed to the reader once this full (or at the end)
 
 
+@dataclass(frozen=True)
+class _Taken:
+    """Queued after a sender's message: DuckDB has pulled it once it reaches this."""
+
+    sender: int
+
+
 class StreamedInput:
-    def __init__(self, spill: QuerySpill):
+    def __init__(self, spill: QuerySpill, granted: Callable[[int, int], None] | None = None):
+        """``granted(sender, count)``: tell a sender how many of its messages have been taken."""
         self.spill = spill
+        self._granted = granted
+        self._taken: dict[int, int] = {}
+        self._pulling = False  # DuckDB reads the stream: messages are taken when it pulls them
+        self._over = False  # the stage's query has ended: later batches are not needed
         self.schema: pa.Schema | None = None
         self.known = threading.Event()  # the schema is known (or receiving failed)
         self.rows = 0  # handed to DuckDB so far
@@ -42,12 +61,26 @@ class StreamedInput:
         self._path: Path | None = None
         self._file_bytes = 0
         self._lock = threading.Lock()
+        self._adding = threading.Lock()
         self._arrival = threading.Condition()
         self._arrived = 0  # rows added so far
         self._ended = False
 
     # ---- the receiving thread ------------------------------------------------------------------
-    def add(self, batches: list[pa.RecordBatch]) -> None:
+    def add(self, batches: list[pa.RecordBatch], sender: int) -> None:
+        """One data message of ``sender``."""
+        with self._adding:  # not while ``stop`` empties the queue: no mark may stay behind it
+            self._add(batches, sender)
+        with self._arrival:
+            self._arrived += sum(b.num_rows for b in batches)
+            self._arrival.notify_all()
+
+    def _add(self, batches: list[pa.RecordBatch], sender: int) -> None:
+        with self._lock:
+            over, pulling = self._over, self._pulling
+        if over:
+            self._take(sender)
+            return
         if self.schema is None and batches:
             self._know(batches[0].schema)
         for b in batches:
@@ -59,9 +92,10 @@ class StreamedInput:
                 self._queue.put(b)
             else:
                 self._spill(b)
-        with self._arrival:
-            self._arrived += sum(b.num_rows for b in batches)
-            self._arrival.notify_all()
+        if pulling:
+            self._queue.put(_Taken(sender))
+        else:
+            self._take(sender)
 
     def end(self, schema: pa.Schema) -> None:
         """Every sender has finished (``schema``: the exchange's, should no batch have come)."""
@@ -87,6 +121,12 @@ class StreamedInput:
             while self._arrived <= rows and not self._ended:
                 self._arrival.wait()
             return self._arrived > rows
+
+    def _take(self, sender: int) -> None:
+        with self._lock:
+            self._taken[sender] = taken = self._taken.get(sender, 0) + 1
+        if self._granted is not None:
+            self._granted(sender, taken)
 
     def _know(self, schema: pa.Schema) -> None:
         self.schema = schema
@@ -116,6 +156,8 @@ class StreamedInput:
         """The batches as DuckDB pulls them; call once ``known`` is set."""
         if self.schema is None:  # receiving failed before any batch: its error
             raise self._queue.get()
+        with self._lock:
+            self._pulling = True
         return pa.RecordBatchReader.from_batches(self.schema, self._batches())
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
@@ -125,6 +167,9 @@ class StreamedInput:
             self.wait_s += time.perf_counter() - t0
             if item is _END:
                 break
+            if isinstance(item, _Taken):
+                self._take(item.sender)
+                continue
             if isinstance(item, BaseException):
                 raise item
             if isinstance(item, Path):
@@ -142,6 +187,8 @@ class StreamedInput:
         assert self.schema is not None
         batches: list[pa.RecordBatch] = []
         while (item := self._queue.get()) is not _END:
+            if isinstance(item, _Taken):
+                continue  # taken on arrival: the stream was not pulled
             if isinstance(item, BaseException):
                 raise item
             if isinstance(item, Path):
@@ -161,6 +208,30 @@ class StreamedInput:
                 self.rows += batch.num_rows
                 yield batch
         path.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        """The stage's query has ended, whether or not it pulled every batch (DuckDB skips a join's
+        probe side when the other side is empty): messages still queued and any still to come are
+        taken at once, so no sender waits for a reader that has gone."""
+        with self._adding:
+            with self._lock:
+                self._over = True
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(item, _Taken):
+                    self._take(item.sender)
+                elif isinstance(item, pa.RecordBatch):
+                    with self._lock:
+                        self.held_bytes -= item.nbytes
+                    self.spill.release(item.nbytes)
+                elif isinstance(item, Path):
+                    item.unlink(missing_ok=True)
+                else:
+                    self._queue.put(item)  # the end or an error: left for whoever waits on it
+                    break
 
     def release(self) -> None:
         """The stage has ended (also early, on failure): batches still queued no longer count."""

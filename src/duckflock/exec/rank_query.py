@@ -70,7 +70,7 @@ class _RankQuery:
         catalog = Catalog(rt.catalog.root if rt.catalog else ".", cmd.tables)
         self.rt_q = dataclasses.replace(rt, catalog=catalog)
         budget = rt.budget.exchange_bytes if rt.budget is not None else 0
-        self.received = QueryInputs(rt.mux, cmd.qid, QuerySpill(rt.spill_dir, budget))
+        self.received = QueryInputs(rt.mux, cmd.qid, QuerySpill(rt.spill_dir, budget), rt.config.chunk_bytes)
         self.shuffled: set[int] = set()  # measured broadcasts that fell back to a shuffle
         self.hot: HotKeys = {}  # hot join keys found by the stages that spread them
         self.started: set[int] = set()
