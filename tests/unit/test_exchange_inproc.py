@@ -405,13 +405,17 @@ STREAM_CHUNK = 8 << 20  # what the receiver assumes a message holds: a window of
 
 
 def streamed_exchange(
-    mux: Mux, messages: int, consume: Callable[[QueryInputs, Callable[[], None]], object]
+    mux: Mux,
+    messages: int,
+    consume: Callable[[QueryInputs, Callable[[], None]], object],
+    all_ranks: threading.Barrier,
+    spill: QuerySpill | None = None,
 ) -> object:
     """Every rank sends ``messages`` messages of MESSAGE_ROWS rows to every rank (a producer thread:
-    one message, then the rest once ``consume`` calls its second argument) while ``consume`` reads
-    this rank's input as a stream, then ends it as a stage does."""
+    one message, then the rest once every rank's ``consume`` has called its second argument) while
+    ``consume`` reads this rank's input as a stream, then ends it as a stage does."""
     n = mux.size
-    received = QueryInputs(mux, 1, QuerySpill(None, 0), STREAM_CHUNK)
+    received = QueryInputs(mux, 1, spill or QuerySpill(None, 0), STREAM_CHUNK)
     received.start(0, list(range(n)), ordered=False, streamed=True)
     batch = pa.record_batch({"v": pa.array(range(MESSAGE_ROWS * n), pa.int64())})
     batch = batch.append_column("__target", pa.array([i % n for i in range(MESSAGE_ROWS * n)], pa.uint16()))
@@ -429,10 +433,14 @@ def streamed_exchange(
         except BaseException as e:
             errors.append(e)
 
+    def release() -> None:
+        all_ranks.wait(JOIN_S)
+        go.set()
+
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
     try:
-        out = consume(received, go.set)
+        out = consume(received, release)
         stats = ExchangeStats()
         received.finish_stream(0, stats)
         producer.join(JOIN_S)
@@ -446,14 +454,25 @@ def streamed_exchange(
         mux.flush(1)
 
 
+def credited_ranks(n: int, messages: int, consume, spill: Callable[[], QuerySpill] | None = None) -> list:
+    all_ranks = threading.Barrier(n)
+
+    def body(mux: Mux) -> object:
+        return streamed_exchange(mux, messages, consume, all_ranks, spill() if spill else None)
+
+    return ok(run_ranks(n, body))
+
+
 @pytest.mark.parametrize("n", [1, 2, 3])
-def test_senders_wait_for_a_stream_that_is_pulled_slowly(n):
-    """Once DuckDB pulls the stream, at most a window of messages per sender waits unread; before
-    the credits (every message sent at once) all 40 would."""
+@pytest.mark.parametrize("spilled", [False, True])
+def test_senders_wait_for_a_stream_that_is_pulled_slowly(n, spilled, tmp_path):
+    """Once DuckDB has the stream, at most a window of messages per sender waits unread (plus what
+    is in flight when the credit is first granted), also when every batch goes through a spill
+    file; before the credits all 40 would."""
     messages = 40
 
     def consume(received: QueryInputs, go: Callable[[], None]):
-        reader = received.take_stream(0, 0)
+        reader = received.take_stream(0, 0)  # grants the first credit
         go()  # the rest is sent while the stream is pulled
         stream = received._receiving[0].stream
         waiting = []
@@ -463,9 +482,13 @@ def test_senders_wait_for_a_stream_that_is_pulled_slowly(n):
             assert b.num_rows == MESSAGE_ROWS
         return max(waiting)
 
-    for most, rows_in in ok(run_ranks(n, lambda mux: streamed_exchange(mux, messages, consume))):
+    def spill() -> QuerySpill:
+        return QuerySpill(tmp_path, 1)  # no batch fits: every one is written to a file
+
+    for most, rows_in in credited_ranks(n, messages, consume, spill if spilled else None):
         assert rows_in == messages * MESSAGE_ROWS * n
-        assert most <= (2 + 1) * n * MESSAGE_ROWS, most
+        assert most <= (2 + 2) * n * MESSAGE_ROWS, most
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -484,10 +507,10 @@ def test_no_sender_waits_on_a_stream_not_pulled(n):
         go()
         return next(iter(reader)).num_rows
 
-    for got, _ in ok(run_ranks(n, lambda mux: streamed_exchange(mux, messages, whole))):
+    for got, _ in credited_ranks(n, messages, whole):
         assert got == messages * MESSAGE_ROWS * n
-    for got, rows_in in ok(run_ranks(n, lambda mux: streamed_exchange(mux, messages, first_batch_only))):
-        assert got == MESSAGE_ROWS and rows_in < messages * MESSAGE_ROWS * n
+    for got, rows_in in credited_ranks(n, messages, first_batch_only):
+        assert got == rows_in == MESSAGE_ROWS
 
 
 # ---- property: random tables through a hash exchange ------------------------------------------------

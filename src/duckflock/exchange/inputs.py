@@ -53,16 +53,15 @@ class QueryInputs:
         thread.start()
 
     def _stream(self, xid: int, senders: list[int]) -> StreamedInput:
-        """A streamed input whose senders wait for credit: each may have ``window`` messages not
-        yet pulled, half of what the stream keeps in memory over all senders."""
+        """A streamed input whose senders wait for credit while DuckDB has it: each may have
+        ``window`` messages not yet pulled, about half of what the stream keeps in memory over all
+        senders (messages are about ``chunk_bytes``; a sender with fewer in flight would idle)."""
         window = max(2, MEMORY_BYTES // (2 * self.chunk_bytes * len(senders)))
 
-        def granted(sender: int, taken: int) -> None:
+        def granted(sender: int, taken: int, window: int) -> None:
             grant(self.mux, self.qid, xid, sender, taken, window)
 
-        for sender in senders:
-            granted(sender, 0)
-        return StreamedInput(self.spill, granted)
+        return StreamedInput(self.spill, tuple(senders), window, granted)
 
     def _run(self, xid: int, senders: list[int], ordered: bool, write) -> None:
         r = self._receiving[xid]

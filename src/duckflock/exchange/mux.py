@@ -25,7 +25,7 @@ CONTROL = 0  # driver -> workers: plans and commands (not tied to a query)
 ERROR = 1  # any rank -> all: the query failed
 COLLECTIVE = 2  # small pickled objects for allgather / bcast / gather
 PROGRESS = 3  # any rank -> driver: a stage finished on that rank (its StageStats)
-FIRST_EXCHANGE = 8  # exchange k uses channel FIRST_EXCHANGE + k
+FIRST_EXCHANGE = 8  # exchanges use the channels from here on (exchange/shuffle.py)
 
 _QID_BITS = 13
 _CHANNEL_BITS = TAG_BITS - _QID_BITS
@@ -132,7 +132,7 @@ class Mux:
                 if box:
                     return box.popleft()
                 self._check(qid, allow_control=channel == CONTROL)
-                if deadline is not None and time.monotonic() > deadline:
+                if deadline is not None and time.monotonic() >= deadline:
                     return None
                 self._cv.wait(0.05 if deadline is None else min(0.05, max(0.0, deadline - time.monotonic())))
 

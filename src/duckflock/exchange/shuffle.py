@@ -13,11 +13,12 @@ the same peer at once. Rows for this rank itself never get serialized.
 Receiving: one end-of-stream message per sender carries the schema and how many data messages it
 sent to this rank, so completion does not depend on message order.
 
-Flow control: a receiver that reads the exchange as a stream (plan/streaming.py) grants its senders
-credit, a count of data messages taken so far, on the exchange's credit channel. Once a sender has
-heard from a receiver, it keeps at most ``window`` messages to it not yet taken, and otherwise waits:
-the producer then yields the rank's cores to the consumer instead of outrunning it into spill files.
-Receivers that do not stream grant nothing, and are sent to without waiting.
+Flow control: a receiver whose stage has handed the exchange to DuckDB as a stream (plan/streaming.py)
+grants its senders credit on the exchange's credit channel: how many of their data messages DuckDB
+has taken, and a window. A sender keeps at most ``window`` messages to it not yet taken, and
+otherwise waits: the producer then yields the rank's cores to the consumer instead of outrunning it
+into spill files. A window of 0 (the stage's query has ended) lifts the limit for good. Receivers
+that do not stream grant nothing, and are sent to without waiting.
 """
 
 from __future__ import annotations
@@ -170,7 +171,9 @@ class ExchangeWriter:
             if got is not None:
                 receiver, payload = got
                 taken, window = pickle.loads(view(payload))
-                self.credit[receiver] = (max(taken, self.credit.get(receiver, (0, 0))[0]), window)
+                before = self.credit.get(receiver)
+                if before is None or before[1]:  # "no limit" (window 0) is a receiver's last word
+                    self.credit[receiver] = (max(taken, before[0] if before else 0), window)
                 timeout = 0.0
                 continue
             taken, window = self.credit.get(target, (0, 0))

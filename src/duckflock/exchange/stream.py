@@ -7,11 +7,12 @@ the query's budget) in memory, the rest in local Arrow IPC files of ``FILE_BYTES
 behind the batches in memory and removed once read. Row order is not kept: only unordered
 exchanges are streamed.
 
-Once DuckDB reads the stream, a sender's message counts as taken when DuckDB has pulled up to it, and
-the senders are granted credit for that (exchange/shuffle.py), so they wait instead of outrunning
-DuckDB; before then (the stage is still building other sides, or waiting to know the stream is the
-larger side) and after the stage's query has ended, a message counts as taken on arrival, so no
-sender waits on a stage that is not pulling.
+From the moment the stage hands the stream to DuckDB until its query has ended, the senders wait
+for credit (exchange/shuffle.py): each is told how many of its messages have been taken, and a
+message counts as taken once DuckDB has pulled up to it — spilled rows included, whose file is handed
+to the reader ahead of the mark. Before then (the stage waits to know the stream is the larger side,
+or runs an earlier stage) senders are not limited, and when the query has ended they are told so, so
+no sender waits on a stage that is not reading.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ MEMORY_BYTES = 32 << 20  # a stream's batches waiting in memory: a few chunks fr
 FILE_BYTES = 32 << 20  # a spill file is handed to the reader once this full (or at the end)
 
 
+# Tells a sender how many of its messages have been taken and how many more it may have in flight
+# (0: no limit).
+Grant = Callable[[int, int, int], None]
+
+
 @dataclass(frozen=True)
 class _Taken:
     """Queued after a sender's message: DuckDB has pulled it once it reaches this."""
@@ -43,12 +49,15 @@ class _Taken:
 
 
 class StreamedInput:
-    def __init__(self, spill: QuerySpill, granted: Callable[[int, int], None] | None = None):
-        """``granted(sender, count)``: tell a sender how many of its messages have been taken."""
+    def __init__(
+        self, spill: QuerySpill, senders: tuple[int, ...] = (), window: int = 0, grant: Grant | None = None
+    ):
+        """``senders`` are granted credit through ``grant``, ``window`` messages each, while DuckDB
+        has the stream (never without ``grant``)."""
         self.spill = spill
-        self._granted = granted
+        self._senders, self._window, self._grant = senders, window, grant
         self._taken: dict[int, int] = {}
-        self._pulling = False  # DuckDB reads the stream: messages are taken when it pulls them
+        self._gated = False  # DuckDB has the stream: messages are taken when it pulls them
         self._over = False  # the stage's query has ended: later batches are not needed
         self.schema: pa.Schema | None = None
         self.known = threading.Event()  # the schema is known (or receiving failed)
@@ -77,12 +86,13 @@ class StreamedInput:
 
     def _add(self, batches: list[pa.RecordBatch], sender: int) -> None:
         with self._lock:
-            over, pulling = self._over, self._pulling
+            over = self._over
         if over:
-            self._take(sender)
+            self._count(sender)
             return
         if self.schema is None and batches:
             self._know(batches[0].schema)
+        spilled = False
         for b in batches:
             with self._lock:
                 room = self.held_bytes + b.nbytes <= MEMORY_BYTES or self.spill.directory is None
@@ -92,10 +102,15 @@ class StreamedInput:
                 self._queue.put(b)
             else:
                 self._spill(b)
-        if pulling:
+                spilled = True
+        with self._lock:
+            gated = self._gated
+            if not gated:  # taken on arrival (counted in the credit DuckDB's taking it will start with)
+                self._taken[sender] = self._taken.get(sender, 0) + 1
+        if gated:
+            if spilled:
+                self._hand_over_file()  # its rows are read before the mark is reached
             self._queue.put(_Taken(sender))
-        else:
-            self._take(sender)
 
     def end(self, schema: pa.Schema) -> None:
         """Every sender has finished (``schema``: the exchange's, should no batch have come)."""
@@ -122,11 +137,10 @@ class StreamedInput:
                 self._arrival.wait()
             return self._arrived > rows
 
-    def _take(self, sender: int) -> None:
+    def _count(self, sender: int) -> int:
         with self._lock:
             self._taken[sender] = taken = self._taken.get(sender, 0) + 1
-        if self._granted is not None:
-            self._granted(sender, taken)
+            return taken
 
     def _know(self, schema: pa.Schema) -> None:
         self.schema = schema
@@ -157,7 +171,11 @@ class StreamedInput:
         if self.schema is None:  # receiving failed before any batch: its error
             raise self._queue.get()
         with self._lock:
-            self._pulling = True
+            self._gated = self._grant is not None
+            taken = dict(self._taken)
+        if self._grant is not None:
+            for sender in self._senders:
+                self._grant(sender, taken.get(sender, 0), self._window)
         return pa.RecordBatchReader.from_batches(self.schema, self._batches())
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
@@ -168,7 +186,9 @@ class StreamedInput:
             if item is _END:
                 break
             if isinstance(item, _Taken):
-                self._take(item.sender)
+                taken = self._count(item.sender)
+                if self._grant is not None:
+                    self._grant(item.sender, taken, self._window)
                 continue
             if isinstance(item, BaseException):
                 raise item
@@ -211,18 +231,25 @@ class StreamedInput:
 
     def stop(self) -> None:
         """The stage's query has ended, whether or not it pulled every batch (DuckDB skips a join's
-        probe side when the other side is empty): messages still queued and any still to come are
-        taken at once, so no sender waits for a reader that has gone."""
+        probe side when the other side is empty): batches still queued and any still to come are
+        dropped, and the senders are told they may send without limit, so none waits for a reader
+        that has gone."""
         with self._adding:
             with self._lock:
                 self._over = True
+                gated, self._gated = self._gated, False
+            if self._writer is not None:  # a file not handed over: never to be read
+                self._writer.close()
+                assert self._path is not None
+                self._path.unlink(missing_ok=True)
+                self._writer, self._path, self._file_bytes = None, None, 0
             while True:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if isinstance(item, _Taken):
-                    self._take(item.sender)
+                    self._count(item.sender)
                 elif isinstance(item, pa.RecordBatch):
                     with self._lock:
                         self.held_bytes -= item.nbytes
@@ -232,6 +259,9 @@ class StreamedInput:
                 else:
                     self._queue.put(item)  # the end or an error: left for whoever waits on it
                     break
+            if gated and self._grant is not None:
+                for sender in self._senders:
+                    self._grant(sender, self._taken.get(sender, 0), 0)
 
     def release(self) -> None:
         """The stage has ended (also early, on failure): batches still queued no longer count."""
