@@ -42,6 +42,15 @@ def data(tmp_path_factory) -> Path:
         "hash",
         ("id",),
     )
+    # The hot key in the first half of the ids only, placed by ranges of id: some ranks hold none of it.
+    make_table(
+        root,
+        "big_u",
+        "SELECT i AS id, CASE WHEN i < 100000 THEN 7 ELSE i % 4000 END AS k, i AS v FROM range(200000) t(i)",
+        4,
+        "range",
+        ("id",),
+    )
     # Several rows of the hot key, and keys past the big side's.
     make_table(
         root,
@@ -90,6 +99,29 @@ def test_hot_key_spread_balanced_and_exact(data, ranks, transport):
         received = [s.received[xid] for s in result.stats if xid in s.received]
         assert len(received) == ranks and sum(received) == 200_000
         assert max(received) / (sum(received) / ranks) < 1.5, received
+
+
+def kept_where_produced(stats, xid: int) -> int:
+    """Rows of hot keys the ranks kept instead of dealing them (profile notes ``(N kept ...)``)."""
+    notes = [s.note for s in stats if s.note.startswith(f"x{xid}:")]
+    return sum(int(n.split("(")[1].split(" kept")[0].replace(",", "")) for n in notes)
+
+
+@pytest.mark.parametrize("big", ["big", "big_u"])
+def test_hot_key_stays_where_every_rank_produces_it(data, big):
+    """``big`` (hashed by id) has every rank produce the hot key alike: its rows stay where they are,
+    nothing of them crosses the network. ``big_u`` has it on two ranks of three: dealt round-robin.
+    Balanced and exact either way."""
+    sql = INNER.replace("FROM big b", f"FROM {big} b")
+    with duckflock.connect(str(data), ranks=3, config=SHUFFLE) as db:
+        result = db.sql(sql, profile=True)
+        assert_same(result.arrow(), oracle(data).sql(sql).to_arrow_table())
+        xid = spread_xid(result.stats)
+        hot_rows = oracle(data).sql(f"SELECT count(*) FROM {big} WHERE k = 7").fetchall()[0][0]
+        kept = kept_where_produced(result.stats, xid)
+        assert kept == (hot_rows if big == "big" else 0), (kept, hot_rows)
+        received = [s.received[xid] for s in result.stats if xid in s.received]
+        assert sum(received) == 200_000 and max(received) / (sum(received) / 3) < 1.5, received
 
 
 def test_without_skew_handling_one_rank_gets_the_hot_key(data):

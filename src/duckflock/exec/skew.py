@@ -4,9 +4,12 @@ The stage producing the spreading side holds its first rows (up to ``SAMPLE_ROWS
 the hashes of their join keys, and the ranks agree through one allgather on the keys whose estimated
 share of all rows exceeds 1/(2·ranks). A key is identified by the same DuckDB hash of its cast values
 that places it, so both sides name it alike whatever its type (NULL included); two keys sharing a
-hash are just treated alike on both sides, which stays exact. The spreading side deals the rows of
-hot keys round-robin over the ranks; the replicating side, cut into a later stage, sends its rows of
-those keys to every rank. Without hot keys both sides are hashed as usual.
+hash are just treated alike on both sides, which stays exact. The spreading side keeps the rows of a
+hot key on the rank producing them where every rank's sample holds about the same share of it (the
+key is spread already: moving its rows would only cost the network), and deals them round-robin over
+the ranks otherwise (a table placed by the key holds it on one rank); the replicating side, cut into
+a later stage, sends its rows of those keys to every rank. Without hot keys both sides are hashed as
+usual.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from duckflock.plan.sql_text import KEY_HASH_COLUMN
 from duckflock.plan.stages import ExchangeSpec
 
 SAMPLE_ROWS = 64 * 1024
+# A hot key stays where it is produced when each rank's sampled share of it is at least this part
+# of the largest rank's share.
+EVEN_SHARE = 0.5
 
 # Hot keys of each spread/replicate pair of one query, by the exchanges' ``skew_group``.
 HotKeys = dict[str, np.ndarray]
@@ -50,9 +56,9 @@ def route(
     What was done goes to ``note`` once the batches are exhausted (for the profile)."""
     schema = reader.schema.remove(reader.schema.get_field_index(KEY_HASH_COLUMN))
     if spec.skew is SkewRole.SPREAD:
-        held, keys = _detect(rt, qid, reader)
+        held, keys, local = _detect(rt, qid, reader)
         hot[spec.skew_group] = keys
-        batches = _spread(held, reader, keys, rt.rank, rt.size, spec.xid, note)
+        batches = _spread(held, reader, keys, local, rt.rank, rt.size, spec.xid, note)
     else:
         # No entry when the spreading stage did not run here: then it sent nothing either.
         keys = hot.get(spec.skew_group, np.empty(0, np.uint64))
@@ -60,8 +66,11 @@ def route(
     return pa.RecordBatchReader.from_batches(schema, batches)
 
 
-def _detect(rt: Runtime, qid: int, reader: pa.RecordBatchReader) -> tuple[list[pa.RecordBatch], np.ndarray]:
-    """This rank's first batches (held, to be sent after) and the hot key hashes all ranks agree on."""
+def _detect(
+    rt: Runtime, qid: int, reader: pa.RecordBatchReader
+) -> tuple[list[pa.RecordBatch], np.ndarray, np.ndarray]:
+    """This rank's first batches (held, to be sent after), the hot key hashes all ranks agree on,
+    and those of them every rank produces about evenly (kept where they are)."""
     held: list[pa.RecordBatch] = []
     rows = 0
     while rows < SAMPLE_ROWS:
@@ -79,13 +88,24 @@ def _detect(rt: Runtime, qid: int, reader: pa.RecordBatchReader) -> tuple[list[p
     gathered = rt.mux.allgather(qid, (rows, full, values[keep], counts[keep]))
     total = sum(g[0] for g in gathered)
     if rt.size == 1 or total == 0 or not (any(g[1] for g in gathered) or total >= rt.config.skew_min_rows):
-        return held, np.empty(0, np.uint64)
+        return held, np.empty(0, np.uint64), np.empty(0, np.uint64)
     merged: dict[int, int] = {}
     for _, _, v, c in gathered:
         for key, n in zip(v.tolist(), c.tolist(), strict=True):
             merged[key] = merged.get(key, 0) + n
     hot = sorted(k for k, n in merged.items() if n > total / (2 * rt.size))
-    return held, np.array(hot, dtype=np.uint64)
+    even = [k for k in hot if _produced_evenly(k, gathered)]
+    return held, np.array(hot, dtype=np.uint64), np.array(even, dtype=np.uint64)
+
+
+def _produced_evenly(key: int, gathered: list) -> bool:
+    """Whether every rank's sample holds about the same share of ``key`` (a rank that did not
+    report it as a candidate holds too little of it)."""
+    shares = []
+    for rows, _, values, counts in gathered:
+        found = dict(zip(values.tolist(), counts.tolist(), strict=True))
+        shares.append(found.get(key, 0) / rows if rows else 0.0)
+    return min(shares) >= EVEN_SHARE * max(shares)
 
 
 def _hashes(batch: pa.RecordBatch) -> np.ndarray:
@@ -115,25 +135,34 @@ def _spread(
     held: list[pa.RecordBatch],
     reader: pa.RecordBatchReader,
     keys: np.ndarray,
+    local: np.ndarray,
     rank: int,
     size: int,
     xid: int,
     note: Callable[[str], None],
 ) -> Iterator[pa.RecordBatch]:
-    """Rows of hot keys dealt round-robin, starting at this rank so the ranks' deals interleave."""
+    """Rows of hot keys in ``local`` kept on this rank, the others dealt round-robin, starting at
+    this rank so the ranks' deals interleave."""
     next_target = rank
-    spread = 0
+    spread = kept = 0
     for batch in _batches(held, reader):
         targets = _targets(batch)
         if len(keys):
-            hot = np.isin(_hashes(batch), keys)
+            hashes = _hashes(batch)
+            hot = np.isin(hashes, keys)
+            if len(local):
+                here = np.isin(hashes, local)
+                targets[here] = rank
+                kept += int(here.sum())
+                hot &= ~here
             n = int(hot.sum())
             targets[hot] = (next_target + np.arange(n)) % size
             next_target = (next_target + n) % size
             spread += n
         yield _with_targets(batch, targets)
     note(
-        f"x{xid}: {len(keys)} hot join keys, {spread:,} rows of them spread over all ranks"
+        f"x{xid}: {len(keys)} hot join keys, {spread + kept:,} rows of them spread over all ranks "
+        f"({kept:,} kept where produced)"
         if len(keys)
         else f"x{xid}: no hot join keys"
     )
