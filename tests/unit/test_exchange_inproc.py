@@ -23,10 +23,11 @@ from duckflock.catalog.partitioning import Hashed
 from duckflock.errors import ExecutionError, TransportError
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
-from duckflock.exchange.mux import Mux
+from duckflock.exchange.mux import Mux, make_tag, split_tag
 from duckflock.exchange.shuffle import (
     ExchangeStats,
     ExchangeWriter,
+    credit_channel,
     data_channel,
     eos_channel,
     read_exchange,
@@ -396,6 +397,13 @@ def test_messages_of_a_finished_query_do_not_leak_into_the_next(n):
     for r, (got, leftovers) in enumerate(results):
         assert rows(got) == rows(data.filter(pc.equal(everything.column("__target"), r)))
         assert leftovers == []
+
+
+def test_a_channel_past_its_bits_is_refused_not_taken_for_another_query():
+    top = credit_channel(10_919)  # the last exchange whose channels fit
+    assert split_tag(make_tag(5, top)) == (5, top)
+    with pytest.raises(TransportError, match="too many exchanges"):
+        make_tag(5, data_channel(10_920))
 
 
 # ---- (h) flow control of streamed inputs -------------------------------------------------------------

@@ -78,8 +78,9 @@ def print_profile(stats, console: Console | None = None) -> None:
             console.print(f"rank {s.rank} stage {s.sid}: {s.note}", highlight=False)
     console.print(
         "duckdb: DuckDB producing the stage's rows (scan, filter, join, aggregate, sort) | split: rows by "
-        "target | encode: Arrow IPC | send: waiting on back-pressure | recv: waiting for and receiving "
-        "inputs (on the driver's last stage: collecting the result) | sent/recvd: bytes on the wire | "
+        "target | encode: Arrow IPC | send: waiting on back-pressure or a streaming consumer's credit | "
+        "recv: waiting for and receiving inputs (on the driver's last stage: collecting the result) | "
+        "sent/recvd: bytes on the wire | "
         "spilled: received bytes written to local files past the stage's memory budget",
         highlight=False,
     )

@@ -34,6 +34,8 @@ T = TypeVar("T")  # what every rank contributes to a collective: the same type o
 
 
 def make_tag(qid: int, channel: int) -> int:
+    if channel >> _CHANNEL_BITS:  # it would spill into the query's bits: messages of another query
+        raise TransportError(f"channel {channel} out of range: too many exchanges in one query")
     return ((qid % (1 << _QID_BITS)) << _CHANNEL_BITS) | channel
 
 
