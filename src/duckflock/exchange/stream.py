@@ -106,7 +106,7 @@ class StreamedInput:
         with self._lock:
             gated = self._gated
             if not gated:  # taken on arrival (counted in the credit DuckDB's taking it will start with)
-                self._taken[sender] = self._taken.get(sender, 0) + 1
+                self._bump(sender)
         if gated:
             if spilled:
                 self._hand_over_file()  # its rows are read before the mark is reached
@@ -139,8 +139,23 @@ class StreamedInput:
 
     def _count(self, sender: int) -> int:
         with self._lock:
-            self._taken[sender] = taken = self._taken.get(sender, 0) + 1
-            return taken
+            return self._bump(sender)
+
+    def _bump(self, sender: int) -> int:
+        """One more message of ``sender`` taken (with ``_lock`` held)."""
+        self._taken[sender] = taken = self._taken.get(sender, 0) + 1
+        return taken
+
+    def _grant_all(self, taken: dict[int, int], window: int) -> None:
+        if self._grant is not None:
+            for sender in self._senders:
+                self._grant(sender, taken.get(sender, 0), window)
+
+    def _unhold(self, batch: pa.RecordBatch) -> None:
+        """A batch leaves the memory queue: it no longer counts against the budget."""
+        with self._lock:
+            self.held_bytes -= batch.nbytes
+        self.spill.release(batch.nbytes)
 
     def _know(self, schema: pa.Schema) -> None:
         self.schema = schema
@@ -173,9 +188,7 @@ class StreamedInput:
         with self._lock:
             self._gated = self._grant is not None
             taken = dict(self._taken)
-        if self._grant is not None:
-            for sender in self._senders:
-                self._grant(sender, taken.get(sender, 0), self._window)
+        self._grant_all(taken, self._window)
         return pa.RecordBatchReader.from_batches(self.schema, self._batches())
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
@@ -195,9 +208,7 @@ class StreamedInput:
             if isinstance(item, Path):
                 yield from self._read_file(item)
                 continue
-            with self._lock:
-                self.held_bytes -= item.nbytes
-            self.spill.release(item.nbytes)
+            self._unhold(item)
             self.rows += item.num_rows
             yield item
 
@@ -251,17 +262,16 @@ class StreamedInput:
                 if isinstance(item, _Taken):
                     self._count(item.sender)
                 elif isinstance(item, pa.RecordBatch):
-                    with self._lock:
-                        self.held_bytes -= item.nbytes
-                    self.spill.release(item.nbytes)
+                    self._unhold(item)
                 elif isinstance(item, Path):
                     item.unlink(missing_ok=True)
                 else:
                     self._queue.put(item)  # the end or an error: left for whoever waits on it
                     break
-            if gated and self._grant is not None:
-                for sender in self._senders:
-                    self._grant(sender, self._taken.get(sender, 0), 0)
+            if gated:
+                with self._lock:
+                    taken = dict(self._taken)
+                self._grant_all(taken, 0)
 
     def release(self) -> None:
         """The stage has ended (also early, on failure): batches still queued no longer count."""
