@@ -404,3 +404,27 @@ def test_ranges_aligned_matches_brute_force(a, b):
     )
     assert ranges_aligned(_r("x", a), _r("y", b)) == expected
     assert co_located(_r("x", a), _r("y", b), [("x", "y")], ["BIGINT"]) == expected
+
+
+@given(st.lists(st.integers(0, 200), min_size=1, max_size=40, unique=True), st.integers(1, 40))
+def test_partition_groups_cover_each_partition_once(owned, runs):
+    from duckflock.exec.partition_runs import _deal
+
+    runs = min(runs, len(owned))
+    groups = _deal(sorted(owned), runs)
+    assert len(groups) == runs and all(groups)
+    assert sorted(p for g in groups for p in g) == sorted(owned)
+    assert max(map(len, groups)) - min(map(len, groups)) <= 1
+
+
+def test_partition_runs_need_one_partitioning():
+    from duckflock.exec.partition_runs import _alike
+
+    bounds = ((1, 5), None, (9, 12))
+    assert _alike(Hashed(("a",), ("BIGINT",), 6), Hashed(("b",), ("BIGINT",), 6))
+    assert not _alike(Hashed(("a",), ("BIGINT",), 6), Hashed(("a",), ("BIGINT",), 4))
+    assert not _alike(Hashed(("a",), ("BIGINT",), 6), Hashed(("a",), ("VARCHAR",), 6))
+    assert _alike(Ranged("a", "INTEGER", bounds), Ranged("b", "BIGINT", bounds))
+    # Aligned but different bounds put a key in a gap of one into different partitions: not alike.
+    assert not _alike(Ranged("a", "BIGINT", bounds), Ranged("a", "BIGINT", ((1, 6), None, (9, 12))))
+    assert not _alike(Hashed(("a",), ("BIGINT",), 3), Ranged("a", "BIGINT", bounds))

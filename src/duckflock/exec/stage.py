@@ -19,7 +19,8 @@ from duckflock.exchange.arrays import arrow_array
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
-from duckflock.exec import adaptive, range_sort, skew
+from duckflock.exec import adaptive, partition_runs, range_sort, skew
+from duckflock.exec.memory import release_free_memory
 from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
 from duckflock.local_duckdb import fetch_as_duckdb_returns, joins_as_written
@@ -61,12 +62,15 @@ class StageStats:
         self.note = text
 
 
-def scan_source(catalog: Catalog, rank: int, size: int):
-    """FROM item for a Scan on this rank: its partitions' files (all of them when replicated)."""
+def scan_source(catalog: Catalog, rank: int, size: int, only: tuple[int, ...] | None = None):
+    """FROM item for a Scan on this rank: its partitions' files (all of them when replicated; of
+    those, the partitions ``only`` names when given)."""
 
     def source(scan: Scan) -> str:
         info = catalog.table(scan.table)
         parts = range(len(info.partitions)) if scan.replicated else info.partitions_of_rank(rank, size)
+        if only is not None and not scan.replicated:
+            parts = [p for p in parts if p in only]
         files = [catalog.path(f) for p in parts for f in info.partitions[p].files]
         empty = not files
         if empty:  # an empty relation with the table's exact schema
@@ -159,12 +163,20 @@ def run_stage(
             if xid not in streams:
                 inputs[xid] = received.take(xid, stats.exchange)
                 stats.received[xid] = inputs[xid].num_rows
-                run.register(exchange_table(xid), inputs[xid])
+        split = None if streams or overlap else _split(rt, plan, stage, root, inputs)
+        for xid, table in inputs.items():
+            run.register(split.whole(xid) if split and xid in split.filters else exchange_table(xid), table)
         for xid in streams:
             _take_stream(run, root, xid, received)
         if stage.output is None:
             return _result(run, root, inputs, plan.output_schema), stats
-        _send(run, plan, stage.output, root, part)
+        if split is not None:
+            try:
+                _send_in_groups(run, plan, stage.output, root, part, split)
+            finally:
+                split.close(run.con)
+        else:
+            _send(run, plan, stage.output, root, part)
         for xid in streams:
             stats.received[xid] = received.finish_stream(xid, stats.exchange)
         return None, stats
@@ -175,6 +187,18 @@ def run_stage(
         for xid in taken:
             received.done(xid)
         stats.total_s = time.perf_counter() - t_start
+
+
+def _split(
+    rt: Runtime, plan: StagePlan, stage: Stage, root: Node, inputs: dict[int, pa.Table]
+) -> partition_runs.Split | None:
+    """Whether the stage runs once per group of this rank's partitions (exec/partition_runs.py)."""
+    limit = rt.config.partition_run_bytes
+    if limit == 0 and rt.budget is not None:
+        limit = rt.budget.duckdb_bytes
+    if limit <= 0 or rt.catalog is None:
+        return None
+    return partition_runs.split(root, stage, plan, rt.catalog, inputs, rt.rank, rt.size, limit)
 
 
 def _take_stream(run: _StageRun, root: Node, xid: int, received: QueryInputs) -> None:
@@ -224,24 +248,67 @@ def _send(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, root: Node, part:
     out = _Output(spec.kind, [], reader.schema)
     if spec.fallback_target is not None:
         out = _measure(run, spec, reader)
-    writer = part or ExchangeWriter(
+    writer = part or _writer(run, plan, spec, out.kind)
+    written = _write(run, writer, out, reader, t0)
+    _close(run, writer, out.schema)
+    _note_broadcast(run, out.kind, spec, written)
+
+
+def _send_in_groups(
+    run: _StageRun,
+    plan: StagePlan,
+    spec: ExchangeSpec,
+    root: Node,
+    part: ResultWriter | None,
+    split: partition_runs.Split,
+) -> None:
+    """``_send`` once per group of partitions, all into one writer: ``split`` rules out hot keys,
+    measured broadcasts, sorts and streams."""
+    rt = run.rt
+    assert rt.catalog is not None
+    writer = part or _writer(run, plan, spec, spec.kind)
+    written = 0
+    schema = None
+    for group in split.groups:
+        split.read_group(run.con, group)
+        sql = render(root, scan_source(rt.catalog, rt.rank, rt.size, group))
+        t0 = time.perf_counter()
+        reader = _reader(run, _routed(run, spec, sql))
+        schema = reader.schema
+        written += _write(run, writer, _Output(spec.kind, [], schema), reader, t0)
+        release_free_memory()  # the run's hash tables, before the next run builds its own
+    assert schema is not None
+    _close(run, writer, schema)
+    run.stats.set_note(split.note())
+    _note_broadcast(run, spec.kind, spec, written)
+
+
+def _writer(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, kind: ExchangeKind) -> ExchangeWriter:
+    rt = run.rt
+    return ExchangeWriter(
         rt.mux,
         run.qid,
         spec.xid,
-        out.kind,
+        kind,
         plan.receivers(spec.xid, rt.size),
         rt.config.chunk_bytes,
         write_options(rt.config.compression),
-        stats.exchange,
+        run.stats.exchange,
     )
-    written = _write(run, writer, out, reader, t0)
+
+
+def _close(run: _StageRun, writer: ExchangeWriter | ResultWriter, schema: pa.Schema) -> None:
     if isinstance(writer, ExchangeWriter):
-        writer.close(out.schema)
+        writer.close(schema)
     else:
-        stats.exchange.rows_out = writer.rows
-    threshold = rt.config.broadcast_threshold_bytes
-    if out.kind is ExchangeKind.BROADCAST and spec.fallback_target is None and written > threshold:
-        stats.note = (
+        run.stats.exchange.rows_out = writer.rows
+
+
+def _note_broadcast(run: _StageRun, kind: ExchangeKind, spec: ExchangeSpec, written: int) -> None:
+    """A broadcast the planner could not measure first, larger than the threshold: say so."""
+    threshold = run.rt.config.broadcast_threshold_bytes
+    if kind is ExchangeKind.BROADCAST and spec.fallback_target is None and written > threshold:
+        run.stats.note = (
             f"x{spec.xid}: broadcast {human(written, 'B')} from this rank, over the threshold of "
             f"{human(threshold, 'B')}; not measured in advance: no shuffle gives the same rows"
         )

@@ -79,19 +79,23 @@ def range_partition_sql(key: str, key_type: str, splitters: list[str]) -> str:
 def target_sql(keys: tuple[str, ...], target: Partitioning, size: int) -> str:
     """SQL computing each row's target rank from its ``keys``, evaluated by DuckDB inside the
     producing query, so that rows land on the rank of ``target`` partition they belong to."""
+    return f"CAST({partition_sql(keys, target)} % {size} AS USMALLINT)"
+
+
+def partition_sql(keys: tuple[str, ...], target: Partitioning) -> str:
+    """SQL computing the number of the ``target`` partition each row belongs to, from its ``keys``."""
     if isinstance(target, Hashed):
-        part = f"({key_hash_sql(keys, target)} % {target.count})"
-        return f"CAST({part} % {size} AS USMALLINT)"
+        return f"({key_hash_sql(keys, target)} % {target.count})"
     if isinstance(target, Ranged):
         # Partition p holds keys up to its upper bound; keys in no partition's range match nothing
-        # on the other side, so any target is correct for them.
+        # on the other side, so any partition is correct for them.
         bounds = sorted((b[1], p) for p, b in enumerate(target.bounds) if b is not None)
         # Compare in the key's canonical type: the other side's keys may not fit the range key's type.
         key = f"CAST({keys[0]} AS {canonical_hash_type(target.key_type)})"
-        whens = " ".join(f"WHEN {key} <= {sql_literal(hi)} THEN {p % size}" for hi, p in bounds)
-        last = bounds[-1][1] % size if bounds else 0
-        return f"CAST(CASE {whens} ELSE {last} END AS USMALLINT)"
-    raise ValueError(f"no target function for {target.describe()}")
+        whens = " ".join(f"WHEN {key} <= {sql_literal(hi)} THEN {p}" for hi, p in bounds)
+        last = bounds[-1][1] if bounds else 0
+        return f"(CASE {whens} ELSE {last} END)"
+    raise ValueError(f"no partition function for {target.describe()}")
 
 
 def key_hash_sql(keys: tuple[str, ...], target: Hashed) -> str:

@@ -1,0 +1,122 @@
+"""Stages run once per group of a rank's partitions (exec/partition_runs.py) give DuckDB's answer.
+
+Every eligible stage is split as finely as it can be (a one-byte allowance per run), so each query
+below runs its joins, aggregates, windows and set operations once per partition a rank holds; NULL
+keys, keys outside every range partition and outer joins check that each row is in exactly one run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import duckflock
+from support import assert_same, make_table, oracle
+
+pytestmark = pytest.mark.dist
+
+SPLIT = {"partition_run_bytes": 1, "stream_inputs": False, "broadcast_threshold_bytes": 0}
+NOTE = "ran once per group of partitions"
+
+# name -> (query, whether a stage of it must run in groups)
+QUERIES = {
+    "co-located join": (
+        "SELECT a.g, count(*) AS n, sum(b.v) AS v FROM a JOIN b ON a.k = b.k GROUP BY a.g",
+        True,
+    ),
+    "left join, NULL keys": ("SELECT a.k, a.s, b.v FROM a LEFT JOIN b ON a.k = b.k", True),
+    "full join": ("SELECT a.k AS ak, b.k AS bk, a.s, b.v FROM a FULL JOIN b ON a.k = b.k", True),
+    "anti join": ("SELECT k, s FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k)", True),
+    "semi join": ("SELECT k, s FROM a WHERE EXISTS (SELECT 1 FROM b WHERE b.k = a.k AND b.v % 3 = 0)", True),
+    "group by key": ("SELECT k, count(*) AS n, min(s) AS s FROM a GROUP BY k HAVING count(*) > 1", True),
+    "window by key": (
+        "SELECT k, s, row_number() OVER (PARTITION BY k ORDER BY s) AS rn, sum(v) OVER (PARTITION BY k) AS t "
+        "FROM b",
+        True,
+    ),
+    "distinct": ("SELECT DISTINCT k, g FROM a", True),
+    # Both sides hashed afresh into one partition per rank: nothing to split, and a right answer.
+    "intersect": ("SELECT k FROM a INTERSECT SELECT k FROM b", False),
+    "except all": ("SELECT k FROM a EXCEPT ALL SELECT k FROM b", False),
+    # f moves to r's range partitions; its keys below, between and above r's ranges, and NULL, must
+    # each come out once.
+    "range, shuffled side preserved": (
+        "SELECT f.x, f.s, r.w FROM f LEFT JOIN r ON f.x = r.k",
+        True,
+    ),
+    "range, aggregate": (
+        "SELECT r.k % 5 AS m, count(*) AS n, max(f.s) AS s FROM r JOIN f ON r.k = f.x GROUP BY 1",
+        True,
+    ),
+    "top rows of a join": ("SELECT a.k, b.v FROM a JOIN b ON a.k = b.k ORDER BY b.v DESC, a.k LIMIT 7", True),
+    # Hot keys are spread over the ranks, not kept by partition: that stage runs once.
+    "skewed join": ("SELECT count(*) AS n, sum(b.v) AS v FROM h JOIN b ON h.hot = b.k", False),
+}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("partition_runs")
+    # a and b: hashed on k into 6 partitions (3 or 2 per rank), co-located; NULL keys on both sides.
+    make_table(
+        root,
+        "a",
+        "SELECT CASE WHEN i % 17 = 0 THEN NULL ELSE i % 400 END AS k, i % 9 AS g, 's' || i::VARCHAR AS s "
+        "FROM range(3000) t(i)",
+        6,
+        "hash",
+        ("k",),
+    )
+    make_table(
+        root,
+        "b",
+        "SELECT CASE WHEN i % 23 = 0 THEN NULL ELSE (i * 7) % 500 END AS k, i AS v, 'b' || (i % 31)::VARCHAR AS s "
+        "FROM range(2500) t(i)",
+        6,
+        "hash",
+        ("k",),
+    )
+    # r: range-partitioned on k with gaps between its ranges; f: dealt round-robin.
+    make_table(
+        root, "r", "SELECT i * 10 AS k, i AS w FROM range(1, 300) t(i) WHERE i % 50 < 40", 6, "range", ("k",)
+    )
+    make_table(
+        root,
+        "f",
+        "SELECT CASE WHEN i % 29 = 0 THEN NULL ELSE i % 3200 - 100 END AS x, 'f' || i::VARCHAR AS s "
+        "FROM range(5000) t(i)",
+        4,
+    )
+    # h: one key holds half the rows (a hot key of a large side).
+    make_table(
+        root,
+        "h",
+        "SELECT CASE WHEN i % 2 = 0 THEN 7 ELSE i % 500 END AS hot FROM range(240000) t(i)",
+        4,
+    )
+    return root
+
+
+@pytest.mark.parametrize(("transport", "ranks"), [("threads", 2), ("threads", 3), ("mpi", 2)])
+def test_stages_split_by_partition_match_duckdb(data, transport, ranks):
+    ref = oracle(data)
+    split = set()
+    with duckflock.connect(str(data), ranks=ranks, transport=transport, config=SPLIT) as db:
+        for name, (sql, _) in QUERIES.items():
+            result = db.sql(sql, profile=True)
+            assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
+            if any(NOTE in s.note for s in result.stats):
+                split.add(name)
+    assert split == {name for name, (_, splits) in QUERIES.items() if splits}
+
+
+def test_split_off_runs_each_stage_once(data):
+    ref = oracle(data)
+    sql = QUERIES["co-located join"][0]
+    with duckflock.connect(
+        str(data), ranks=2, transport="threads", config={**SPLIT, "partition_run_bytes": -1}
+    ) as db:
+        result = db.sql(sql, profile=True)
+        assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
+        assert not any(NOTE in s.note for s in result.stats)
