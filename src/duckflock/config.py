@@ -73,10 +73,10 @@ class Config:
     # A stage may read an exchange as it arrives, running alongside the stages from its producer on
     # (plan/streaming.py), when the rank's memory leaves room for them (exec/budget.py).
     stream_inputs: bool = True
-    # A stage whose partitioned inputs on a rank hold more than this many bytes runs once per group
-    # of the rank's partitions, each group's inputs about this size, so that DuckDB's hash tables
-    # fit its memory instead of spilling (exec/partition_runs.py). 0: DuckDB's memory_limit on the
-    # rank; -1: every stage runs once.
+    # A stage whose rows received into a table's partitioning hold more than this many bytes on a
+    # rank runs once per group of the rank's partitions, each group's rows about this size, so that
+    # DuckDB's hash tables fit its memory instead of spilling (exec/partition_runs.py). 0: DuckDB's
+    # memory_limit on the rank; -1: every stage runs once.
     partition_run_bytes: int = 0
     # Test hook: before each stage every rank writes its pid to <dir>/rank<R>.stage<S>, then waits while
     # <dir>/hold exists, so a test injects a fault at an observed point instead of racing a sleep.

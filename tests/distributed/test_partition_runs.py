@@ -19,37 +19,48 @@ pytestmark = pytest.mark.dist
 SPLIT = {"partition_run_bytes": 1, "stream_inputs": False, "broadcast_threshold_bytes": 0}
 NOTE = "ran once per group of partitions"
 
-# name -> (query, whether a stage of it must run in groups)
+# name -> (query, whether a stage of it must run in groups). f, dealt round-robin, moves into the
+# partitioning of a, b (hash) or r (range): the stage reading it also reads those tables' files.
 QUERIES = {
-    "co-located join": (
-        "SELECT a.g, count(*) AS n, sum(b.v) AS v FROM a JOIN b ON a.k = b.k GROUP BY a.g",
+    "join into hash partitions": (
+        "SELECT a.g, count(*) AS n, sum(length(f.s)) AS l FROM a JOIN f ON a.k = f.x GROUP BY a.g",
         True,
     ),
-    "left join, NULL keys": ("SELECT a.k, a.s, b.v FROM a LEFT JOIN b ON a.k = b.k", True),
-    "full join": ("SELECT a.k AS ak, b.k AS bk, a.s, b.v FROM a FULL JOIN b ON a.k = b.k", True),
-    "anti join": ("SELECT k, s FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k)", True),
-    "semi join": ("SELECT k, s FROM a WHERE EXISTS (SELECT 1 FROM b WHERE b.k = a.k AND b.v % 3 = 0)", True),
-    "group by key": ("SELECT k, count(*) AS n, min(s) AS s FROM a GROUP BY k HAVING count(*) > 1", True),
+    "left join, NULL keys": ("SELECT f.x, f.s, a.g FROM f LEFT JOIN a ON f.x = a.k", True),
+    "full join": ("SELECT a.k, f.x, a.s, f.s AS fs FROM a FULL JOIN f ON a.k = f.x", True),
+    "anti join": ("SELECT x, s FROM f WHERE NOT EXISTS (SELECT 1 FROM a WHERE a.k = f.x)", True),
+    "semi join": (
+        "SELECT k, s FROM a WHERE EXISTS (SELECT 1 FROM f WHERE f.x = a.k AND length(f.s) > 4)",
+        True,
+    ),
+    "three tables": (
+        "SELECT a.g, count(*) AS n, sum(b.v) AS v FROM a JOIN b ON a.k = b.k JOIN f ON f.x = a.k GROUP BY a.g",
+        True,
+    ),
+    "group by key": (
+        "SELECT f.x, count(*) AS n, min(b.s) AS s FROM f JOIN b ON f.x = b.k GROUP BY f.x HAVING count(*) > 1",
+        True,
+    ),
     "window by key": (
-        "SELECT k, s, row_number() OVER (PARTITION BY k ORDER BY s) AS rn, sum(v) OVER (PARTITION BY k) AS t "
-        "FROM b",
+        "SELECT a.k, f.s, row_number() OVER (PARTITION BY a.k ORDER BY f.s, a.s) AS rn FROM a JOIN f ON a.k = f.x",
         True,
     ),
-    "distinct": ("SELECT DISTINCT k, g FROM a", True),
-    # Both sides hashed afresh into one partition per rank: nothing to split, and a right answer.
-    "intersect": ("SELECT k FROM a INTERSECT SELECT k FROM b", False),
-    "except all": ("SELECT k FROM a EXCEPT ALL SELECT k FROM b", False),
-    # f moves to r's range partitions; its keys below, between and above r's ranges, and NULL, must
-    # each come out once.
-    "range, shuffled side preserved": (
-        "SELECT f.x, f.s, r.w FROM f LEFT JOIN r ON f.x = r.k",
-        True,
-    ),
+    "distinct": ("SELECT DISTINCT a.g, f.x FROM a JOIN f ON a.k = f.x", True),
+    "top rows of a join": ("SELECT a.k, f.s FROM a JOIN f ON a.k = f.x ORDER BY f.s DESC, a.k LIMIT 7", True),
+    # Keys below, between and above r's ranges, and NULL, must each come out once.
+    "range, shuffled side preserved": ("SELECT f.x, f.s, r.w FROM f LEFT JOIN r ON f.x = r.k", True),
     "range, aggregate": (
         "SELECT r.k % 5 AS m, count(*) AS n, max(f.s) AS s FROM r JOIN f ON r.k = f.x GROUP BY 1",
         True,
     ),
-    "top rows of a join": ("SELECT a.k, b.v FROM a JOIN b ON a.k = b.k ORDER BY b.v DESC, a.k LIMIT 7", True),
+    # Tables only: no received rows to measure, the stage runs once.
+    "co-located tables": (
+        "SELECT a.g, count(*) AS n, sum(b.v) AS v FROM a JOIN b ON a.k = b.k GROUP BY a.g",
+        False,
+    ),
+    # Both sides hashed afresh into one partition per rank: nothing to split.
+    "intersect": ("SELECT k FROM a INTERSECT SELECT k FROM b", False),
+    "except all": ("SELECT k FROM a EXCEPT ALL SELECT k FROM b", False),
     # Hot keys are spread over the ranks, not kept by partition: that stage runs once.
     "skewed join": ("SELECT count(*) AS n, sum(b.v) AS v FROM h JOIN b ON h.hot = b.k", False),
 }
@@ -113,7 +124,7 @@ def test_stages_split_by_partition_match_duckdb(data, transport, ranks):
 
 def test_split_off_runs_each_stage_once(data):
     ref = oracle(data)
-    sql = QUERIES["co-located join"][0]
+    sql = QUERIES["join into hash partitions"][0]
     with duckflock.connect(
         str(data), ranks=2, transport="threads", config={**SPLIT, "partition_run_bytes": -1}
     ) as db:
