@@ -131,3 +131,21 @@ def test_split_off_runs_each_stage_once(data):
         result = db.sql(sql, profile=True)
         assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
         assert not any(NOTE in s.note for s in result.stats)
+
+
+def test_failed_split_stage_leaves_the_session_usable(data):
+    """A run that fails part-way leaves no view behind: later queries read their exchanges under
+    the same names, split or not."""
+    ref = oracle(data)
+    failing = (
+        "SELECT count(*) AS n FROM a JOIN f ON a.k = f.x "
+        "WHERE CASE WHEN a.k = 399 AND f.x = 399 THEN error('boom') ELSE true END"
+    )
+    with duckflock.connect(str(data), ranks=2, transport="threads", config=SPLIT) as db:
+        result = db.sql(QUERIES["join into hash partitions"][0], profile=True)
+        assert any(NOTE in s.note for s in result.stats)
+        with pytest.raises(duckflock.DuckflockError, match="boom"):
+            db.sql(failing)
+        for name in ("intersect", "join into hash partitions", "range, aggregate"):
+            sql = QUERIES[name][0]
+            assert_same(db.sql(sql).arrow(), ref.sql(sql).to_arrow_table())

@@ -75,9 +75,10 @@ class Split:
             )
 
     def close(self, con: duckdb.DuckDBPyConnection) -> None:
-        # After a failure the connection may be interrupted: the failure is what the caller reports.
-        with contextlib.suppress(duckdb.Error):
-            for xid in self.filters:
+        """Drop the views (a view left behind would refuse the next query's exchange table of that
+        name). After a failure the error the caller reports is the failure, not a drop's."""
+        for xid in self.filters:
+            with contextlib.suppress(duckdb.Error):
                 con.execute(f"DROP VIEW IF EXISTS {exchange_table(xid)}")
 
     def note(self) -> str:

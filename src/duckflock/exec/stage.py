@@ -270,12 +270,18 @@ def _send_in_groups(
     written = 0
     schema = None
     for group in split.groups:
+        failure = rt.mux.failure(run.qid)  # another rank failed meanwhile: no more runs
+        if failure is not None:
+            raise failure.error()
         split.read_group(run.con, group)
         sql = render(root, scan_source(rt.catalog, rt.rank, rt.size, group))
         t0 = time.perf_counter()
         reader = _reader(run, _routed(run, spec, sql))
-        schema = reader.schema
-        written += _write(run, writer, _Output(spec.kind, [], schema), reader, t0)
+        try:
+            schema = reader.schema
+            written += _write(run, writer, _Output(spec.kind, [], schema), reader, t0)
+        finally:
+            reader.close()  # an open result would keep its views from being dropped
         release_free_memory()  # the run's hash tables, before the next run builds its own
     assert schema is not None
     _close(run, writer, schema)

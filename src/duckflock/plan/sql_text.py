@@ -90,10 +90,12 @@ def partition_sql(keys: tuple[str, ...], target: Partitioning) -> str:
         # Partition p holds keys up to its upper bound; keys in no partition's range match nothing
         # on the other side, so any partition is correct for them.
         bounds = sorted((b[1], p) for p, b in enumerate(target.bounds) if b is not None)
+        if not bounds:  # every partition empty: the other side's keys match nothing anywhere
+            return "0"
         # Compare in the key's canonical type: the other side's keys may not fit the range key's type.
         key = f"CAST({keys[0]} AS {canonical_hash_type(target.key_type)})"
         whens = " ".join(f"WHEN {key} <= {sql_literal(hi)} THEN {p}" for hi, p in bounds)
-        last = bounds[-1][1] if bounds else 0
+        last = bounds[-1][1]
         return f"(CASE {whens} ELSE {last} END)"
     raise ValueError(f"no partition function for {target.describe()}")
 
