@@ -29,7 +29,7 @@ DUCKDB_PART = 0.6
 EXCHANGE_PART = 0.2
 INFLIGHT_PART = 0.05
 # What one running stage holds outside DuckDB's limit: a result batch of ``batch_rows`` rows and its
-# pieces split by target (12 MB each for the join: lineitem with l_comment), the chunks
+# pieces split by target (3 MB each for the join: lineitem with l_comment), the chunks
 # waiting per target, DuckDB's own overshoot. Three stages at once with 31 MB left over (the
 # issue's join at SF 10, 4 ranks in a 1.5 GiB cgroup) were OOM-killed; with 77 MB (2 ranks) not.
 STAGE_BYTES = 64 << 20
