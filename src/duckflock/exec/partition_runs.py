@@ -29,10 +29,8 @@ from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import Hashed, Partitioning, Ranged, canonical_hash_type
 from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import (
-    AdaptiveJoin,
     Aggregate,
     Distinct,
-    DriverQuery,
     ExchangeRead,
     Join,
     Node,
@@ -130,9 +128,7 @@ def _partitioned_inputs(
     SQL; None when an input is split otherwise or no exchange read is partitioned."""
     found: list[Hashed | Ranged] = []
     filters: dict[int, str] = {}
-    for node in walk(root):
-        if isinstance(node, AdaptiveJoin | DriverQuery):
-            return None
+    for node in walk(root):  # resolved: no AdaptiveJoin; a DriverQuery runs on the driver only
         if isinstance(node, Scan) and not node.replicated:
             part: Partitioning = catalog.table(node.table).partitioning()
             if not isinstance(part, Hashed | Ranged):
