@@ -21,6 +21,7 @@ from duckflock.catalog.partitioning import (
     Partitioning,
     Ranged,
     canonical_hash_type,
+    partitions_of_rank,
 )
 from duckflock.errors import CatalogError
 
@@ -97,7 +98,7 @@ class TableInfo:
         return replace(self, hash_canary=canary(self.hash_key_types()), duckdb_version=duckdb.__version__)
 
     def partitions_of_rank(self, rank: int, size: int) -> list[int]:
-        return [p for p in range(len(self.partitions)) if p % size == rank]
+        return partitions_of_rank(len(self.partitions), rank, size)
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -11,6 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+
+def partitions_of_rank(count: int, rank: int, size: int) -> list[int]:
+    """The partitions of ``count`` that live on ``rank`` of ``size`` ranks."""
+    return [p for p in range(count) if p % size == rank]
+
+
 _SMALL_INTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
 _BIG_INTS = {"UBIGINT", "HUGEINT", "UHUGEINT"}
 _NUMERIC_PREFIXES = ("DECIMAL", "NUMERIC", "FLOAT", "DOUBLE", "REAL")

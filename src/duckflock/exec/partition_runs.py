@@ -26,7 +26,13 @@ import duckdb
 import pyarrow as pa
 
 from duckflock.catalog import Catalog
-from duckflock.catalog.partitioning import Hashed, Partitioning, Ranged, canonical_hash_type
+from duckflock.catalog.partitioning import (
+    Hashed,
+    Partitioning,
+    Ranged,
+    canonical_hash_type,
+    partitions_of_rank,
+)
 from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import (
     Aggregate,
@@ -109,7 +115,7 @@ def split(
     if found is None:
         return None
     target, filters = found
-    owned = [p for p in range(target.count) if p % size == rank]
+    owned = partitions_of_rank(target.count, rank, size)
     # Only the received rows count: their size is measured, a scan's is not (its filters, and
     # which side DuckDB builds on, are unknown here). Splitting a stage that reads only tables
     # costs more than it saves when its hash tables fit anyway (TPC-H Q21 at SF 10, 4 ranks in a
