@@ -670,3 +670,19 @@ def test_errors_do_not_suggest_duckdb_internal_tables(plan):
     with pytest.raises(DuckflockError) as e:
         plan("SELECT * FROM pg_tabls")
     assert "pg_" not in str(e.value).replace("pg_tabls", ""), str(e.value)
+
+
+def test_aggregate_names_follow_duckdbs_catalog_through_macros():
+    """Aggregates by DuckDB's catalog: its aggregates and the macros calling one, also through
+    another macro (geomean is exp(avg(ln(x)))); not scalar functions nor scalar macros."""
+    from duckflock.sql.functions import AggregateNames
+
+    con = duckdb.connect()
+    con.execute("CREATE MACRO twice_total(x) AS 2 * sum(x)")
+    con.execute("CREATE MACRO via_macro(x) AS twice_total(x) + 1")
+    con.execute("CREATE MACRO plain(x) AS x + 1")
+    names = AggregateNames(con)
+    for name in ("sum", "mad", "list", "geomean", "twice_total", "via_macro"):
+        assert name in names, name
+    for name in ("abs", "pg_typeof", "plain", "no_such_function", None):
+        assert name not in names, name

@@ -13,7 +13,7 @@ from duckflock.errors import CatalogError, SqlError, duckdb_message
 from duckflock.local_duckdb import restrict
 from duckflock.plan.nodes import Node
 from duckflock.plan.render import render
-from duckflock.sql.functions import aggregate_names
+from duckflock.sql.functions import AggregateNames
 from duckflock.sqltext import quote_ident as q
 
 
@@ -28,9 +28,9 @@ class SchemaDB:
             self.con.execute(f"CREATE TABLE {q(name)} ({cols})")
 
     @functools.cached_property
-    def aggregate_names(self) -> frozenset[str]:
+    def aggregate_names(self) -> AggregateNames:
         """DuckDB's aggregate functions (and aggregating macros), by lower-case name."""
-        return aggregate_names(self.con)
+        return AggregateNames(self.con)
 
     @functools.cached_property
     def function_aliases(self) -> dict[str, str]:
