@@ -38,12 +38,25 @@ def test_slurm_allocation_and_split(monkeypatch):
     assert budget.Budget.of_rank(Config(exchange_memory_bytes=7), 2).exchange_bytes == 7
 
 
-@pytest.mark.parametrize(("rank_mib", "at_once"), [(128, 1), (307, 1), (614, 1), (2048, 4), (16384, 8)])
-def test_stages_at_once_fit_what_duckdb_and_exchanges_leave(rank_mib, at_once, monkeypatch):
-    """Streaming runs several stages at once only where their Arrow batches fit (exec/budget.py)."""
+@pytest.mark.parametrize(
+    ("rank_mib", "batch_rows", "at_once"),
+    [
+        (128, 65536, 1),
+        (200, 65536, 1),
+        (250, 65536, 2),
+        (307, 65536, 3),
+        (614, 65536, 8),
+        (614, 262144, 2),
+        (2048, 262144, 8),
+        (16384, 65536, 8),
+    ],
+)
+def test_stages_at_once_fit_what_duckdb_and_exchanges_leave(rank_mib, batch_rows, at_once, monkeypatch):
+    """Streaming runs several stages at once only where their Arrow batches fit (exec/budget.py):
+    larger batches, fewer stages."""
     monkeypatch.setattr(budget, "own_anon_bytes", lambda: 100 << 20)
-    got = budget.Budget.of_rank(Config(memory_limit_bytes=rank_mib << 20), 1).stages_at_once
-    assert got == at_once
+    config = Config(memory_limit_bytes=rank_mib << 20, batch_rows=batch_rows)
+    assert budget.Budget.of_rank(config, 1).stages_at_once == at_once
 
 
 def test_broadcast_bound_is_a_share_of_duckdbs_part_of_the_rank(monkeypatch):

@@ -110,3 +110,10 @@ def test_a_stream_on_the_right_is_written_first(kind, swapped):
 
 def test_the_larger_input_by_the_estimates_streams():
     assert streamed_input(_plan(_join(BIG, SMALL), big=10.0), 2, CATALOG, 2) == 0
+
+
+def test_no_stream_through_a_build_side_larger_than_duckdbs_memory():
+    """A build side that would spill runs in partition runs instead, which a stream cannot."""
+    plan = _plan(_join(BIG, SMALL))  # each rank gets 500 rows, 4,000 bytes, of the build side
+    assert streamed_input(plan, 2, CATALOG, 2, memory_bytes=4_000) == 1
+    assert streamed_input(plan, 2, CATALOG, 2, memory_bytes=3_999) is None

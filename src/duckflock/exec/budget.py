@@ -28,11 +28,12 @@ from duckflock.config import Config
 DUCKDB_PART = 0.6
 EXCHANGE_PART = 0.2
 INFLIGHT_PART = 0.05
-# What one running stage holds outside DuckDB's limit: a result batch of ``batch_rows`` rows and its
-# pieces split by target (3 MB each for the join: lineitem with l_comment), the chunks
-# waiting per target, DuckDB's own overshoot. Three stages at once with 31 MB left over (the
-# issue's join at SF 10, 4 ranks in a 1.5 GiB cgroup) were OOM-killed; with 77 MB (2 ranks) not.
-STAGE_BYTES = 64 << 20
+# What one running stage holds outside DuckDB's limit, per row of a batch (``batch_rows``): the
+# result batch and its pieces split by target, 4 MB each for the join at 64Ki rows (lineitem
+# with l_comment), and DuckDB's own overshoot. With 256Ki-row batches, three stages at once with 31
+# MB left over (the join at SF 10, 4 ranks in a 1.5 GiB cgroup) were OOM-killed; with
+# 64Ki-row batches and this much per stage, that join and the skewed join at 4 ranks completed.
+STAGE_BYTES_PER_BATCH_ROW = 128
 REST_PART = 1 - DUCKDB_PART - EXCHANGE_PART - INFLIGHT_PART
 MAX_STAGES_AT_ONCE = 8
 # A side broadcast for being cheaper to copy than the other side is to move may take up to one
@@ -61,7 +62,10 @@ class Budget:
             inflight_bytes=max(
                 min(config.max_inflight_bytes, int(free * INFLIGHT_PART)), 2 * config.chunk_bytes
             ),
-            stages_at_once=min(MAX_STAGES_AT_ONCE, max(1, int(free * REST_PART) // STAGE_BYTES)),
+            stages_at_once=min(
+                MAX_STAGES_AT_ONCE,
+                max(1, int(free * REST_PART) // (STAGE_BYTES_PER_BATCH_ROW * config.batch_rows)),
+            ),
         )
 
 

@@ -91,12 +91,14 @@ class _RankQuery:
         groups: dict[int, int] = {}
         stages, catalog = self.plan.stages, self.rt_q.catalog
         assert catalog is not None
-        at_once = self.rt.budget.stages_at_once if self.rt.budget is not None else 1
+        budget = self.rt.budget
+        at_once = budget.stages_at_once if budget is not None else 1
+        memory = budget.duckdb_bytes if budget is not None else float("inf")
         if not self.rt.config.stream_inputs or at_once < 2:
             return streams, groups
         first = last = -1  # the latest group
         for i, stage in enumerate(stages):
-            xid = streaming.streamed_input(self.plan, i, catalog, self.rt.size)
+            xid = streaming.streamed_input(self.plan, i, catalog, self.rt.size, memory)
             if xid is None or xid == self.direct:
                 continue
             j = self._index(self.plan.exchange(xid).producer)

@@ -9,7 +9,9 @@ when DuckDB can process the exchange as a stream and the stages can overlap:
 
 - the path from the consumer's root to the exchange passes only through single-input operators and
   the probe (left) sides of hash joins (inner, left, semi, anti) whose build sides hold no joins or
-  subqueries and, by the planner's estimates, are not larger than the stream;
+  subqueries and, by the planner's estimates, are not larger than the stream, nor than DuckDB's
+  memory on the rank: a build side that must spill is better split into partition runs
+  (exec/partition_runs.py), which a stage reading a stream cannot be;
 - only the producer may call a collective (a sampled sort, hot-key detection): collectives pair
   their calls by order, which stages running at once would interleave; the producer's output is
   not a measured broadcast (its outcome changes which stages run);
@@ -46,8 +48,11 @@ from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
 _PROBE_LEFT = (JoinKind.INNER, JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
 
 
-def streamed_input(plan: StagePlan, i: int, catalog: Catalog, size: int) -> int | None:
-    """The exchange stage ``plan.stages[i]`` may read as a stream, if any (see the module)."""
+def streamed_input(
+    plan: StagePlan, i: int, catalog: Catalog, size: int, memory_bytes: float = float("inf")
+) -> int | None:
+    """The exchange stage ``plan.stages[i]`` may read as a stream, if any (see the module);
+    ``memory_bytes`` is DuckDB's memory limit on a rank."""
     consumer = plan.stages[i]
     if consumer.on_driver or consumer.output is None or consumer.when or calls_collective(consumer.output):
         return None
@@ -55,7 +60,7 @@ def streamed_input(plan: StagePlan, i: int, catalog: Catalog, size: int) -> int 
         return None
     for xid in consumer.inputs:
         j = next(k for k, s in enumerate(plan.stages) if s.sid == plan.exchange(xid).producer)
-        if _overlappable(plan, j, i, xid) and _probe_stream(plan, consumer, xid, catalog, size):
+        if _overlappable(plan, j, i, xid) and _probe_stream(plan, consumer, xid, catalog, size, memory_bytes):
             return xid
     return None
 
@@ -73,12 +78,19 @@ def _overlappable(plan: StagePlan, j: int, i: int, xid: int) -> bool:
     return True
 
 
-def _probe_stream(plan: StagePlan, consumer: Stage, xid: int, catalog: Catalog, size: int) -> bool:
+def _probe_stream(
+    plan: StagePlan, consumer: Stage, xid: int, catalog: Catalog, size: int, memory_bytes: float
+) -> bool:
     if sum(1 for n in walk(consumer.root) if isinstance(n, ExchangeRead) and n.xid == xid) != 1:
         return False  # DuckDB reads a stream once
-    stream_rows = _per_rank(plan.exchange(xid), size)
+    stream_rows = _per_rank(plan.exchange(xid), size)[0]
     root = probe_first(consumer.root, xid)
-    return _streams_to(root, xid, lambda side: _rows(side, plan, catalog, size) <= stream_rows)
+
+    def small_enough(side: Node) -> bool:
+        rows, nbytes = _size(side, plan, catalog, size)
+        return rows <= stream_rows and nbytes <= memory_bytes
+
+    return _streams_to(root, xid, small_enough)
 
 
 def probe_first(root: Node, xid: int) -> Node:
@@ -170,20 +182,25 @@ def _plain(node: Node) -> bool:
     return True
 
 
-def _per_rank(spec: ExchangeSpec, size: int) -> float:
-    rows = spec.est[0]
-    return rows if spec.kind is ExchangeKind.BROADCAST else rows / size
+def _per_rank(spec: ExchangeSpec, size: int) -> tuple[float, float]:
+    """The (rows, bytes) of the exchange one rank receives, by the planner's estimate."""
+    share = 1 if spec.kind is ExchangeKind.BROADCAST else size
+    return spec.est[0] / share, spec.est[1] / share
 
 
-def _rows(node: Node, plan: StagePlan, catalog: Catalog, size: int) -> float:
-    """Rows a build side holds on one rank, by the catalog and the planner's estimates."""
-    total = 0.0
+def _size(node: Node, plan: StagePlan, catalog: Catalog, size: int) -> tuple[float, float]:
+    """(rows, bytes) a build side holds on one rank, by the catalog and the planner's estimates."""
+    rows = nbytes = 0.0
     for n in walk(node):
         if isinstance(n, ExchangeRead):
-            total += _per_rank(plan.exchange(n.xid), size)
+            r, b = _per_rank(plan.exchange(n.xid), size)
         elif isinstance(n, Scan):
-            total += _scan_rows(n, catalog, size)
-    return total
+            r = _scan_rows(n, catalog, size)
+            b = r * catalog.table(n.table).row_width(list(n.source_columns))
+        else:
+            continue
+        rows, nbytes = rows + r, nbytes + b
+    return rows, nbytes
 
 
 def _scan_rows(scan: Scan, catalog: Catalog, size: int) -> float:
