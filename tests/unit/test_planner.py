@@ -681,6 +681,13 @@ def test_aggregate_names_follow_duckdbs_catalog_through_macros():
     con.execute("CREATE MACRO twice_total(x) AS 2 * sum(x)")
     con.execute("CREATE MACRO via_macro(x) AS twice_total(x) + 1")
     con.execute("CREATE MACRO plain(x) AS x + 1")
+    # Macros calling each other in a cycle, one of them aggregating: both aggregate.
+    con.execute("CREATE MACRO cycle_b(x) AS x")
+    con.execute("CREATE MACRO cycle_a(x) AS cycle_b(x) + sum(x)")
+    con.execute("CREATE OR REPLACE MACRO cycle_b(x) AS cycle_a(x)")
+    for order in (["cycle_b", "cycle_a"], ["cycle_a", "cycle_b"]):
+        names = AggregateNames(con)
+        assert [n in names for n in order] == [True, True]
     names = AggregateNames(con)
     for name in ("sum", "mad", "list", "geomean", "twice_total", "via_macro"):
         assert name in names, name

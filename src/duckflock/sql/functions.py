@@ -9,6 +9,8 @@ the name DuckDB will see, and counts a macro as an aggregate when its body calls
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Container
 
 import duckdb
 import sqlglot
@@ -23,30 +25,45 @@ _NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 class AggregateNames:
     """``name in names``: is DuckDB's function of this lower-case name an aggregate, or a macro whose
-    body calls one? Macro bodies are parsed only when a query names the macro: parsing all ~200 of
-    them took a fifth of a second of every job's start."""
+    body calls one (also through other macros)? Parsing every macro body takes a fifth of a second,
+    so it is done on the first question about a macro, not for every query's start."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
         rows = con.sql(
             "SELECT DISTINCT function_name, function_type, macro_definition FROM duckdb_functions() "
             "WHERE function_type IN ('aggregate', 'macro')"
         ).fetchall()
-        self._known = {n.lower(): True for n, kind, _ in rows if kind == "aggregate"}
+        self._aggregates = frozenset(n.lower() for n, kind, _ in rows if kind == "aggregate")
         self._macros: dict[str, list[str]] = {}
         for n, kind, body in rows:
-            if kind == "macro" and body and n.lower() not in self._known:
+            if kind == "macro" and body:
                 self._macros.setdefault(n.lower(), []).append(body)
+        self._with_macros: frozenset[str] | None = None
+        self._lock = threading.Lock()  # a worker's driver may plan two queries at once
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
             return False
-        if name not in self._known:
-            self._known[name] = False  # a macro calling itself is no aggregate
-            self._known[name] = any(_calls_any(body, self) for body in self._macros.get(name, ()))
-        return self._known[name]
+        if name in self._aggregates:
+            return True
+        return name in self._macros and name in self._aggregating_macros()
+
+    def _aggregating_macros(self) -> frozenset[str]:
+        with self._lock:
+            if self._with_macros is None:
+                names = set(self._aggregates)
+                changed = True
+                while changed:  # a macro may call a macro that aggregates
+                    changed = False
+                    for name, bodies in self._macros.items():
+                        if name not in names and any(_calls_any(body, names) for body in bodies):
+                            names.add(name)
+                            changed = True
+                self._with_macros = frozenset(names)
+            return self._with_macros
 
 
-def _calls_any(body: str, names: AggregateNames) -> bool:
+def _calls_any(body: str, names: Container[str]) -> bool:
     try:
         tree = sqlglot.parse_one(body, read="duckdb")
     except sqlglot.errors.SqlglotError:
