@@ -24,7 +24,8 @@ class Config:
     # the join at SF 1 on 2 ranks peaks at 576 instead of 667 MB, summed Pss; TPC-H SF 1
     # and that join at SF 10 took no longer).
     batch_rows: int = 64 * 1024
-    # Bytes buffered per target before a chunk is serialized and sent.
+    # Bytes buffered per target before a chunk is serialized and sent (at most: a rank with little
+    # room outside DuckDB takes smaller chunks, exec/budget.py).
     chunk_bytes: int = 4 * 1024 * 1024
     # Bytes a rank may have in flight (queued or sending) before the producer waits: back-pressure.
     max_inflight_bytes: int = 64 * 1024 * 1024

@@ -32,31 +32,35 @@ def test_cgroup_v1_memory_controller(tmp_path):
 def test_slurm_allocation_and_split(monkeypatch):
     monkeypatch.setenv("SLURM_MEM_PER_NODE", "2048")
     assert budget.node_memory_bytes() <= 2048 << 20
-    b = budget.Budget.of_rank(Config(memory_limit_bytes=1000 << 20), ranks_on_node=2)
+    b = budget.Budget.of_rank(Config(memory_limit_bytes=1000 << 20), ranks_on_node=2, ranks=2)
     assert b.rank_bytes == 1000 << 20
     assert b.duckdb_bytes + b.exchange_bytes + b.inflight_bytes < b.rank_bytes
-    assert budget.Budget.of_rank(Config(exchange_memory_bytes=7), 2).exchange_bytes == 7
+    assert budget.Budget.of_rank(Config(exchange_memory_bytes=7), 2, 2).exchange_bytes == 7
 
 
 @pytest.mark.parametrize(
-    ("rank_mib", "batch_rows", "at_once"),
+    ("rank_mib", "ranks", "batch_rows", "at_once", "chunk_mib"),
     [
-        (128, 65536, 1),
-        (200, 65536, 1),
-        (250, 65536, 2),
-        (307, 65536, 3),
-        (614, 65536, 8),
-        (614, 262144, 2),
-        (2048, 262144, 8),
-        (16384, 65536, 8),
+        (128, 2, 65536, 1, 1),
+        (307, 4, 65536, 3, 1),  # 4 ranks in a 1.5 GiB node: chunks shrink, a streamed join fits
+        (614, 2, 65536, 6, 4),
+        (614, 2, 262144, 3, 4),  # larger batches, fewer stages
+        (2048, 64, 65536, 4, 1),  # many targets: more chunks waiting per stage
+        (16384, 64, 65536, 8, 4),
     ],
 )
-def test_stages_at_once_fit_what_duckdb_and_exchanges_leave(rank_mib, batch_rows, at_once, monkeypatch):
-    """Streaming runs several stages at once only where their Arrow batches fit (exec/budget.py):
-    larger batches, fewer stages."""
+def test_stages_at_once_fit_what_duckdb_and_exchanges_leave(
+    rank_mib, ranks, batch_rows, at_once, chunk_mib, monkeypatch
+):
+    """Streaming runs several stages at once only where each one's batch and the chunks it holds
+    for every target fit (exec/budget.py); chunks shrink where that room is tight."""
     monkeypatch.setattr(budget, "own_anon_bytes", lambda: 100 << 20)
     config = Config(memory_limit_bytes=rank_mib << 20, batch_rows=batch_rows)
-    assert budget.Budget.of_rank(config, 1).stages_at_once == at_once
+    got = budget.Budget.of_rank(config, 1, ranks)
+    assert (got.stages_at_once, got.chunk_bytes >> 20) == (at_once, chunk_mib)
+    room = int((got.rank_bytes - (100 << 20)) * budget.REST_PART)
+    stage = budget.BATCH_BYTES_PER_ROW * batch_rows + ranks * got.chunk_bytes
+    assert got.stages_at_once == 1 or got.stages_at_once * stage <= room
 
 
 def test_broadcast_bound_is_a_share_of_duckdbs_part_of_the_rank(monkeypatch):

@@ -28,12 +28,15 @@ from duckflock.config import Config
 DUCKDB_PART = 0.6
 EXCHANGE_PART = 0.2
 INFLIGHT_PART = 0.05
-# What one running stage holds outside DuckDB's limit, per row of a batch (``batch_rows``): the
-# result batch and its pieces split by target, 4 MB each for the join at 64Ki rows (lineitem
-# with l_comment), and DuckDB's own overshoot. With 256Ki-row batches, three stages at once with 31
-# MB left over (the join at SF 10, 4 ranks in a 1.5 GiB cgroup) were OOM-killed; with
-# 64Ki-row batches and this much per stage, that join and the skewed join at 4 ranks completed.
-STAGE_BYTES_PER_BATCH_ROW = 128
+# What one running stage holds outside DuckDB's limit: the batch DuckDB just gave (``batch_rows``
+# rows of about BATCH_BYTES_PER_ROW: 55 for lineitem with l_comment) and, for each rank it sends
+# to, the rows split off for that rank and not sent yet (up to a chunk). Where the room for stages
+# is tight, chunks shrink (to 1 MiB at least: 3% slower than 4 MiB for the skewed join at SF 10 on
+# 4 ranks) so that CHUNKS_IN_ROOM of them per target fit: a 4-rank job in a 1.5 GiB node, 32 MB of
+# room, then runs the 3 stages of a streamed join at once instead of 1.
+BATCH_BYTES_PER_ROW = 64
+CHUNKS_IN_ROOM = 8
+MIN_CHUNK_BYTES = 1 << 20
 REST_PART = 1 - DUCKDB_PART - EXCHANGE_PART - INFLIGHT_PART
 MAX_STAGES_AT_ONCE = 8
 # A side broadcast for being cheaper to copy than the other side is to move may take up to one
@@ -49,23 +52,23 @@ class Budget:
     exchange_bytes: int  # received exchange data held in memory per stage before it spills
     inflight_bytes: int  # sent bytes not yet delivered before the producer waits
     stages_at_once: int = 1  # stages that may run at the same time (streaming, plan/streaming.py)
+    chunk_bytes: int = 4 << 20  # rows split off for one target are sent once they reach this
 
     @classmethod
-    def of_rank(cls, config: Config, ranks_on_node: int) -> Budget:
+    def of_rank(cls, config: Config, ranks_on_node: int, ranks: int) -> Budget:
         total = rank_share_bytes(config, ranks_on_node)
         # What the process already holds (Python, DuckDB, Arrow and MPI loaded: 70-100 MB) is spent.
         free = max(total - own_anon_bytes(), total // 4)
+        room = int(free * REST_PART)
+        chunk = min(config.chunk_bytes, max(MIN_CHUNK_BYTES, room // (CHUNKS_IN_ROOM * ranks)))
+        stage = BATCH_BYTES_PER_ROW * config.batch_rows + ranks * chunk
         return cls(
             rank_bytes=total,
             duckdb_bytes=max(int(free * DUCKDB_PART), 64 << 20),
             exchange_bytes=config.exchange_memory_bytes or int(free * EXCHANGE_PART),
-            inflight_bytes=max(
-                min(config.max_inflight_bytes, int(free * INFLIGHT_PART)), 2 * config.chunk_bytes
-            ),
-            stages_at_once=min(
-                MAX_STAGES_AT_ONCE,
-                max(1, int(free * REST_PART) // (STAGE_BYTES_PER_BATCH_ROW * config.batch_rows)),
-            ),
+            inflight_bytes=max(min(config.max_inflight_bytes, int(free * INFLIGHT_PART)), 2 * chunk),
+            stages_at_once=min(MAX_STAGES_AT_ONCE, max(1, room // stage)),
+            chunk_bytes=chunk,
         )
 
 

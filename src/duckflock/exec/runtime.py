@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
@@ -60,7 +60,8 @@ class Runtime:
         cores = len(os.sched_getaffinity(0))
         threads = config.threads or max(1, cores // max(1, ranks_on_node))
         config = with_derived_limits(config, ranks_on_node)
-        budget = Budget.of_rank(config, ranks_on_node)
+        budget = Budget.of_rank(config, ranks_on_node, transport.size)
+        config = replace(config, chunk_bytes=budget.chunk_bytes)
         spill_dir = make_spill_dir(config, transport.rank)
         if config.gil_switch_interval_s:  # process-wide (the caller's, for ranks as threads): Config's say
             sys.setswitchinterval(config.gil_switch_interval_s)
