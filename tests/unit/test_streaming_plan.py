@@ -6,9 +6,10 @@ import pyarrow as pa
 import pytest
 
 from duckflock.catalog import Catalog
+from duckflock.catalog.catalog import PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import Hashed
 from duckflock.plan.kinds import ExchangeKind, JoinKind, SkewRole
-from duckflock.plan.nodes import Aggregate, ExchangeRead, Filter, Join, Values
+from duckflock.plan.nodes import Aggregate, ExchangeRead, Filter, Join, Scan, Values
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
 from duckflock.plan.streaming import fixed_join_order, probe_first, streamed_input
 
@@ -117,3 +118,13 @@ def test_no_stream_through_a_build_side_larger_than_duckdbs_memory():
     plan = _plan(_join(BIG, SMALL))  # each rank gets 500 rows, 4,000 bytes, of the build side
     assert streamed_input(plan, 2, CATALOG, 2, memory_bytes=4_000) == 1
     assert streamed_input(plan, 2, CATALOG, 2, memory_bytes=3_999) is None
+
+
+def test_a_table_build_side_counts_its_rows_on_the_rank_times_its_width():
+    """A table as the build side: its largest share on a rank (1,000 BIGINT rows, 8,000 bytes)."""
+    parts = (PartitionInfo(("p0.parquet",), 1000), PartitionInfo(("p1.parquet",), 10))
+    table = TableInfo("t", "parquet", (("a", "BIGINT"), ("s", "VARCHAR")), parts)
+    catalog = Catalog(".", {"t": table})
+    plan = _plan(_join(BIG, Scan(COLS, table="t", source_columns=("a",))))
+    assert streamed_input(plan, 2, catalog, 2, memory_bytes=8_000) == 1
+    assert streamed_input(plan, 2, catalog, 2, memory_bytes=7_999) is None

@@ -93,7 +93,10 @@ class _RankQuery:
         assert catalog is not None
         budget = self.rt.budget
         at_once = budget.stages_at_once if budget is not None else 1
-        memory = budget.duckdb_bytes if budget is not None else float("inf")
+        # A build side larger than DuckDB's memory is left to partition runs (when they are on).
+        memory = float("inf")
+        if budget is not None and self.rt.config.partition_run_bytes != -1:
+            memory = budget.duckdb_bytes
         if not self.rt.config.stream_inputs or at_once < 2:
             return streams, groups
         first = last = -1  # the latest group
