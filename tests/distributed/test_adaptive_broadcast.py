@@ -4,11 +4,15 @@ DuckDB's. Sides that no shuffle could replace (no equi keys) are kept and report
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import duckflock
+from duckflock.exec.budget import BROADCAST_SHARE, DUCKDB_PART
+from duckflock.exec.launch import mpiexec_path
 from support import assert_same, make_table, oracle
 
 pytestmark = pytest.mark.dist
@@ -107,3 +111,17 @@ def test_a_side_cheaper_to_copy_than_the_other_to_move_is_broadcast(data, transp
         result = db.sql(FALLS_BACK["inner"], profile=True)
         assert_same(result.arrow(), ref.sql(FALLS_BACK["inner"]).to_arrow_table())
         assert any("hashed on the join keys" in s.note for s in result.stats)
+
+
+def test_the_broadcast_bound_fits_the_smallest_rank_under_mpi():
+    """Ranks whose nodes allow them different memory (set per rank here) all plan with the bound
+    of the smallest: rank 0's own, larger share would let it broadcast sides the other cannot hold."""
+    job = [sys.executable, str(Path(__file__).with_name("mpi_bound_job.py"))]
+    limit = "DUCKFLOCK_MEMORY_LIMIT_BYTES"
+    argv = [mpiexec_path(), "-n", "1", "-env", limit, "1000000000", *job]
+    argv += [":", "-n", "1", "-env", limit, "400000000", *job]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    bounds = sorted(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("bound "))
+    want = str(int(400_000_000 * DUCKDB_PART) // BROADCAST_SHARE)
+    assert bounds == [["0", want], ["1", want]]

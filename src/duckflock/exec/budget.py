@@ -81,9 +81,15 @@ def with_derived_limits(config: Config, ranks_on_node: int) -> Config:
     """``config`` with the settings that follow from the rank's memory filled in, as the planner
     needs them. Only the node's limit counts, not what the process holds: ``duckflock explain``
     derives the same plan as the ranks that run it."""
+    return with_share(config, rank_share_bytes(config, ranks_on_node))
+
+
+def with_share(config: Config, share_bytes: int) -> Config:
+    """``config`` with the planner's limits for ranks that may each hold ``share_bytes`` (the
+    smallest share of any rank, where nodes differ): a broadcast side must fit every rank."""
     if config.broadcast_max_bytes:
         return config
-    duckdb_part = int(rank_share_bytes(config, ranks_on_node) * DUCKDB_PART)
+    duckdb_part = int(share_bytes * DUCKDB_PART)
     return replace(config, broadcast_max_bytes=duckdb_part // BROADCAST_SHARE)
 
 

@@ -16,7 +16,14 @@ import duckdb
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.exchange.mux import Mux
-from duckflock.exec.budget import Budget, make_spill_dir, remove_spill_dir, with_derived_limits
+from duckflock.exec.budget import (
+    Budget,
+    make_spill_dir,
+    rank_share_bytes,
+    remove_spill_dir,
+    with_derived_limits,
+    with_share,
+)
 from duckflock.local_duckdb import open_duckdb
 from duckflock.transport.base import Transport
 
@@ -138,4 +145,7 @@ def mpi_runtime(catalog: Catalog | None, config: Config) -> Runtime:
     node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
     ranks_on_node = node.Get_size()
     node.Free()
-    return Runtime.create(MpiTransport(), catalog, config, ranks_on_node)
+    # Nodes may differ (in memory, in ranks placed on them): the planner on rank 0 must bound
+    # broadcasts by the smallest share of any rank, not by its own.
+    smallest = MPI.COMM_WORLD.allreduce(rank_share_bytes(config, ranks_on_node), op=MPI.MIN)
+    return Runtime.create(MpiTransport(), catalog, with_share(config, smallest), ranks_on_node)
