@@ -77,6 +77,9 @@ class Config:
     # A stage may read an exchange as it arrives, running alongside the stages from its producer on
     # (plan/streaming.py), when the rank's memory leaves room for them (exec/budget.py).
     stream_inputs: bool = True
+    # ... only an exchange the planner estimates to bring a rank at least this many bytes: a smaller
+    # one would wait in memory whole anyway (a stream holds up to 32 MiB, exchange/stream.py).
+    stream_min_bytes: int = 32 << 20
     # A stage whose rows received into a table's partitioning hold more than this many bytes on a
     # rank runs once per group of the rank's partitions, each group's rows about this size, so that
     # DuckDB's hash tables fit its memory instead of spilling (exec/partition_runs.py). 0: DuckDB's

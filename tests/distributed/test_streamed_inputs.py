@@ -19,7 +19,13 @@ BOUND_S = 90
 
 # No received batch fits the exchange budget: every one goes through a spill file, whatever the
 # timing (a consumer that keeps up would otherwise leave nothing waiting to spill).
-TIGHT = {"memory_limit_bytes": 2 << 30, "exchange_memory_bytes": 1, "broadcast_threshold_bytes": 0}
+# Streams of any size (these tables are small).
+TIGHT = {
+    "memory_limit_bytes": 2 << 30,
+    "exchange_memory_bytes": 1,
+    "broadcast_threshold_bytes": 0,
+    "stream_min_bytes": 0,
+}
 
 # The large side f is sent to where d's ranges of k2 live (as TPC-H's lineitem to partsupp); the
 # join stage reads it as a stream, through one join (built on d) or two (built on d and the
@@ -78,7 +84,7 @@ def test_streamed_inputs_match_duckdb_and_spill(data, tmp_path, transport):
 def test_producer_failing_mid_stream_ends_the_query(data):
     """The row that cannot be cast is in the middle of f: the join stage is streaming by then."""
     sql = "SELECT count(*) FROM f JOIN d ON CAST(substr(f.s, 21) AS BIGINT) % 50000 = d.k2"
-    config = {"broadcast_threshold_bytes": 0}
+    config = {"broadcast_threshold_bytes": 0, "stream_min_bytes": 0}
     with duckflock.connect(
         str(data), ranks=2, transport="threads", config=config
     ) as db:  # same plan, succeeding
@@ -89,7 +95,7 @@ def test_producer_failing_mid_stream_ends_the_query(data):
         capture_output=True,
         text=True,
         timeout=BOUND_S,
-        env={**os.environ, "DUCKFLOCK_BROADCAST_THRESHOLD_BYTES": "0"},
+        env={**os.environ, "DUCKFLOCK_BROADCAST_THRESHOLD_BYTES": "0", "DUCKFLOCK_STREAM_MIN_BYTES": "0"},
     )
     assert proc.returncode != 0
     assert "Conversion Error: Could not convert" in proc.stderr and "rank " in proc.stderr

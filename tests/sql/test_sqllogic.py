@@ -15,7 +15,8 @@ import duckflock
 from duckflock.testing.sqllogic import parse, run
 
 FILES = sorted(Path(__file__).parent.glob("*.test"))
-OFF = {"broadcast_threshold_bytes": 0, "range_sort_threshold_bytes": 0}
+# Broadcasts and gathered sorts off, and inputs streamed however small: the shapes of large data.
+OFF = {"broadcast_threshold_bytes": 0, "range_sort_threshold_bytes": 0, "stream_min_bytes": 0}
 # (transport, ranks, config)
 FULL = [(t, r, c) for t in ("threads", "mpi") for r in (1, 2, 3, 4) for c in ("default", "off")]
 QUICK = [

@@ -120,6 +120,13 @@ def test_no_stream_through_a_build_side_larger_than_duckdbs_memory():
     assert streamed_input(plan, 2, CATALOG, 2, memory_bytes=3_999) is None
 
 
+def test_no_stream_of_an_input_too_small_to_bound_memory():
+    """Each rank gets 500,000 rows, 4,000,000 bytes, of the stream."""
+    plan = _plan(_join(BIG, SMALL))
+    assert streamed_input(plan, 2, CATALOG, 2, min_bytes=4_000_000) == 1
+    assert streamed_input(plan, 2, CATALOG, 2, min_bytes=4_000_001) is None
+
+
 def test_a_table_build_side_counts_its_rows_on_the_rank_times_its_width():
     """A table as the build side: its largest share on a rank (1,000 BIGINT rows, 8,000 bytes)."""
     parts = (PartitionInfo(("p0.parquet",), 1000), PartitionInfo(("p1.parquet",), 10))

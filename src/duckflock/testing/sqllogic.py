@@ -206,14 +206,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paths", nargs="+", type=Path)
     ap.add_argument("--ranks", default="2,3")
     ap.add_argument("--transport", default="threads", choices=["threads", "mpi"])
-    ap.add_argument("--no-broadcast", action="store_true", help="broadcasts and gathered sorts off")
+    ap.add_argument(
+        "--no-broadcast", action="store_true", help="broadcasts and gathered sorts off, streams of any size"
+    )
     ap.add_argument(
         "--no-fallback", action="store_true", help="refuse instead of running on the driver: lists those"
     )
     args = ap.parse_args(argv)
     config: dict[str, int] = {}
     if args.no_broadcast:
-        config |= {"broadcast_threshold_bytes": 0, "range_sort_threshold_bytes": 0}
+        config |= {"broadcast_threshold_bytes": 0, "range_sort_threshold_bytes": 0, "stream_min_bytes": 0}
     if args.no_fallback:
         config["driver_fallback_bytes"] = -1
     files = sorted(f for p in args.paths for f in ([p] if p.is_file() else p.rglob("*.test")))
