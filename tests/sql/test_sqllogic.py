@@ -12,11 +12,9 @@ from pathlib import Path
 import pytest
 
 import duckflock
-from duckflock.testing.sqllogic import parse, run
+from duckflock.testing.sqllogic import NO_BROADCAST, parse, run
 
 FILES = sorted(Path(__file__).parent.glob("*.test"))
-# Broadcasts and gathered sorts off, and inputs streamed however small: the shapes of large data.
-OFF = {"broadcast_threshold_bytes": 0, "range_sort_threshold_bytes": 0, "stream_min_bytes": 0}
 # (transport, ranks, config)
 FULL = [(t, r, c) for t in ("threads", "mpi") for r in (1, 2, 3, 4) for c in ("default", "off")]
 QUICK = [
@@ -48,7 +46,7 @@ def _cases() -> list:
 
 @pytest.mark.parametrize(("path", "transport", "ranks", "config"), _cases())
 def test_sql_file(path, transport, ranks, config):
-    cfg = OFF if config == "off" else {}
+    cfg = NO_BROADCAST if config == "off" else {}
     outcomes = run(
         parse(path),
         lambda d, extra: duckflock.connect(d, ranks=ranks, transport=transport, config={**cfg, **extra}),
@@ -68,7 +66,7 @@ def test_hash_partitioned_table_without_files(tmp_path):
     catalog = Catalog.open_or_create(tmp_path)
     catalog.put(info)
     catalog.save()
-    with duckflock.connect(str(tmp_path), ranks=2, transport="threads", config=OFF) as db:
+    with duckflock.connect(str(tmp_path), ranks=2, transport="threads", config=NO_BROADCAST) as db:
         assert db.sql("SELECT count(*) AS n, max(s) AS m FROM z").fetchall() == [(0, None)]
         assert db.sql("SELECT a.k FROM z a JOIN z b ON a.k = b.k").fetchall() == []
         assert db.sql("SELECT k, count(*) FROM z GROUP BY k").fetchall() == []

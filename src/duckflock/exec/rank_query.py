@@ -97,11 +97,11 @@ class _RankQuery:
         memory = float("inf")
         if budget is not None and self.rt.config.partition_run_bytes != -1:
             memory = budget.duckdb_bytes
-        min_bytes = self.rt.config.stream_min_bytes
         if not self.rt.config.stream_inputs or at_once < 2:
             return streams, groups
         first = last = -1  # the latest group
         for i, stage in enumerate(stages):
+            min_bytes = self.rt.config.stream_min_bytes
             xid = streaming.streamed_input(self.plan, i, catalog, self.rt.size, memory, min_bytes)
             if xid is None or xid == self.direct:
                 continue

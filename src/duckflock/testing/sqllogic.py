@@ -43,6 +43,9 @@ from duckflock.errors import DuckflockError
 from duckflock.testing.compare import difference
 from duckflock.testing.tables import make_table, oracle
 
+# Broadcasts and gathered sorts off, and inputs streamed however small: the shapes of large data.
+NO_BROADCAST = {"broadcast_threshold_bytes": 0, "range_sort_threshold_bytes": 0, "stream_min_bytes": 0}
+
 
 @dataclass(frozen=True)
 class Record:
@@ -215,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     config: dict[str, int] = {}
     if args.no_broadcast:
-        config |= {"broadcast_threshold_bytes": 0, "range_sort_threshold_bytes": 0, "stream_min_bytes": 0}
+        config |= NO_BROADCAST
     if args.no_fallback:
         config["driver_fallback_bytes"] = -1
     files = sorted(f for p in args.paths for f in ([p] if p.is_file() else p.rglob("*.test")))
