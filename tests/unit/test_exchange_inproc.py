@@ -406,6 +406,49 @@ def test_a_channel_past_its_bits_is_refused_not_taken_for_another_query():
         make_tag(5, data_channel(10_920))
 
 
+class CountingTransport(InProcTransport):
+    """Counts polls; ``wakes`` False plays a transport that must be polled for arrivals (MPI)."""
+
+    wakes = True
+
+    def __init__(self, rank, mailboxes):
+        super().__init__(rank, mailboxes)
+        self.polls = 0
+
+    def poll(self):
+        self.polls += 1
+        return super().poll()
+
+    def set_waker(self, wake):
+        return super().set_waker(wake) if self.wakes else False
+
+
+class PolledTransport(CountingTransport):
+    wakes = False
+
+
+@pytest.mark.parametrize("kind", [CountingTransport, PolledTransport])
+def test_an_idle_multiplexer_sleeps_until_a_message_or_a_send_wakes_it(kind):
+    """Told of arrivals, the idle multiplexer polls once per 50 ms wait at most, not in a loop; either
+    way a message sent after the quiet spell arrives (the sender's multiplexer woken by the send)."""
+    a, b = kind.group(2)
+    muxes = [Mux(a), Mux(b)]
+    try:
+        time.sleep(0.1)  # settle
+        before = b.polls
+        time.sleep(0.3)
+        quiet_polls = b.polls - before
+        muxes[0].send_obj(1, 7, 9, "after the quiet")
+        assert muxes[1].recv_obj(7, 9, timeout=JOIN_S) == (0, "after the quiet")
+    finally:
+        for m in muxes:
+            m.close()
+    if kind.wakes:
+        assert quiet_polls <= 0.3 / 0.05 + 2
+    else:
+        assert quiet_polls > 0.3 / 0.05 + 2  # polled: 1-5 ms sleeps
+
+
 # ---- (h) flow control of streamed inputs -------------------------------------------------------------
 
 MESSAGE_ROWS = 100

@@ -1,8 +1,10 @@
 """The communication multiplexer: one thread per process owns the transport (HyPer's design).
 
 Compute threads hand it outgoing buffers and wait on inboxes; it issues non-blocking sends, drains
-incoming messages and routes them by (query, channel). Waiting is polite — condition variables and a
-backing-off poll loop — so idle or oversubscribed ranks do not burn a core busy-polling.
+incoming messages and routes them by (query, channel). Waiting is polite — condition variables, and
+an idle multiplexer sleeps until a send or (where the transport can tell) an arrival wakes it, or
+polls with sleeps that grow while it stays idle (MPI) — so idle or oversubscribed ranks do not burn
+a core busy-polling.
 
 Tags carry the query number, so messages of a failed query are told apart from the next query's and
 dropped; an ERROR message from any rank fails that query on every rank at its next wait.
@@ -26,6 +28,12 @@ ERROR = 1  # any rank -> all: the query failed
 COLLECTIVE = 2  # small pickled objects for allgather / bcast / gather
 PROGRESS = 3  # any rank -> driver: a stage finished on that rank (its StageStats)
 FIRST_EXCHANGE = 8  # exchanges use the channels from here on (exchange/shuffle.py)
+
+# An idle multiplexer whose transport reports arrivals still looks at it this often: for a lost peer.
+_IDLE_WAIT_S = 0.05
+# A transport that must be polled for arrivals sleeps this long at least and at most between polls.
+_MIN_POLL_SLEEP_S = 0.00002
+_MAX_POLL_SLEEP_S = 0.005
 
 _QID_BITS = 13
 _CHANNEL_BITS = TAG_BITS - _QID_BITS
@@ -76,6 +84,10 @@ class Mux:
         self._fatal: str | None = None
         self.on_failure: Callable[[int], None] | None = None  # e.g. interrupt the running DuckDB query
         self.busy_poll_s = busy_poll_s
+        # Set by a queued send and, where the transport can tell, by an arriving message: the
+        # idle multiplexer sleeps on it rather than spinning.
+        self._wake = threading.Event()
+        self._told_of_arrivals = transport.set_waker(self._wake.set)
         self._thread = threading.Thread(target=self._run, name="duckflock-mux", daemon=True)
         self._thread.start()
 
@@ -105,6 +117,7 @@ class Mux:
                 self._check(qid)
             self._outbox.append((dest, tag, payload, n))
             self._queued_bytes += n
+        self._wake.set()
 
     def send_obj(self, dest: int, qid: int, channel: int, obj: object) -> None:
         self.send(dest, qid, channel, pickle.dumps(obj, protocol=5))
@@ -219,45 +232,59 @@ class Mux:
             self._cv.notify_all()
 
     def _run(self) -> None:
-        idle = 0
-        transport = self.transport
         try:
-            while not self._stop:
-                active = False
-                with self._cv:
-                    while self._outbox:
-                        dest, tag, payload, n = self._outbox.popleft()
-                        self._inflight.append((transport.isend(dest, tag, payload), n))
-                        active = True
-                if self._inflight:
-                    still = [(h, n) for h, n in self._inflight if not h.done()]
-                    if len(still) != len(self._inflight):
-                        with self._cv:
-                            self._queued_bytes -= sum(n for _, n in self._inflight) - sum(n for _, n in still)
-                            self._inflight = still
-                            self._cv.notify_all()
-                        active = True
-                for src, tag, payload in transport.poll():
-                    self._deliver(src, tag, payload)
-                    active = True
-                lost = transport.peer_failure()
-                if lost:
-                    raise TransportError(lost)
-                if active:
-                    idle = 0
-                elif self._inflight or transport.busy():
-                    # Transfers in progress advance only while we poll: poll often, but sleep
-                    # between polls so DuckDB keeps the core (measured: spinning halves its speed).
-                    time.sleep(self.busy_poll_s)
-                else:
-                    idle += 1
-                    # Back off from a tight loop to sleeping, so an idle rank costs no CPU.
-                    if idle > 50:
-                        time.sleep(min(0.001, 0.00002 * (idle - 50)))
+            self._loop()
         except Exception as e:  # the mux thread must never die silently
             with self._cv:
                 self._fatal = f"communication failed: {e}"
                 self._cv.notify_all()
+
+    def _loop(self) -> None:
+        transport = self.transport
+        idle_since = time.monotonic()
+        while not self._stop:
+            self._wake.clear()  # before looking: a send or arrival from now on wakes the next wait
+            active = self._step(transport)
+            if active:
+                idle_since = time.monotonic()
+            elif self._inflight or transport.busy():
+                # Transfers in progress advance only while we poll: poll often, but sleep
+                # between polls so DuckDB keeps the core (measured: spinning halves its speed).
+                time.sleep(self.busy_poll_s)
+            elif self._told_of_arrivals:
+                self._wake.wait(_IDLE_WAIT_S)
+            else:
+                # Only polling finds an arriving message. Each wake-up costs 40-60 us of CPU
+                # (measured on a 2-core VM), so the sleeps grow with the time idle: a message
+                # waits at most a quarter of the quiet time before it (and 5 ms), and an idle
+                # rank wakes 200 times a second.
+                quiet = time.monotonic() - idle_since
+                self._wake.wait(min(_MAX_POLL_SLEEP_S, max(_MIN_POLL_SLEEP_S, quiet / 4)))
+
+    def _step(self, transport: Transport) -> bool:
+        """One round: start queued sends, retire finished ones, deliver arrivals. Whether anything
+        happened."""
+        active = False
+        with self._cv:
+            while self._outbox:
+                dest, tag, payload, n = self._outbox.popleft()
+                self._inflight.append((transport.isend(dest, tag, payload), n))
+                active = True
+        if self._inflight:
+            still = [(h, n) for h, n in self._inflight if not h.done()]
+            if len(still) != len(self._inflight):
+                with self._cv:
+                    self._queued_bytes -= sum(n for _, n in self._inflight) - sum(n for _, n in still)
+                    self._inflight = still
+                    self._cv.notify_all()
+                active = True
+        for src, tag, payload in transport.poll():
+            self._deliver(src, tag, payload)
+            active = True
+        lost = transport.peer_failure()
+        if lost:
+            raise TransportError(lost)
+        return active
 
     def close(self, drain_s: float = 10.0) -> None:
         """Stop, after sending what is still queued (bounded: a dead peer must not block exit)."""
@@ -267,4 +294,5 @@ class Mux:
                 self._cv.wait(0.01)
             self._stop = True
             self._cv.notify_all()
+        self._wake.set()
         self._thread.join(timeout=5)

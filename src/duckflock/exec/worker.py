@@ -44,6 +44,7 @@ from duckflock.exec.messages import (
     to_json,
 )
 from duckflock.exec.runtime import Runtime
+from duckflock.transport.base import Inbox
 from duckflock.transport.flight import FlightTransport
 from duckflock.transport.flight_server import FlightServer
 
@@ -54,7 +55,7 @@ class _Session:
     rank: int
     peers: list[str]
     config: Config
-    inbox: queue.Queue
+    inbox: Inbox
     runtime: Runtime | None = None
     driver: Driver | None = None
     results: dict[str, pa.Table] = field(default_factory=dict)

@@ -8,7 +8,9 @@ transport differ only here.
 
 from __future__ import annotations
 
+import queue
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 Buffer = Any  # anything exposing the buffer protocol (bytes, numpy arrays, Arrow buffers)
@@ -45,12 +47,38 @@ class Transport(ABC):
         """True while receives are in progress (they need polling to advance)."""
         return False
 
+    def set_waker(self, wake: Callable[[], None]) -> bool:
+        """Have ``wake`` called whenever a message arrives; False if this transport cannot tell
+        (MPI: only polling finds a message), so its multiplexer must keep polling while idle."""
+        return False
+
     def peer_failure(self) -> str | None:
         """A description of a lost peer, if the transport detected one."""
         return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
+
+
+class Inbox:
+    """Messages that other threads deliver (in-process peers, a Flight server's handlers), which
+    wake the receiving multiplexer: it need not poll for them."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.wake: Callable[[], None] = lambda: None
+
+    def put(self, message: tuple[int, int, Buffer]) -> None:
+        self._queue.put(message)
+        self.wake()
+
+    def drain(self) -> list[tuple[int, int, Buffer]]:
+        out = []
+        while True:
+            try:
+                out.append(self._queue.get_nowait())
+            except queue.Empty:
+                return out
 
 
 def view(payload: object) -> memoryview:

@@ -19,13 +19,14 @@ import queue
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from duckflock.transport.base import SendHandle, Transport
+from duckflock.transport.base import Inbox, SendHandle, Transport
 
 HEARTBEAT_TAG = -1
 HEARTBEAT_S = 1.0
@@ -133,7 +134,7 @@ class FlightTransport(Transport):
         peers: list[str],
         token: str,
         tls_root: bytes | None,
-        inbox: queue.Queue,
+        inbox: Inbox,
         peer_timeout_s: float = 30.0,
     ):
         self.session = session
@@ -165,15 +166,15 @@ class FlightTransport(Transport):
 
     def poll(self) -> list[tuple[int, int, object]]:
         out = []
-        while True:
-            try:
-                src, tag, payload = self.inbox.get_nowait()
-            except queue.Empty:
-                break
+        for src, tag, payload in self.inbox.drain():
             self.last_heard[src] = time.monotonic()
             if tag != HEARTBEAT_TAG:
                 out.append((src, tag, payload))
         return out
+
+    def set_waker(self, wake: Callable[[], None]) -> bool:
+        self.inbox.wake = wake
+        return True
 
     def peer_failure(self) -> str | None:
         if self.failed:

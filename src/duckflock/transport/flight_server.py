@@ -12,7 +12,6 @@ Every call must carry the shared token (``TokenAuth``). ``exec.worker`` is the h
 from __future__ import annotations
 
 import hmac
-import queue
 import struct
 import threading
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from duckflock.errors import DuckflockError
+from duckflock.transport.base import Inbox
 from duckflock.transport.flight import PeerStream, unwrap
 
 
@@ -66,12 +66,12 @@ class FlightServer(flight.FlightServerBase):
         super().__init__(location, middleware={"auth": TokenAuth(token)}, **kwargs)
         self.handler = handler
         self._lock = threading.Lock()
-        self._inboxes: dict[str, queue.Queue] = {}
+        self._inboxes: dict[str, Inbox] = {}
 
-    def open_inbox(self, session: str) -> queue.Queue:
-        """Accept peers' messages for ``session`` from now on, into the queue returned."""
+    def open_inbox(self, session: str) -> Inbox:
+        """Accept peers' messages for ``session`` from now on, into the inbox returned."""
         with self._lock:
-            return self._inboxes.setdefault(session, queue.Queue())
+            return self._inboxes.setdefault(session, Inbox())
 
     def close_inbox(self, session: str) -> None:
         """Refuse further messages for ``session``."""

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import queue
+from collections.abc import Callable
 
-from duckflock.transport.base import SendHandle, Transport
+from duckflock.transport.base import Inbox, SendHandle, Transport
 
 
 class _Done(SendHandle):
@@ -16,14 +16,14 @@ class InProcTransport(Transport):
     name = "inproc"
     multipart = True
 
-    def __init__(self, rank: int, mailboxes: list[queue.SimpleQueue]):
+    def __init__(self, rank: int, mailboxes: list[Inbox]):
         self.rank = rank
         self.size = len(mailboxes)
         self._boxes = mailboxes
 
     @classmethod
     def group(cls, size: int) -> list[InProcTransport]:
-        boxes: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(size)]
+        boxes = [Inbox() for _ in range(size)]
         return [cls(r, boxes) for r in range(size)]
 
     def isend(self, dest: int, tag: int, data) -> SendHandle:
@@ -35,10 +35,8 @@ class InProcTransport(Transport):
         return _Done()
 
     def poll(self) -> list[tuple[int, int, object]]:
-        out = []
-        box = self._boxes[self.rank]
-        while True:
-            try:
-                out.append(box.get_nowait())
-            except queue.Empty:
-                return out
+        return self._boxes[self.rank].drain()
+
+    def set_waker(self, wake: Callable[[], None]) -> bool:
+        self._boxes[self.rank].wake = wake
+        return True
