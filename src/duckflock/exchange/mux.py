@@ -31,9 +31,15 @@ FIRST_EXCHANGE = 8  # exchanges use the channels from here on (exchange/shuffle.
 
 # An idle multiplexer whose transport reports arrivals still looks at it this often: for a lost peer.
 _IDLE_WAIT_S = 0.05
-# A transport that must be polled for arrivals sleeps this long at least and at most between polls.
-_MIN_POLL_SLEEP_S = 0.00002
-_MAX_POLL_SLEEP_S = 0.005
+
+
+def _poll_sleep(quiet: float) -> float:
+    """How long a multiplexer that must poll for arrivals (MPI) sleeps after ``quiet`` seconds
+    without traffic. Each wake-up costs 40-60 us of CPU (measured on a 2-core VM), so the sleeps
+    grow with the quiet time: an arrival waits at most a quarter of the quiet before it, and 1 ms
+    while the rank is busy with queries; after a second of quiet, 5 ms (200 wake-ups a second)."""
+    return 0.005 if quiet > 1.0 else min(0.001, max(0.00002, quiet / 4))
+
 
 _QID_BITS = 13
 _CHANNEL_BITS = TAG_BITS - _QID_BITS
@@ -254,12 +260,7 @@ class Mux:
             elif self._told_of_arrivals:
                 self._wake.wait(_IDLE_WAIT_S)
             else:
-                # Only polling finds an arriving message. Each wake-up costs 40-60 us of CPU
-                # (measured on a 2-core VM), so the sleeps grow with the time idle: a message
-                # waits at most a quarter of the quiet time before it (and 5 ms), and an idle
-                # rank wakes 200 times a second.
-                quiet = time.monotonic() - idle_since
-                self._wake.wait(min(_MAX_POLL_SLEEP_S, max(_MIN_POLL_SLEEP_S, quiet / 4)))
+                self._wake.wait(_poll_sleep(time.monotonic() - idle_since))
 
     def _step(self, transport: Transport) -> bool:
         """One round: start queued sends, retire finished ones, deliver arrivals. Whether anything
