@@ -3,6 +3,8 @@ the broadcast bound the planner would use there: ``bound <rank> <bytes>``."""
 
 from __future__ import annotations
 
+import sys
+
 from duckflock.config import Config
 from duckflock.exec.runtime import mpi_runtime
 
@@ -10,7 +12,10 @@ from duckflock.exec.runtime import mpi_runtime
 def main() -> None:
     rt = mpi_runtime(None, Config.from_env())
     try:
-        print(f"bound {rt.rank} {rt.config.broadcast_max_bytes}", flush=True)
+        # One write per line: unbuffered (PYTHONUNBUFFERED), print writes the newline apart, and
+        # mpiexec forwards each write as it comes, so two ranks' lines could run together.
+        sys.stdout.write(f"bound {rt.rank} {rt.config.broadcast_max_bytes}\n")
+        sys.stdout.flush()
     finally:
         rt.close()
 

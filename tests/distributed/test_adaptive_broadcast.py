@@ -13,6 +13,8 @@ import pytest
 import duckflock
 from duckflock.exec.budget import BROADCAST_SHARE, DUCKDB_PART
 from duckflock.exec.launch import mpiexec_path
+from duckflock.units import human
+from flight_support import Workers
 from support import assert_same, make_table, oracle
 
 pytestmark = pytest.mark.dist
@@ -125,3 +127,19 @@ def test_the_broadcast_bound_fits_the_smallest_rank_under_mpi():
     bounds = sorted(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("bound "))
     want = str(int(400_000_000 * DUCKDB_PART) // BROADCAST_SHARE)
     assert bounds == [["0", want], ["1", want]]
+
+
+def test_the_broadcast_bound_fits_the_smallest_worker_over_flight(data, tmp_path):
+    """The same over Flight: the caller asks every worker for its share and starts them all with the
+    smallest, so worker 0 (the larger here) plans a side cheaper to copy against the other's bound."""
+    limit = "DUCKFLOCK_MEMORY_LIMIT_BYTES"
+    hosts = [("127.0.0.1", ["env", f"{limit}={n}"]) for n in (1_000_000_000, 400_000_000)]
+    config = {k: v for k, v in CHEAP.items() if k != "broadcast_max_bytes"}
+    fits = "SELECT d.g, count(*) AS n, sum(f.v) AS v FROM f JOIN d ON f.k2 = d.k2 GROUP BY 1"
+    with (
+        Workers(data, 2, tmp_path, hosts=hosts) as w,
+        duckflock.connect(workers=w.addresses, token=w.token, config=config) as db,
+    ):
+        bound = int(400_000_000 * DUCKDB_PART) // BROADCAST_SHARE
+        assert f"if over {human(bound, 'B')}" in db.explain(fits)
+        assert_same(db.sql(fits).arrow(), oracle(data).sql(fits).to_arrow_table())

@@ -18,12 +18,14 @@ from duckflock.exec.messages import (
     ErrorReply,
     PlanReply,
     PlanRequest,
+    Prepared,
     PrepareSession,
     ProgressReply,
     ResultTicket,
     SqlReply,
     SqlRequest,
     StartSession,
+    from_json,
     to_json,
 )
 from duckflock.exec.progress import Follow, ProgressCallback
@@ -40,10 +42,13 @@ class FlightBackend:
         self.sid = secrets.token_hex(8)
         self._clients = [WorkerClient(r, loc, token, tls_root) for r, loc in enumerate(self.locations)]
         try:  # every worker knows the session before any connects to its peers
+            shares = []
             for client in self._clients:
-                client.call("prepare", to_json(PrepareSession(self.sid, client.rank, self.locations, config)))
+                prepare = PrepareSession(self.sid, client.rank, self.locations, config)
+                shares.append(from_json(Prepared, client.call("prepare", to_json(prepare))).share_bytes)
+            # Every worker builds a copy of a broadcast side: the smallest host bounds them.
             for client in self._clients:
-                client.call("start", to_json(StartSession(self.sid)))
+                client.call("start", to_json(StartSession(self.sid, min(shares))))
         except TransportError:
             self.close()
             raise

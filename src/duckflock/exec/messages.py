@@ -10,7 +10,8 @@ Two conversations carry them:
     both ways; a Flight worker takes requests as JSON (``to_json``/``from_json``: it never
     unpickles what a caller sends) and pickles its replies, which the caller trusts. Over Flight
     the requests name their session and ``PrepareSession``/``StartSession``/``ResultTicket`` set
-    the session up and fetch rows; ``WorkerStatus`` tells whether a session holds a worker.
+    the session up and fetch rows (a worker answers ``PrepareSession`` with ``Prepared``);
+    ``WorkerStatus`` tells whether a session holds a worker.
 """
 
 from __future__ import annotations
@@ -87,10 +88,20 @@ class PrepareSession:
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """A Flight worker's answer to ``PrepareSession``: the memory one rank may hold on its host."""
+
+    share_bytes: int
+
+
+@dataclass(frozen=True)
 class StartSession:
-    """Caller -> every Flight worker, once all are prepared: connect to the peers and serve."""
+    """Caller -> every Flight worker, once all are prepared: connect to the peers and serve.
+    ``smallest_share_bytes`` is the smallest ``Prepared.share_bytes`` of any worker (0: the
+    worker's own): the planner bounds broadcasts by it, as every rank builds a copy."""
 
     session: str
+    smallest_share_bytes: int = 0
 
 
 @dataclass(frozen=True)

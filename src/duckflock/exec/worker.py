@@ -27,12 +27,14 @@ from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.errors import DuckflockError, TransportError
 from duckflock.exchange.codec import write_options
+from duckflock.exec.budget import rank_share_bytes, with_share
 from duckflock.exec.driver import Driver, serve
 from duckflock.exec.messages import (
     CloseRequest,
     ErrorReply,
     PlanReply,
     PlanRequest,
+    Prepared,
     PrepareSession,
     ProgressReply,
     ResultTicket,
@@ -56,6 +58,7 @@ class _Session:
     peers: list[str]
     config: Config
     inbox: Inbox
+    ranks_on_node: int  # the session's workers on this worker's host (by address)
     runtime: Runtime | None = None
     driver: Driver | None = None
     results: dict[str, pa.Table] = field(default_factory=dict)
@@ -111,22 +114,24 @@ class Worker:
             if s is not None and s.rank == 0 and time.monotonic() - s.last_call > self.idle_timeout_s:
                 self._teardown(s)
 
-    def _prepare(self, msg: PrepareSession) -> None:
+    def _prepare(self, msg: PrepareSession) -> Prepared:
         self._teardown(self._session)
         config = replace(Config.from_env(**msg.config), restrict_to_data_dir=True)
+        hosts = [p.rsplit(":", 1)[0] for p in msg.peers]
+        on_node = hosts.count(hosts[msg.rank])
         with self._lock:
             inbox = self.server.open_inbox(msg.session)
-            self._session = _Session(msg.session, msg.rank, msg.peers, config, inbox)
+            self._session = _Session(msg.session, msg.rank, msg.peers, config, inbox, on_node)
+        return Prepared(rank_share_bytes(config, on_node))
 
     def _start(self, msg: StartSession) -> None:
         s = self._current(msg.session)
         transport = FlightTransport(
             s.sid, s.rank, s.peers, self.token, self.tls_root, s.inbox, s.config.peer_timeout_s
         )
-        hosts = [p.rsplit(":", 1)[0] for p in s.peers]
-        rt = Runtime.create(
-            transport, Catalog.load(self.data), s.config, ranks_on_node=hosts.count(hosts[s.rank])
-        )
+        # Hosts may differ in memory: worker 0 plans broadcasts that every worker can hold.
+        config = with_share(s.config, msg.smallest_share_bytes) if msg.smallest_share_bytes else s.config
+        rt = Runtime.create(transport, Catalog.load(self.data), config, s.ranks_on_node)
         s.runtime = rt
         if s.rank == 0:
             s.driver = Driver(rt)
@@ -155,8 +160,7 @@ class Worker:
             s = self._session
             return to_json(WorkerStatus(s.sid if s else None))
         if kind == "prepare":
-            self._prepare(from_json(PrepareSession, body))
-            return b"ok"
+            return to_json(self._prepare(from_json(PrepareSession, body)))
         if kind == "start":
             self._start(from_json(StartSession, body))
             return b"ok"
