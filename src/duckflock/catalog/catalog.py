@@ -7,12 +7,14 @@ File paths are relative to the data directory, so the directory can be moved or 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import os
 import tempfile
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from duckflock.catalog.hash_canary import canary, trusted
 from duckflock.catalog.partitioning import (
@@ -86,6 +88,8 @@ class TableInfo:
         if self.kind == "range":
             key = self.keys[0]
             bounds = tuple(None if p.rows == 0 else (p.min, p.max) for p in self.partitions)
+            if not _disjoint(bounds):  # a key in two partitions: equal keys would not meet
+                return Arbitrary()
             return Ranged(key, self.column_type(key), bounds)
         return Arbitrary()
 
@@ -143,6 +147,16 @@ class TableInfo:
 
 def _type_width(typ: str) -> int:
     return _TYPE_WIDTH.get(typ, 16 if typ.startswith("DECIMAL") else 24)
+
+
+def _disjoint(bounds: tuple[tuple[Any, Any] | None, ...]) -> bool:
+    """Whether no key lies in two of these closed ranges (False where bounds do not compare)."""
+    ranges = [b for b in bounds if b is not None]
+    try:
+        ranges.sort(key=lambda b: b[0])
+        return all(lo <= hi for lo, hi in ranges) and all(a[1] < b[0] for a, b in itertools.pairwise(ranges))
+    except TypeError:  # None or values of mixed kinds: nothing to rely on
+        return False
 
 
 def _enc(v: object) -> object:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import warnings
 
+from duckflock.catalog.partitioning import is_nested_type
 from duckflock.plan.sql_text import hash_sql
 
 # One sample key per canonical hash type, and a large modulus so the canary sees most hash bits.
@@ -36,7 +37,8 @@ def canary(key_types: tuple[str, ...]) -> int:
     """This DuckDB's partition number of the sample keys of these (canonical) types."""
     import duckdb  # on first use: reading a catalog needs no DuckDB
 
-    keys = [_SAMPLES.get(t, "'duckflock'") for t in key_types]
+    # A nested type has no sample here: its NULL's hash still stands for the function.
+    keys = [_SAMPLES.get(t, "NULL" if is_nested_type(t.upper()) else "'duckflock'") for t in key_types]
     with duckdb.connect() as con:
         return int(con.execute(f"SELECT {hash_sql(keys, key_types, _MODULUS)}").fetchall()[0][0])
 

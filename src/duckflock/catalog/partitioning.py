@@ -8,6 +8,7 @@ two tables meet on the same rank for any rank count.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +23,18 @@ _BIG_INTS = {"UBIGINT", "HUGEINT", "UHUGEINT"}
 _NUMERIC_PREFIXES = ("DECIMAL", "NUMERIC", "FLOAT", "DOUBLE", "REAL")
 
 
+def is_nested_type(t: str) -> bool:
+    """LIST, ARRAY, STRUCT, MAP or UNION (upper case)."""
+    return t.endswith("]") or t.startswith(("STRUCT", "MAP", "UNION"))
+
+
 def canonical_hash_type(duckdb_type: str) -> str:
     """The type a key column is cast to before hashing, so equal values hash alike on every side."""
     t = duckdb_type.upper()
+    if is_nested_type(t):
+        # As it is: DuckDB's hash of a nested value hashes equal values alike (-0.0 and 0.0 too),
+        # where its text would not ('[-0.0]' and '[0.0]').
+        return duckdb_type
     if t in _SMALL_INTS:
         return "BIGINT"
     if t in _BIG_INTS:
@@ -43,6 +53,13 @@ def common_hash_type(left: str, right: str) -> str:
     a, b = canonical_hash_type(left), canonical_hash_type(right)
     if a == b:
         return a
+    strings = [t.upper() == "VARCHAR" for t in (left, right)]
+    if any(strings):
+        # DuckDB compares a string with a typed value in that value's own type (it casts '7.5' to
+        # INTEGER 8 to compare it with an INTEGER, to DECIMAL(12,3) 1.000 with a DECIMAL(12,3)).
+        return right if strings[0] else left
+    if is_nested_type(a) or is_nested_type(b):
+        return _supertype(a, b)
     numeric = {"BIGINT", "HUGEINT", "DOUBLE"}
     if {a, b} <= {"BIGINT", "HUGEINT"}:
         return "HUGEINT"
@@ -50,13 +67,20 @@ def common_hash_type(left: str, right: str) -> str:
         return "DOUBLE"
     if {a, b} == {"DATE", "TIMESTAMP"}:
         return "TIMESTAMP"
-    if "VARCHAR" in (a, b):
-        # DuckDB compares a string with a typed value in the other type: hash in that type.
-        other = b if a == "VARCHAR" else a
-        return "DOUBLE" if other in numeric else other
     if "BOOLEAN" in (a, b) and (a in numeric or b in numeric):
         return "DOUBLE" if "DOUBLE" in (a, b) else "BIGINT"
     return "VARCHAR"
+
+
+@functools.lru_cache(maxsize=256)
+def _supertype(a: str, b: str) -> str:
+    """The type DuckDB compares values of nested types ``a`` and ``b`` in (the one a UNION of them
+    takes): each side is cast to it before hashing."""
+    import duckdb  # on first use: reading a catalog needs no DuckDB
+
+    with duckdb.connect() as con:
+        union = f"SELECT CAST(NULL AS {a}) AS v UNION ALL SELECT CAST(NULL AS {b})"
+        return str(con.execute(f"SELECT typeof(v) FROM ({union}) LIMIT 1").fetchall()[0][0])
 
 
 @dataclass(frozen=True)

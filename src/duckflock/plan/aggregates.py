@@ -91,6 +91,13 @@ def _distinct_split(nodes: list[exp.Expr], fresh) -> Split | None:
     return Split((), tuple(final), tuple(result), partial_groups=((value, args.pop()),))
 
 
+def _is_distinct(node: exp.Expr) -> bool:
+    """Whether an aggregate call is DISTINCT, FILTER or not (a per-rank partial of a DISTINCT
+    aggregate would count a value once on every rank holding it)."""
+    call = node.this if isinstance(node, exp.Filter) else node
+    return isinstance(call.this, exp.Distinct) or bool(call.args.get("distinct"))
+
+
 def split_aggregates(
     aggs: tuple[str, ...], fresh, group_cols: tuple[str, ...] = (), arg_types: tuple[str, ...] = ()
 ) -> Split | None:
@@ -98,7 +105,7 @@ def split_aggregates(
     ``group_cols``: the final phase's group columns (SQL), for windows over the partials;
     ``arg_types``: DuckDB type of each aggregate's first argument."""
     nodes = [sqlglot.parse_one(sql, read="duckdb") for sql in aggs]
-    if any(isinstance(n.this, exp.Distinct) or n.args.get("distinct") for n in nodes):
+    if any(_is_distinct(n) for n in nodes):
         return _distinct_split(nodes, fresh)
     partial: list[tuple[str, str]] = []
     final: list[tuple[str, str]] = []

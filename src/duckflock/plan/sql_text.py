@@ -96,7 +96,8 @@ def partition_sql(keys: tuple[str, ...], target: Partitioning) -> str:
         key = f"CAST({keys[0]} AS {canonical_hash_type(target.key_type)})"
         whens = " ".join(f"WHEN {key} <= {sql_literal(hi)} THEN {p}" for hi, p in bounds)
         last = bounds[-1][1]
-        return f"(CASE {whens} ELSE {last} END)"
+        # NULL keys where a loaded table keeps them (range_partition_sql): a group of NULLs meets.
+        return f"(CASE WHEN {key} IS NULL THEN 0 {whens} ELSE {last} END)"
     raise ValueError(f"no partition function for {target.describe()}")
 
 

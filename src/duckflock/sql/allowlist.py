@@ -84,6 +84,11 @@ _REFUSED_KINDS: dict[type, str] = {
     exp.MatchRecognize: "MATCH_RECOGNIZE",
     exp.Connect: "CONNECT BY",
     exp.PreWhere: "PREWHERE",
+    # Rows are hashed, grouped, compared and sorted by their bytes between ranks: a collation
+    # would be honoured inside each rank's DuckDB only.
+    exp.Collate: "COLLATE",
+    # Its patterns would match the unique names columns get here ("t.id"), not the query's.
+    exp.Columns: "COLUMNS(...)",
 }
 
 
@@ -99,6 +104,7 @@ def check_supported(tree: exp.Expr) -> None:
                 raise unsupported(name)
         if isinstance(node, exp.Lateral):
             _check_lateral(node)
+        _check_names(node)
         if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.ENUM:
             # Arrow carries an ENUM as a dictionary of strings: after an exchange it would sort and
             # compare as VARCHAR, not in the ENUM's order.
@@ -114,6 +120,19 @@ def check_supported(tree: exp.Expr) -> None:
             _check_join(node)
         if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier | exp.Func):
             raise unsupported(f"{node.this.key.upper()} in FROM")
+
+
+def _check_names(node: exp.Expr) -> None:
+    """Constructs naming columns in ways the binder's unique column names ("t.id") would break."""
+    if isinstance(node, exp.Like | exp.ILike | exp.SimilarTo | exp.Glob) and isinstance(node.this, exp.Star):
+        raise unsupported("* with a pattern on column names")
+    if isinstance(node, exp.Rollup | exp.Cube | exp.GroupingSets) and any(
+        isinstance(n, exp.Literal) and not n.is_string for n in node.walk()
+    ):
+        raise unsupported("column positions in ROLLUP, CUBE or GROUPING SETS")
+    alias = node.args.get("alias") if isinstance(node, exp.Table) else None
+    if isinstance(alias, exp.TableAlias) and alias.args.get("columns"):
+        raise unsupported("column aliases on a table (t AS a(x, y))")
 
 
 def _check_lateral(lateral: exp.Lateral) -> None:

@@ -11,7 +11,7 @@ import pyarrow as pa
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.ingest.widths import with_widths
-from duckflock.plan.sql_text import hash_sql, read_table_files
+from duckflock.plan.sql_text import hash_sql, range_partition_sql, read_table_files
 from duckflock.sqltext import quote_ident as q
 from duckflock.sqltext import sql_literal
 
@@ -28,7 +28,8 @@ def make_table(
     ``name`` and register it in the data directory's catalog.
 
     kind "hash": partition p holds rows with hash(keys) % partitions == p (duckflock's function);
-    kind "none": rows dealt round-robin; kind "range": split by key order into contiguous ranges.
+    kind "none": rows dealt round-robin; kind "range": split by key order into contiguous ranges
+    of distinct keys, as ``duckflock load --scheme range`` splits.
     """
     con = duckdb.connect()
     if isinstance(source, pa.Table):
@@ -49,7 +50,7 @@ def make_table(
             [q(k) for k in keys], tuple(canonical_hash_type(types[k]) for k in keys), partitions
         )
     elif kind == "range":
-        part_expr = f"(ntile({partitions}) OVER (ORDER BY {q(keys[0])}) - 1)"
+        part_expr = range_partition_sql(keys[0], types[keys[0]], _splitters(con, keys[0], partitions))
     else:
         part_expr = f"((row_number() OVER ()) % {partitions})"
     con.execute(f"CREATE TABLE parted AS SELECT *, {part_expr} AS __p FROM src")
@@ -69,6 +70,15 @@ def make_table(
     catalog.put(info)
     catalog.save()
     return info
+
+
+def _splitters(con: duckdb.DuckDBPyConnection, key: str, partitions: int) -> list[str]:
+    """Upper bounds of all partitions but the last, from the distinct keys of table ``src``, so
+    that equal keys share a partition (NULLs go to partition 0, as the loader puts them)."""
+    distinct = f"SELECT DISTINCT {q(key)} AS k FROM src WHERE k IS NOT NULL"
+    rows = con.execute(f"SELECT CAST(k AS VARCHAR) FROM ({distinct}) ORDER BY k").fetchall()
+    picks = sorted({(i + 1) * len(rows) // partitions - 1 for i in range(partitions - 1)})
+    return [rows[i][0] for i in picks if 0 <= i < len(rows) - 1]
 
 
 def oracle(data: str | os.PathLike[str], threads: int | None = None) -> duckdb.DuckDBPyConnection:
