@@ -98,9 +98,14 @@ def test_small_integer_types_hash_as_bigint_without_loss(t):
     assert _con().execute(sql, [lo, hi]).fetchall() == [(lo, hi)]
 
 
-@pytest.mark.parametrize("t", ["UBIGINT", "HUGEINT", "UHUGEINT"])
+@pytest.mark.parametrize("t", ["UBIGINT", "HUGEINT"])
 def test_wide_integers_hash_as_hugeint(t):
     assert canonical_hash_type(t) == "HUGEINT"
+
+
+def test_uhugeint_hashes_as_itself():
+    """Its values beyond HUGEINT's range would not cast to it."""
+    assert canonical_hash_type("UHUGEINT") == "UHUGEINT"
 
 
 @pytest.mark.parametrize("t", ["DECIMAL(12,2)", "decimal(38,10)", "NUMERIC(5,1)", "FLOAT", "REAL", "DOUBLE"])
@@ -160,6 +165,17 @@ _MATCHING = [
     ),
     ("INTEGER[]", "DOUBLE[]", ["[1]", "[2, 3]"], ["[1.0]", "[2.0, 3.0]", "[2.5]"]),
     ("TIMESTAMP[]", "DATE[]", ["['2020-01-05 00:00:00'::TIMESTAMP]"], ["['2020-01-05'::DATE]"]),
+    # A FLOAT compares with an integer or DECIMAL as FLOAT: the other side rounds to it.
+    ("FLOAT", "DECIMAL(6,1)", ["0.1", "0.2", "1.5"], ["0.1", "0.3", "1.5"]),
+    ("FLOAT", "BIGINT", ["16777216", "3"], ["16777217", "16777216", "3"]),
+    ("REAL", "INTEGER", ["16777216"], ["16777217"]),
+    (
+        "UHUGEINT",
+        "UHUGEINT",
+        ["340282366920938463463374607431768211455", "7"],
+        ["340282366920938463463374607431768211455"],
+    ),
+    ("UHUGEINT", "BIGINT", ["7", "0"], ["7", "0", "-1"]),
 ]
 _MIXED = [
     # common_hash_type falls back to VARCHAR, but DuckDB compares these by casting the string (or the

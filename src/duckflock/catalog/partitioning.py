@@ -19,7 +19,9 @@ def partitions_of_rank(count: int, rank: int, size: int) -> list[int]:
 
 
 _SMALL_INTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
-_BIG_INTS = {"UBIGINT", "HUGEINT", "UHUGEINT"}
+_BIG_INTS = {"UBIGINT", "HUGEINT"}
+_FLOATS = ("FLOAT", "REAL", "FLOAT4")
+_NUMERIC = {"BIGINT", "HUGEINT", "DOUBLE"}  # canonical hash types of numbers
 _NUMERIC_PREFIXES = ("DECIMAL", "NUMERIC", "FLOAT", "DOUBLE", "REAL")
 
 
@@ -35,6 +37,8 @@ def canonical_hash_type(duckdb_type: str) -> str:
         # As it is: DuckDB's hash of a nested value hashes equal values alike (-0.0 and 0.0 too),
         # where its text would not ('[-0.0]' and '[0.0]').
         return duckdb_type
+    if t == "UHUGEINT":  # over HUGEINT's range: hashed as it is
+        return t
     if t in _SMALL_INTS:
         return "BIGINT"
     if t in _BIG_INTS:
@@ -51,6 +55,12 @@ def canonical_hash_type(duckdb_type: str) -> str:
 def common_hash_type(left: str, right: str) -> str:
     """The hash type for a join key pair of possibly different types (the common supertype family)."""
     a, b = canonical_hash_type(left), canonical_hash_type(right)
+    floats = [t.upper() in _FLOATS for t in (left, right)]
+    other = (right if floats[0] else left).upper()
+    if any(floats) and a in _NUMERIC and b in _NUMERIC and other not in ("DOUBLE", "FLOAT8", *_FLOATS):
+        # DuckDB compares a FLOAT with an integer or DECIMAL as FLOAT: the other side rounds to
+        # it (16777217 meets 16777216.0, DECIMAL 0.1 meets FLOAT 0.1).
+        return "FLOAT"
     if a == b:
         return a
     strings = [t.upper() == "VARCHAR" for t in (left, right)]
@@ -58,9 +68,9 @@ def common_hash_type(left: str, right: str) -> str:
         # DuckDB compares a string with a typed value in that value's own type (it casts '7.5' to
         # INTEGER 8 to compare it with an INTEGER, to DECIMAL(12,3) 1.000 with a DECIMAL(12,3)).
         return right if strings[0] else left
-    if is_nested_type(a) or is_nested_type(b):
+    if is_nested_type(a) or is_nested_type(b) or "UHUGEINT" in (a, b):
         return _supertype(a, b)
-    numeric = {"BIGINT", "HUGEINT", "DOUBLE"}
+    numeric = _NUMERIC
     if {a, b} <= {"BIGINT", "HUGEINT"}:
         return "HUGEINT"
     if a in numeric and b in numeric:
@@ -70,6 +80,13 @@ def common_hash_type(left: str, right: str) -> str:
     if "BOOLEAN" in (a, b) and (a in numeric or b in numeric):
         return "DOUBLE" if "DOUBLE" in (a, b) else "BIGINT"
     return "VARCHAR"
+
+
+def result_hash_type(duckdb_type: str) -> str:
+    """The hash type for the columns of a set operation whose result has ``duckdb_type``: each
+    branch's values are hashed as DuckDB casts them to it, so where that cast rounds (to FLOAT),
+    the hash casts to it too."""
+    return "FLOAT" if duckdb_type.upper() in _FLOATS else canonical_hash_type(duckdb_type)
 
 
 @functools.lru_cache(maxsize=256)

@@ -20,7 +20,7 @@ from sqlglot.optimizer.optimizer import OptimizerFn
 from sqlglot.optimizer.qualify import qualify
 
 from duckflock.catalog import Catalog
-from duckflock.catalog.partitioning import canonical_hash_type, common_hash_type
+from duckflock.catalog.partitioning import canonical_hash_type, common_hash_type, result_hash_type
 from duckflock.errors import DuckflockError, SqlError
 from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
@@ -417,7 +417,11 @@ class _Builder:
         their types are not needed: "" (unknown) then."""
         try:
             return self.schema_db.node_types(rel, exprs)
-        except DuckflockError:
+        except DuckflockError as e:
+            # A subquery's token (its rows arrive as a table) where no plan feeds it: inside an
+            # aggregate's argument, e.g. sum((SELECT max(b) FROM t)).
+            if any(token in str(e) for token in self.subplans):
+                raise unsupported("a subquery inside aggregate expressions") from None
             if not self._correlated_depth:
                 raise
             return [""] * (len(exprs) if exprs is not None else len(rel.columns))
@@ -477,7 +481,7 @@ class _Builder:
         )
         # Hash in the set operation's result types: that is how DuckDB compares its rows.
         result_types = self.node_types(rel)
-        rel = replace(cast(SetOp, rel), key_types=tuple(canonical_hash_type(t) for t in result_types))
+        rel = replace(cast(SetOp, rel), key_types=tuple(result_hash_type(t) for t in result_types))
         keys = []
         order = tree.args.get("order")
         for o in order.expressions if order else []:
