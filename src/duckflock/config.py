@@ -64,6 +64,10 @@ class Config:
     peer_timeout_s: float = 30.0
     # DuckDB may read only the data directory (workers serving remote callers).
     restrict_to_data_dir: bool = False
+    # The DuckDB TimeZone of every rank: a TIMESTAMPTZ renders, truncates, casts and hashes by it,
+    # so ranks on hosts set to other zones would answer differently. Empty: the caller's (Flight
+    # workers), rank 0's (MPI; ranks started as threads share the caller's process).
+    time_zone: str = ""
     # A query duckflock cannot distribute (recursive CTEs, GROUPING SETS, LATERAL, ...) is answered
     # by DuckDB on the driver when the tables it reads hold at most this many bytes (estimated from
     # the catalog); above it the query is refused, naming the construct.

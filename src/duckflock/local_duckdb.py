@@ -20,9 +20,11 @@ def open_duckdb(
     only_dir: str | None = None,
     temp_dir: str | None = None,
     max_temp_bytes: int = 0,
+    time_zone: str = "",
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB for one rank. With ``only_dir`` its SQL can read files there and nowhere else; it
-    spills into ``temp_dir`` (at most ``max_temp_bytes`` when set)."""
+    spills into ``temp_dir`` (at most ``max_temp_bytes`` when set); ``time_zone``: the session's
+    (empty: this host's)."""
     settings: dict[str, str | bool | int | float | list[str]] = {
         "threads": threads,
         "memory_limit": f"{max(memory_bytes >> 20, 64)}MB",
@@ -34,6 +36,7 @@ def open_duckdb(
     if max_temp_bytes:
         settings["max_temp_directory_size"] = f"{max(max_temp_bytes >> 20, 1)}MB"
     con = duckdb.connect(config=settings)
+    set_time_zone(con, time_zone)
     con.execute("SET enable_progress_bar = false")  # else every rank draws one into the terminal
     # Between ranks every type must survive Arrow as itself: by default HUGEINT arrives as
     # DECIMAL(38,0), UUID and JSON as VARCHAR, and a function of them downstream answers differently.
@@ -84,3 +87,16 @@ def joins_as_written(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
             settings.execute(f"SET disabled_optimizers = {sql_literal(old)}")
     finally:
         settings.close()
+
+
+def set_time_zone(con: duckdb.DuckDBPyConnection, time_zone: str) -> None:
+    """The database's TimeZone (its cursors' too); empty: leave this host's. Set after connecting:
+    as a connect setting it would need the ICU extension loaded first."""
+    if time_zone:
+        con.execute(f"SET GLOBAL TimeZone = {sql_literal(time_zone)}")
+
+
+def local_time_zone() -> str:
+    """The TimeZone a DuckDB opened here starts with (from ``TZ`` or the host's setting)."""
+    with duckdb.connect() as con:
+        return str(con.execute("SELECT current_setting('TimeZone')").fetchall()[0][0])

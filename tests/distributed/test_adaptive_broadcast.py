@@ -117,16 +117,20 @@ def test_a_side_cheaper_to_copy_than_the_other_to_move_is_broadcast(data, transp
 
 def test_the_broadcast_bound_fits_the_smallest_rank_under_mpi():
     """Ranks whose nodes allow them different memory (set per rank here) all plan with the bound
-    of the smallest: rank 0's own, larger share would let it broadcast sides the other cannot hold."""
+    of the smallest: rank 0's own, larger share would let it broadcast sides the other cannot hold.
+    Their nodes' time zones differ too (also set per rank)."""
     job = [sys.executable, str(Path(__file__).with_name("mpi_bound_job.py"))]
     limit = "DUCKFLOCK_MEMORY_LIMIT_BYTES"
-    argv = [mpiexec_path(), "-n", "1", "-env", limit, "1000000000", *job]
-    argv += [":", "-n", "1", "-env", limit, "400000000", *job]
+    argv = [mpiexec_path(), "-n", "1", "-env", limit, "1000000000", "-env", "TZ", "Asia/Tokyo", *job]
+    argv += [":", "-n", "1", "-env", limit, "400000000", "-env", "TZ", "America/New_York", *job]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    bounds = sorted(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("bound "))
+    said = sorted(line.split() for line in proc.stdout.splitlines() if line.startswith(("bound ", "zone ")))
     want = str(int(400_000_000 * DUCKDB_PART) // BROADCAST_SHARE)
-    assert bounds == [["0", want], ["1", want]]
+    assert [s for s in said if s[0] == "bound"] == [["bound", "0", want], ["bound", "1", want]]
+    # Nodes set to other time zones: every rank's DuckDB takes rank 0's, or TIMESTAMPTZ values
+    # would render, truncate and hash differently from rank to rank.
+    assert [s for s in said if s[0] == "zone"] == [["zone", "0", "Asia/Tokyo"], ["zone", "1", "Asia/Tokyo"]]
 
 
 def test_the_broadcast_bound_fits_the_smallest_worker_over_flight(data, tmp_path):

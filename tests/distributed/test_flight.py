@@ -17,7 +17,7 @@ import pytest
 import duckflock
 from duckflock.testing.tpch import SEED_ORDER, SEED_QUERY, query
 from flight_support import Workers
-from support import assert_same, oracle
+from support import assert_same, make_table, oracle
 
 pytestmark = pytest.mark.dist
 
@@ -193,3 +193,30 @@ def test_tls_workers(tpch_dir, tmp_path):
         assert got == oracle(tpch_dir).sql("SELECT count(*) AS n FROM orders").fetchall()
         with pytest.raises(duckflock.DuckflockError):  # plaintext gRPC to a TLS port fails
             duckflock.connect(workers=w.addresses, token=w.token)
+
+
+def test_workers_on_hosts_in_other_time_zones_answer_in_the_callers(tmp_path):
+    """Hosts set to other time zones (TZ per worker here): every worker renders, truncates, casts
+    and hashes TIMESTAMPTZ values in the caller's zone, as the caller's own DuckDB does."""
+    data = tmp_path / "data"
+    start = "TIMESTAMPTZ '2024-03-09 20:00:00+00'"
+    make_table(data, "z", f"SELECT {start} + INTERVAL (i * 37) MINUTE AS ts, i AS v FROM range(400) t(i)", 4)
+    make_table(
+        data,
+        "w",
+        "SELECT TIMESTAMP '2024-03-09 20:00:00' + INTERVAL (i * 74) MINUTE AS t FROM range(200) t(i)",
+        3,
+    )
+    hosts = [("127.0.0.1", ["env", "TZ=Asia/Tokyo"]), ("127.0.0.1", ["env", "TZ=America/New_York"])]
+    ref = oracle(data)
+    with (
+        Workers(data, 2, tmp_path / "workers", hosts=hosts) as w,
+        duckflock.connect(workers=w.addresses, token=w.token, config={"broadcast_threshold_bytes": 0}) as db,
+    ):
+        for sql in (
+            "SELECT ts::VARCHAR AS s, ts::DATE AS d, date_trunc('day', ts) AS t FROM z",
+            "SELECT ts::DATE AS d, count(*) AS n FROM z GROUP BY 1",
+            "SELECT hour(ts) AS h, count(*) AS n, sum(v) AS s FROM z GROUP BY 1",
+            "SELECT count(*) AS n FROM z JOIN w ON z.ts = w.t",
+        ):
+            assert_same(db.sql(sql).arrow(), ref.sql(sql).to_arrow_table())

@@ -30,6 +30,7 @@ from duckflock.exec.messages import (
 )
 from duckflock.exec.progress import Follow, ProgressCallback
 from duckflock.exec.result_files import ResultWriter, is_directory
+from duckflock.local_duckdb import local_time_zone
 from duckflock.plan.stages import StagePlan
 from duckflock.transport.flight_client import WorkerClient
 
@@ -41,6 +42,8 @@ class FlightBackend:
         self.ranks = len(self.locations)
         self.sid = secrets.token_hex(8)
         self._clients = [WorkerClient(r, loc, token, tls_root) for r, loc in enumerate(self.locations)]
+        # Workers' hosts may be set to other time zones: all answer in the caller's.
+        config = {"time_zone": local_time_zone(), **config}
         try:  # every worker knows the session before any connects to its peers
             shares = []
             for client in self._clients:

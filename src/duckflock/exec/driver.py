@@ -77,7 +77,7 @@ class Driver:
             from duckflock.sql.schema_db import SchemaDB
 
             only = str(self.rt.catalog.root) if self.rt.config.restrict_to_data_dir else None
-            self._schema_db = SchemaDB(self.rt.catalog, only)
+            self._schema_db = SchemaDB(self.rt.catalog, only, self.rt.config.time_zone)
             self._catalog_stamp = stamp
         return self.rt.catalog
 

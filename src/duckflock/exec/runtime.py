@@ -24,7 +24,7 @@ from duckflock.exec.budget import (
     with_derived_limits,
     with_share,
 )
-from duckflock.local_duckdb import open_duckdb
+from duckflock.local_duckdb import local_time_zone, open_duckdb
 from duckflock.transport.base import Transport
 
 
@@ -76,7 +76,12 @@ class Runtime:
         only_dir = str(catalog.root) if config.restrict_to_data_dir and catalog is not None else None
 
         con = open_duckdb(
-            threads, budget.duckdb_bytes, only_dir, str(spill_dir / "duckdb"), config.max_temp_bytes
+            threads,
+            budget.duckdb_bytes,
+            only_dir,
+            str(spill_dir / "duckdb"),
+            config.max_temp_bytes,
+            config.time_zone,
         )
         driver_threads = cores if transport.rank == 0 and cores > threads else 0
         rt = cls(
@@ -103,6 +108,7 @@ class Runtime:
                     str(self.catalog.root) if restrict and self.catalog is not None else None,
                     str(self.spill_dir / "driver"),
                     self.config.max_temp_bytes,
+                    self.config.time_zone,
                 )
             )
         return self._driver_con[0] if self._driver_con else self.con
@@ -148,4 +154,8 @@ def mpi_runtime(catalog: Catalog | None, config: Config) -> Runtime:
     # Nodes may differ (in memory, in ranks placed on them): the planner on rank 0 must bound
     # broadcasts by the smallest share of any rank, not by its own.
     smallest = MPI.COMM_WORLD.allreduce(rank_share_bytes(config, ranks_on_node), op=MPI.MIN)
-    return Runtime.create(MpiTransport(), catalog, with_share(config, smallest), ranks_on_node)
+    config = with_share(config, smallest)
+    if not config.time_zone:  # nodes may be set to other zones: every rank takes rank 0's
+        rank0 = local_time_zone() if MPI.COMM_WORLD.Get_rank() == 0 else None
+        config = replace(config, time_zone=MPI.COMM_WORLD.bcast(rank0, root=0))
+    return Runtime.create(MpiTransport(), catalog, config, ranks_on_node)

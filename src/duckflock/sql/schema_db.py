@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from duckflock.catalog import Catalog
 from duckflock.errors import CatalogError, SqlError, duckdb_message
-from duckflock.local_duckdb import restrict
+from duckflock.local_duckdb import restrict, set_time_zone
 from duckflock.plan.nodes import Node
 from duckflock.plan.render import render
 from duckflock.sql.functions import AggregateNames
@@ -18,9 +18,10 @@ from duckflock.sqltext import quote_ident as q
 
 
 class SchemaDB:
-    def __init__(self, catalog: Catalog, only_dir: str | None = None):
+    def __init__(self, catalog: Catalog, only_dir: str | None = None, time_zone: str = ""):
         self.catalog = catalog
         self.con = duckdb.connect(config={"threads": 1})
+        set_time_zone(self.con, time_zone)  # the result's TIMESTAMPTZ columns carry the zone
         if only_dir is not None:  # binding reads files a query names: same limits as the ranks
             restrict(self.con, [only_dir])
         for name, info in catalog.tables.items():
