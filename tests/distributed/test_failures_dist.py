@@ -249,3 +249,33 @@ def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path):
     db.close()
     with duckflock.connect(str(bad_dir), ranks=2, transport="mpi") as again:
         assert again.sql("SELECT count(*) FROM good").fetchall() == [(2000,)]
+
+
+def _older_duckdb(tmp_path: Path) -> list[str]:
+    """An environment prefix under which Python reports another DuckDB version (a sitecustomize
+    module sets it at start-up): a host with a different install."""
+    site = tmp_path / "older-duckdb"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import duckdb\nduckdb.__version__ = '0.9.2'\n")
+    return [f"PYTHONPATH={site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"]
+
+
+def test_flight_workers_of_different_versions_are_refused(bad_dir, tmp_path):
+    from flight_support import Workers
+
+    hosts = [("127.0.0.1", []), ("127.0.0.1", ["env", *_older_duckdb(tmp_path)])]
+    with Workers(bad_dir, 2, tmp_path / "workers", hosts=hosts) as w:
+        with pytest.raises(duckflock.DuckflockError, match="different versions") as e:
+            duckflock.connect(workers=w.addresses, token=w.token)
+        assert "worker 1: duckdb 0.9.2" in str(e.value)
+
+
+def test_mpi_ranks_of_different_versions_are_refused(tmp_path):
+    from duckflock.exec.launch import mpiexec_path
+
+    job = [sys.executable, str(Path(__file__).with_name("mpi_bound_job.py"))]
+    older = _older_duckdb(tmp_path)[0].split("=", 1)
+    argv = [mpiexec_path(), "-n", "1", *job, ":", "-n", "1", "-env", *older, *job]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=BOUND_S)
+    assert proc.returncode != 0
+    assert "the ranks run different versions" in proc.stderr and "rank 1: duckdb 0.9.2" in proc.stderr

@@ -33,6 +33,7 @@ from duckflock.exec.result_files import ResultWriter, is_directory
 from duckflock.local_duckdb import local_time_zone
 from duckflock.plan.stages import StagePlan
 from duckflock.transport.flight_client import WorkerClient
+from duckflock.versions import check_same
 
 
 class FlightBackend:
@@ -45,14 +46,16 @@ class FlightBackend:
         # Workers' hosts may be set to other time zones: all answer in the caller's.
         config = {"time_zone": local_time_zone(), **config}
         try:  # every worker knows the session before any connects to its peers
-            shares = []
+            prepared = []
             for client in self._clients:
                 prepare = PrepareSession(self.sid, client.rank, self.locations, config)
-                shares.append(from_json(Prepared, client.call("prepare", to_json(prepare))).share_bytes)
+                prepared.append(from_json(Prepared, client.call("prepare", to_json(prepare))))
+            check_same([p.versions for p in prepared], "worker")
+            shares = [p.share_bytes for p in prepared]
             # Every worker builds a copy of a broadcast side: the smallest host bounds them.
             for client in self._clients:
                 client.call("start", to_json(StartSession(self.sid, min(shares))))
-        except TransportError:
+        except DuckflockError:  # a transport's, or workers of different versions
             self.close()
             raise
 

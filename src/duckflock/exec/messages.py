@@ -89,9 +89,11 @@ class PrepareSession:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A Flight worker's answer to ``PrepareSession``: the memory one rank may hold on its host."""
+    """A Flight worker's answer to ``PrepareSession``: the memory one rank may hold on its host,
+    and its versions (``versions.engine_versions``), which all workers must share."""
 
     share_bytes: int
+    versions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 
+from duckflock import versions
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.exchange.mux import Mux
@@ -153,6 +154,7 @@ def mpi_runtime(catalog: Catalog | None, config: Config) -> Runtime:
     node.Free()
     # Nodes may differ (in memory, in ranks placed on them): the planner on rank 0 must bound
     # broadcasts by the smallest share of any rank, not by its own.
+    versions.check_same(MPI.COMM_WORLD.allgather(versions.engine_versions()))
     smallest = MPI.COMM_WORLD.allreduce(rank_share_bytes(config, ranks_on_node), op=MPI.MIN)
     config = with_share(config, smallest)
     if not config.time_zone:  # nodes may be set to other zones: every rank takes rank 0's

@@ -49,6 +49,7 @@ from duckflock.exec.runtime import Runtime
 from duckflock.transport.base import Inbox
 from duckflock.transport.flight import FlightTransport
 from duckflock.transport.flight_server import FlightServer
+from duckflock.versions import engine_versions
 
 
 @dataclass
@@ -122,7 +123,7 @@ class Worker:
         with self._lock:
             inbox = self.server.open_inbox(msg.session)
             self._session = _Session(msg.session, msg.rank, msg.peers, config, inbox, on_node)
-        return Prepared(rank_share_bytes(config, on_node))
+        return Prepared(rank_share_bytes(config, on_node), engine_versions())
 
     def _start(self, msg: StartSession) -> None:
         s = self._current(msg.session)
