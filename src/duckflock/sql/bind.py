@@ -97,8 +97,18 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
     if len(statements) != 1 or statements[0] is None:
         raise SqlError("expected exactly one SQL statement")
     tree = statements[0]
+    if isinstance(tree, exp.Pivot):  # a PIVOT / UNPIVOT statement: a query, run as one
+        text = f"SELECT * FROM ({text})"
+        tree = sqlglot.parse_one(text, read="duckdb")
     if not isinstance(tree, exp.Query):
         raise SqlError(f"only SELECT queries are supported, not {tree.key.upper()}")
+    for pivot in tree.find_all(exp.Pivot):
+        simple = pivot.args.get("this") is not None and not pivot.args.get("unpivot")  # PIVOT t ON ...
+        if simple and not all(isinstance(on, exp.In) for on in pivot.expressions):
+            # A plan's result columns are known before it runs; these come from the values.
+            raise SqlError(
+                "PIVOT ... ON a column without IN (...): its columns depend on the data; list the values"
+            )
     described = schema_db.describe(text)  # DuckDB's binder: names the missing table or column
     try:
         plan = _distributed(text, tree, catalog, schema_db)
