@@ -201,6 +201,10 @@ class Driver:
 def _as_duckdb_returns(table: pa.Table, plan: StagePlan) -> pa.Table:
     """Column names and types exactly as single-process DuckDB returns them."""
     schema = plan.output_schema
+    if table.num_columns != len(schema):  # columns that depend on the data, which planning missed
+        raise ExecutionError(
+            0, None, f"the query gave {table.num_columns} columns where its plan has {len(schema)}"
+        )
     table = table.rename_columns(list(schema.names))
     if table.schema.equals(schema):
         return table
