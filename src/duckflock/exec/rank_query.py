@@ -47,7 +47,11 @@ def execute_on_rank(
 
     With ``cmd.parts_dir`` the ranks write the gathered rows to part files and return no result;
     with ``result_file`` (the driver) those rows stream into it as they arrive."""
-    query = _RankQuery(rt, cmd, result_file)
+    try:
+        query = _RankQuery(rt, cmd, result_file)
+    except Exception as e:  # told to every rank like any failure, or they would wait for this one
+        rt.mux.fail(cmd.qid, None, describe_error(e))
+        raise ExecutionError(rt.rank, None, describe_error(e)) from None
     try:
         query.run()
     except ExecutionError:
@@ -75,9 +79,10 @@ class _RankQuery:
         self.hot: HotKeys = {}  # hot join keys found by the stages that spread them
         self.started: set[int] = set()
         self.direct = passed_on_gather(self.plan)
-        self.part: ResultWriter | None = None
+        self.part: ResultWriter | None = None  # opened by run(): its failure is the query's
+        self.part_path: Path | None = None
         if cmd.parts_dir is not None and self.direct is not None:
-            self.part = ResultWriter(Path(cmd.parts_dir) / part_name(rt.rank), self.plan.output_schema)
+            self.part_path = Path(cmd.parts_dir) / part_name(rt.rank)
             self.started.add(self.direct)  # written to files instead of gathered
         self.streamed = result_file.write if result_file is not None and self.direct is not None else None
         self.streams, self.groups = self._plan_streams()
@@ -136,6 +141,8 @@ class _RankQuery:
                     self.started.add(xid)
 
     def run(self) -> None:
+        if self.part_path is not None:
+            self.part = ResultWriter(self.part_path, self.plan.output_schema)
         self.start_inputs()  # from the start, so rows sent while earlier stages run are taken in
         stages = self.plan.stages
         i = 0

@@ -66,12 +66,16 @@ class ResultWriter:
         self.rows = 0
         self._group: list[pa.RecordBatch] = []
         self._group_bytes = 0
-        if suffix == ".parquet":
-            self._writer = pq.ParquetWriter(self.tmp, schema)
-        elif suffix == ".csv":
-            self._writer = pacsv.CSVWriter(self.tmp, schema)
-        else:
-            self._writer = pa.ipc.new_file(self.tmp, schema)
+        try:
+            if suffix == ".parquet":
+                self._writer = pq.ParquetWriter(self.tmp, schema)
+            elif suffix == ".csv":
+                self._writer = pacsv.CSVWriter(self.tmp, schema)
+            else:
+                self._writer = pa.ipc.new_file(self.tmp, schema)
+        except pa.ArrowException as e:  # e.g. an INTERVAL column, which Arrow cannot put in Parquet
+            Path(self.tmp).unlink(missing_ok=True)
+            raise DuckflockError(f"the result cannot be written as {suffix}: {e}") from None
 
     def write(self, batch: pa.RecordBatch) -> None:
         """A batch of the final stage's output: its columns renamed and cast to the result's."""
