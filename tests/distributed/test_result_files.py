@@ -146,14 +146,19 @@ def test_files_hold_duckdb_default_types_and_progress_finishes(data, tmp_path, t
 
 @pytest.mark.parametrize("transport", ["threads", "mpi"])
 def test_a_result_parquet_cannot_hold_fails_cleanly_and_the_session_goes_on(data, tmp_path, transport):
-    """Arrow cannot put an INTERVAL into Parquet: every rank opening its part file fails alike. The
-    query reports it, no file is left, and the next query runs (a rank's loop had died of it)."""
+    """Arrow cannot put an INTERVAL into Parquet (nor a BLOB that is not UTF-8 into CSV): every rank
+    opening its part file fails alike. The query reports it, no file is left, and the next query
+    runs (a rank's loop had died of it)."""
     sql = "SELECT k, INTERVAL (k) DAY AS iv FROM f WHERE k < 100"
     with duckflock.connect(str(data), ranks=2, transport=transport, config=CONFIG) as db:
         for output in (tmp_path / "parts/", tmp_path / "one.parquet"):
             with pytest.raises(duckflock.DuckflockError, match=r"cannot be written as \.parquet"):
                 db.sql(sql, output=str(output) + ("/" if output.name == "parts" else ""))
             assert not list(tmp_path.glob("**/*.parquet"))
+        blobs = "SELECT k, ('\\xff' || k)::BLOB AS b FROM f WHERE k < 100"
+        for query in (blobs, blobs + " ORDER BY k LIMIT 5"):  # by the ranks, by the driver
+            with pytest.raises(duckflock.DuckflockError, match=r"cannot be written as \.csv"):
+                db.sql(query, output=str(tmp_path / "blobs.csv"))
         db.sql(sql, output=str(tmp_path / "one.arrow"))  # Arrow IPC holds it
         got = pa.ipc.open_file(tmp_path / "one.arrow").read_all()
         assert_same(got, oracle(data).sql(sql).to_arrow_table())

@@ -75,7 +75,7 @@ class ResultWriter:
                 self._writer = pa.ipc.new_file(self.tmp, schema)
         except pa.ArrowException as e:  # e.g. an INTERVAL column, which Arrow cannot put in Parquet
             Path(self.tmp).unlink(missing_ok=True)
-            raise DuckflockError(f"the result cannot be written as {suffix}: {e}") from None
+            raise _cannot_write(suffix, e) from None
 
     def write(self, batch: pa.RecordBatch) -> None:
         """A batch of the final stage's output: its columns renamed and cast to the result's."""
@@ -88,7 +88,10 @@ class ResultWriter:
             batch = batch.cast(self.schema)
         self.rows += batch.num_rows
         if not isinstance(self._writer, pq.ParquetWriter):
-            self._writer.write_batch(batch)
+            try:
+                self._writer.write_batch(batch)
+            except pa.ArrowException as e:  # e.g. a BLOB that is not UTF-8, into a CSV file
+                raise _cannot_write(self.target.suffix, e) from None
             return
         self._group.append(batch)
         self._group_bytes += batch.nbytes
@@ -118,6 +121,10 @@ class ResultWriter:
             self._writer.close()
         finally:
             Path(self.tmp).unlink(missing_ok=True)
+
+
+def _cannot_write(suffix: str, e: pa.ArrowException) -> DuckflockError:
+    return DuckflockError(f"the result cannot be written as {suffix}: {e}")
 
 
 def _as_duckdb_default(batch: pa.RecordBatch) -> pa.RecordBatch:
