@@ -176,6 +176,19 @@ _MATCHING = [
         ["340282366920938463463374607431768211455"],
     ),
     ("UHUGEINT", "BIGINT", ["7", "0"], ["7", "0", "-1"]),
+    ("UHUGEINT", "FLOAT", ["16777219", "3"], ["16777220", "3"]),
+    # JSON compares like a string: in the other side's type.
+    ("JSON", "DOUBLE", ["'1'", "'2.5'"], ["1.0", "2.5"]),
+    ("JSON", "INTEGER", ["'7.5'", "'3'"], ["8", "3"]),
+    ("TIME WITH TIME ZONE", "TIME", ["'12:00:00+00'", "'13:30:00+00'"], ["'12:00:00'", "'13:30:00'"]),
+    # An instant, whatever the zone: DATE and TIMESTAMP are cast to it in the session's zone.
+    (
+        "TIMESTAMP",
+        "TIMESTAMP WITH TIME ZONE",
+        ["'2021-03-14 02:30:00'", "'2020-01-05'"],
+        ["'2021-03-14 02:30:00+00'", "'2020-01-05 00:00:00+00'"],
+    ),
+    ("DATE", "TIMESTAMP WITH TIME ZONE", ["'2020-01-05'"], ["'2020-01-05 00:00:00+00'"]),
 ]
 _MIXED = [
     # common_hash_type falls back to VARCHAR, but DuckDB compares these by casting the string (or the

@@ -5,6 +5,7 @@ process. The worker's side is ``exec.worker``."""
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 import secrets
 from dataclasses import replace
@@ -44,12 +45,13 @@ class FlightBackend:
         self.sid = secrets.token_hex(8)
         self._clients = [WorkerClient(r, loc, token, tls_root) for r, loc in enumerate(self.locations)]
         # Workers' hosts may be set to other time zones: all answer in the caller's.
-        config = {"time_zone": local_time_zone(), **config}
+        zone = config.get("time_zone") or os.environ.get("DUCKFLOCK_TIME_ZONE") or local_time_zone()
+        config = {**config, "time_zone": zone}
         try:  # every worker knows the session before any connects to its peers
             prepared = []
             for client in self._clients:
                 prepare = PrepareSession(self.sid, client.rank, self.locations, config)
-                prepared.append(from_json(Prepared, client.call("prepare", to_json(prepare))))
+                prepared.append(_prepared(client, client.call("prepare", to_json(prepare))))
             check_same([p.versions for p in prepared], "worker")
             shares = [p.share_bytes for p in prepared]
             # Every worker builds a copy of a broadcast side: the smallest host bounds them.
@@ -124,3 +126,13 @@ class FlightBackend:
             with contextlib.suppress(TransportError):
                 client.call("close", to_json(CloseRequest(self.sid)))
             client.close()
+
+
+def _prepared(client: WorkerClient, reply: bytes) -> Prepared:
+    try:
+        return from_json(Prepared, reply)
+    except (ValueError, TypeError):  # an older worker answers in its own words
+        raise DuckflockError(
+            f"worker {client.rank} at {client.location} answered prepare as another duckflock version "
+            "does; install the same duckflock and DuckDB everywhere"
+        ) from None

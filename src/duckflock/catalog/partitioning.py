@@ -20,7 +20,7 @@ def partitions_of_rank(count: int, rank: int, size: int) -> list[int]:
 
 _SMALL_INTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
 _BIG_INTS = {"UBIGINT", "HUGEINT"}
-_FLOATS = ("FLOAT", "REAL", "FLOAT4")
+_FLOATS = ("FLOAT", "REAL", "FLOAT4")  # DuckDB's names of a 4-byte float
 _NUMERIC = {"BIGINT", "HUGEINT", "DOUBLE"}  # canonical hash types of numbers
 _NUMERIC_PREFIXES = ("DECIMAL", "NUMERIC", "FLOAT", "DOUBLE", "REAL")
 
@@ -45,6 +45,8 @@ def canonical_hash_type(duckdb_type: str) -> str:
         return "HUGEINT"
     if t.startswith(_NUMERIC_PREFIXES):
         return "DOUBLE"
+    if t in ("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"):  # an instant: the same in every zone
+        return "TIMESTAMP WITH TIME ZONE"
     if t.startswith("TIMESTAMP"):
         return "TIMESTAMP"
     if t in ("VARCHAR", "DATE", "BOOLEAN", "UUID", "BLOB", "TIME", "INTERVAL"):
@@ -53,51 +55,56 @@ def canonical_hash_type(duckdb_type: str) -> str:
 
 
 def common_hash_type(left: str, right: str) -> str:
-    """The hash type for a join key pair of possibly different types (the common supertype family)."""
+    """The hash type for a join key pair of possibly different types: the type DuckDB compares
+    them in, or one that maps values equal in it to equal values."""
     a, b = canonical_hash_type(left), canonical_hash_type(right)
     floats = [t.upper() in _FLOATS for t in (left, right)]
     other = (right if floats[0] else left).upper()
-    if any(floats) and a in _NUMERIC and b in _NUMERIC and other not in ("DOUBLE", "FLOAT8", *_FLOATS):
+    if any(floats) and {a, b} <= _NUMERIC | {"UHUGEINT"} and other not in ("DOUBLE", *_FLOATS):
         # DuckDB compares a FLOAT with an integer or DECIMAL as FLOAT: the other side rounds to
         # it (16777217 meets 16777216.0, DECIMAL 0.1 meets FLOAT 0.1).
         return "FLOAT"
     if a == b:
         return a
-    strings = [t.upper() == "VARCHAR" for t in (left, right)]
-    if any(strings):
-        # DuckDB compares a string with a typed value in that value's own type (it casts '7.5' to
-        # INTEGER 8 to compare it with an INTEGER, to DECIMAL(12,3) 1.000 with a DECIMAL(12,3)).
-        return right if strings[0] else left
+    if "VARCHAR" in (a, b):
+        # DuckDB compares a string (or JSON, ...) with a typed value in that value's own type: it
+        # casts '7.5' to INTEGER 8 to compare it with an INTEGER, to DECIMAL(12,3) 1.000 with a
+        # DECIMAL(12,3).
+        return right if a == "VARCHAR" else left
     if is_nested_type(a) or is_nested_type(b) or "UHUGEINT" in (a, b):
-        return _supertype(a, b)
-    numeric = _NUMERIC
+        return _supertype(left, right)
     if {a, b} <= {"BIGINT", "HUGEINT"}:
         return "HUGEINT"
-    if a in numeric and b in numeric:
+    if a in _NUMERIC and b in _NUMERIC:
         return "DOUBLE"
     if {a, b} == {"DATE", "TIMESTAMP"}:
         return "TIMESTAMP"
-    if "BOOLEAN" in (a, b) and (a in numeric or b in numeric):
+    if "TIMESTAMP WITH TIME ZONE" in (a, b) and {a, b} <= {"DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE"}:
+        return "TIMESTAMP WITH TIME ZONE"  # DuckDB casts the other side to it, in the session's zone
+    if "BOOLEAN" in (a, b) and (a in _NUMERIC or b in _NUMERIC):
         return "DOUBLE" if "DOUBLE" in (a, b) else "BIGINT"
     return "VARCHAR"
 
 
 def result_hash_type(duckdb_type: str) -> str:
-    """The hash type for the columns of a set operation whose result has ``duckdb_type``: each
-    branch's values are hashed as DuckDB casts them to it, so where that cast rounds (to FLOAT),
-    the hash casts to it too."""
-    return "FLOAT" if duckdb_type.upper() in _FLOATS else canonical_hash_type(duckdb_type)
+    """The hash type for the columns of a set operation whose result has ``duckdb_type``: the type
+    itself, as DuckDB casts each branch's values to it (rounding to a FLOAT, or to a DECIMAL's
+    scale) before it compares them."""
+    return duckdb_type
 
 
 @functools.lru_cache(maxsize=256)
 def _supertype(a: str, b: str) -> str:
-    """The type DuckDB compares values of nested types ``a`` and ``b`` in (the one a UNION of them
-    takes): each side is cast to it before hashing."""
+    """The type a UNION of types ``a`` and ``b`` takes, which DuckDB also compares nested values
+    (and UHUGEINT with other integers) in: each side is cast to it before hashing."""
     import duckdb  # on first use: reading a catalog needs no DuckDB
 
     with duckdb.connect() as con:
         union = f"SELECT CAST(NULL AS {a}) AS v UNION ALL SELECT CAST(NULL AS {b})"
-        return str(con.execute(f"SELECT typeof(v) FROM ({union}) LIMIT 1").fetchall()[0][0])
+        try:
+            return str(con.execute(f"SELECT typeof(v) FROM ({union}) LIMIT 1").fetchall()[0][0])
+        except duckdb.Error as e:  # no common type: the planner refuses (the driver may answer)
+            raise ValueError(f"no common type of {a} and {b}: {e}") from None
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,7 @@ def mpi_runtime(catalog: Catalog | None, config: Config) -> Runtime:
     versions.check_same(MPI.COMM_WORLD.allgather(versions.engine_versions()))
     smallest = MPI.COMM_WORLD.allreduce(rank_share_bytes(config, ranks_on_node), op=MPI.MIN)
     config = with_share(config, smallest)
-    if not config.time_zone:  # nodes may be set to other zones: every rank takes rank 0's
-        rank0 = local_time_zone() if MPI.COMM_WORLD.Get_rank() == 0 else None
-        config = replace(config, time_zone=MPI.COMM_WORLD.bcast(rank0, root=0))
+    # Nodes may be set (or configured) to other zones: every rank takes rank 0's.
+    rank0 = (config.time_zone or local_time_zone()) if MPI.COMM_WORLD.Get_rank() == 0 else None
+    config = replace(config, time_zone=MPI.COMM_WORLD.bcast(rank0, root=0))
     return Runtime.create(MpiTransport(), catalog, config, ranks_on_node)

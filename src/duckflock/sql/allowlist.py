@@ -126,11 +126,12 @@ def _check_names(node: exp.Expr) -> None:
     """Constructs naming columns in ways the binder's unique column names ("t.id") would break."""
     if isinstance(node, exp.Like | exp.ILike | exp.SimilarTo | exp.Glob) and isinstance(node.this, exp.Star):
         raise unsupported("* with a pattern on column names")
-    if isinstance(node, exp.Rollup | exp.Cube | exp.GroupingSets) and any(
-        isinstance(n, exp.Literal) and not n.is_string for n in node.walk()
-    ):
-        raise unsupported("column positions in ROLLUP, CUBE or GROUPING SETS")
-    alias = node.args.get("alias") if isinstance(node, exp.Table) else None
+    if isinstance(node, exp.Rollup | exp.Cube | exp.GroupingSets):
+        items = [i for e in node.expressions for i in (e.expressions if isinstance(e, exp.Tuple) else [e])]
+        if any(isinstance(i.unnest(), exp.Literal) and i.unnest().is_int for i in items):
+            raise unsupported("column positions in ROLLUP, CUBE or GROUPING SETS")
+    named = isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier)  # not range(3) r(i)
+    alias = node.args.get("alias") if named else None
     if isinstance(alias, exp.TableAlias) and alias.args.get("columns"):
         raise unsupported("column aliases on a table (t AS a(x, y))")
 
