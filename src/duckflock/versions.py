@@ -7,6 +7,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 from duckflock.errors import DuckflockError
 
+SAME_EVERYWHERE = "install the same duckflock and DuckDB everywhere"
+
 
 def engine_versions() -> dict[str, str]:
     """This process's duckflock and DuckDB versions."""
@@ -29,5 +31,5 @@ def check_same(per_rank: list[dict[str, str]], what: str = "rank") -> None:
     )
     raise DuckflockError(
         f"the {what}s run different versions ({listed}): their hashes would place equal keys apart; "
-        "install the same duckflock and DuckDB everywhere"
+        + SAME_EVERYWHERE
     )

@@ -34,7 +34,7 @@ from duckflock.exec.result_files import ResultWriter, is_directory
 from duckflock.local_duckdb import local_time_zone
 from duckflock.plan.stages import StagePlan
 from duckflock.transport.flight_client import WorkerClient
-from duckflock.versions import check_same
+from duckflock.versions import SAME_EVERYWHERE, check_same
 
 
 class FlightBackend:
@@ -134,5 +134,5 @@ def _prepared(client: WorkerClient, reply: bytes) -> Prepared:
     except (ValueError, TypeError):  # an older worker answers in its own words
         raise DuckflockError(
             f"worker {client.rank} at {client.location} answered prepare as another duckflock version "
-            "does; install the same duckflock and DuckDB everywhere"
+            f"does; {SAME_EVERYWHERE}"
         ) from None

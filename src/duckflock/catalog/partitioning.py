@@ -86,13 +86,6 @@ def common_hash_type(left: str, right: str) -> str:
     return "VARCHAR"
 
 
-def result_hash_type(duckdb_type: str) -> str:
-    """The hash type for the columns of a set operation whose result has ``duckdb_type``: the type
-    itself, as DuckDB casts each branch's values to it (rounding to a FLOAT, or to a DECIMAL's
-    scale) before it compares them."""
-    return duckdb_type
-
-
 @functools.lru_cache(maxsize=256)
 def _supertype(a: str, b: str) -> str:
     """The type a UNION of types ``a`` and ``b`` takes, which DuckDB also compares nested values

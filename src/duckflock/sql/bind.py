@@ -20,7 +20,7 @@ from sqlglot.optimizer.optimizer import OptimizerFn
 from sqlglot.optimizer.qualify import qualify
 
 from duckflock.catalog import Catalog
-from duckflock.catalog.partitioning import canonical_hash_type, common_hash_type, result_hash_type
+from duckflock.catalog.partitioning import canonical_hash_type, common_hash_type
 from duckflock.errors import DuckflockError, SqlError
 from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
@@ -489,9 +489,9 @@ class _Builder:
             kind=kind,
             all=not tree.args.get("distinct"),
         )
-        # Hash in the set operation's result types: that is how DuckDB compares its rows.
-        result_types = self.node_types(rel)
-        rel = replace(cast(SetOp, rel), key_types=tuple(result_hash_type(t) for t in result_types))
+        # Hash in the set operation's exact result types: DuckDB casts each branch's values to them
+        # (rounding to a FLOAT, or to a DECIMAL's scale) before it compares rows.
+        rel = replace(cast(SetOp, rel), key_types=tuple(self.node_types(rel)))
         keys = []
         order = tree.args.get("order")
         for o in order.expressions if order else []:
