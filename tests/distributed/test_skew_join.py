@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import duckflock
+from duckflock.catalog import Catalog
 from support import assert_same, make_table, oracle
 
 pytestmark = pytest.mark.dist
@@ -51,6 +53,19 @@ def data(tmp_path_factory) -> Path:
         "range",
         ("id",),
     )
+    # Columns whose types change through Arrow (HUGEINT, DECIMAL(38,3), INTERVAL, TIMESTAMPTZ, ...).
+    make_table(
+        root,
+        "big_typed",
+        "SELECT i AS id, CASE WHEN i % 2 = 0 THEN 7 ELSE i % 4000 END AS k, "
+        "i::HUGEINT * 1000000000000 AS h, (i / 7)::DECIMAL(38,3) AS d, to_seconds(i)::INTERVAL AS iv, "
+        "make_time(1, 2, i % 60) AS t, {'a': i, 'b': [i, NULL]} AS st, "
+        "'2020-01-01'::TIMESTAMPTZ + to_seconds(i) AS tz, CASE WHEN i % 5 = 0 THEN NULL ELSE 'x' || i END AS s "
+        "FROM range(200000) t(i)",
+        4,
+        "hash",
+        ("id",),
+    )
     # Several rows of the hot key, and keys past the big side's.
     make_table(
         root,
@@ -79,6 +94,34 @@ def data(tmp_path_factory) -> Path:
     return root
 
 
+def hot_rows_of_rank(root: Path, table: str, ranks: int) -> list[int]:
+    """Rows of the hot key 7 in each rank's partitions of ``table``."""
+    info = Catalog.load(root).table(table)
+    con = duckdb.connect()
+    counts = []
+    for rank in range(ranks):
+        files = [
+            str(root / f) for p in info.partitions_of_rank(rank, ranks) for f in info.partitions[p].files
+        ]
+        sql = f"SELECT count(*) FROM read_parquet({files!r}) WHERE k = 7"
+        counts.append(con.sql(sql).fetchall()[0][0] if files else 0)
+    return counts
+
+
+def left_in_duckdb(stats, xid: int) -> int:
+    """Hot keys whose rows the spreading stage left in DuckDB, for the join's stage to read again."""
+    notes = [s.note for s in stats if s.note.startswith(f"x{xid}:") and "left in DuckDB" in s.note]
+    counts = {int(n.split("the rows of ")[1].split(" of them")[0]) for n in notes}
+    assert len(counts) <= 1, notes  # every rank leaves the rows of the same keys
+    return counts.pop() if counts else 0
+
+
+def rows_joined(stats, xid: int, left: list[int]) -> list[int]:
+    """The rows of the spread side each rank's join read: received, plus those ``left`` in DuckDB."""
+    by_rank = {s.rank: s.received[xid] for s in stats if xid in s.received}
+    return [by_rank[r] + left[r] for r in sorted(by_rank)]
+
+
 def spread_xid(stats) -> int:
     """The exchange whose hot keys were spread, from the profile notes (``x<id>: ...``)."""
     notes = {s.note for s in stats if "spread over all ranks" in s.note}
@@ -96,9 +139,11 @@ def test_hot_key_spread_balanced_and_exact(data, ranks, transport):
         xid = spread_xid(result.stats)
         hot = [s.note for s in result.stats if s.note.startswith(f"x{xid}:")]
         assert all(" 1 hot join keys" in n for n in hot), hot
-        received = [s.received[xid] for s in result.stats if xid in s.received]
-        assert len(received) == ranks and sum(received) == 200_000
-        assert max(received) / (sum(received) / ranks) < 1.5, received
+        # Every rank produces key 7 alike (``big`` is hashed by id): its rows stay in DuckDB.
+        assert left_in_duckdb(result.stats, xid) == 1
+        joined = rows_joined(result.stats, xid, hot_rows_of_rank(data, "big", ranks))
+        assert len(joined) == ranks and sum(joined) == 200_000
+        assert max(joined) / (sum(joined) / ranks) < 1.5, joined
 
 
 def kept_where_produced(stats, xid: int) -> int:
@@ -110,16 +155,31 @@ def kept_where_produced(stats, xid: int) -> int:
 @pytest.mark.parametrize("big", ["big", "big_u"])
 def test_hot_key_stays_where_every_rank_produces_it(data, big):
     """``big`` (hashed by id) has every rank produce the hot key alike: its rows stay where they are,
-    nothing of them crosses the network. ``big_u`` has it on two ranks of three: dealt round-robin.
+    nothing of them crosses the network; a stage that only scans leaves them in DuckDB, and the
+    join's stage reads them again. ``big_u`` has it on two ranks of three: dealt round-robin.
     Balanced and exact either way."""
     sql = INNER.replace("FROM big b", f"FROM {big} b")
     with duckflock.connect(str(data), ranks=3, config=SHUFFLE) as db:
         result = db.sql(sql, profile=True)
         assert_same(result.arrow(), oracle(data).sql(sql).to_arrow_table())
         xid = spread_xid(result.stats)
-        hot_rows = oracle(data).sql(f"SELECT count(*) FROM {big} WHERE k = 7").fetchall()[0][0]
-        kept = kept_where_produced(result.stats, xid)
-        assert kept == (hot_rows if big == "big" else 0), (kept, hot_rows)
+        left = left_in_duckdb(result.stats, xid)
+        assert (left, kept_where_produced(result.stats, xid)) == ((1, 0) if big == "big" else (0, 0))
+        joined = rows_joined(result.stats, xid, hot_rows_of_rank(data, big, 3) if left else [0] * 3)
+        assert sum(joined) == 200_000 and max(joined) / (sum(joined) / 3) < 1.5, joined
+
+
+def test_hot_key_kept_in_arrow_where_the_stage_cannot_run_again(data):
+    """A spreading stage whose rows a second run could change (``random()`` in a filter, though one
+    that keeps every row) keeps the rows of a hot key every rank produces as Arrow batches."""
+    sql = INNER.replace("FROM big b", "FROM (SELECT * FROM big WHERE v >= random() - 1) b")
+    with duckflock.connect(str(data), ranks=3, config=SHUFFLE) as db:
+        result = db.sql(sql, profile=True)
+        assert_same(result.arrow(), oracle(data).sql(sql).to_arrow_table())
+        xid = spread_xid(result.stats)
+        assert left_in_duckdb(result.stats, xid) == 0
+        hot_rows = oracle(data).sql("SELECT count(*) FROM big WHERE k = 7").fetchall()[0][0]
+        assert kept_where_produced(result.stats, xid) == hot_rows
         received = [s.received[xid] for s in result.stats if xid in s.received]
         assert sum(received) == 200_000 and max(received) / (sum(received) / 3) < 1.5, received
 
@@ -163,5 +223,23 @@ def test_hot_key_spread_when_only_the_big_side_moves(data, kind, table):
         result = db.sql(sql, profile=True)
         assert_same(result.arrow(), oracle(data).sql(sql).to_arrow_table())
         xid = spread_xid(result.stats)
-        received = [s.received[xid] for s in result.stats if xid in s.received]
-        assert sum(received) == 200_000 and max(received) / (sum(received) / 3) < 1.5, received
+        assert left_in_duckdb(result.stats, xid) == 1
+        joined = rows_joined(result.stats, xid, hot_rows_of_rank(data, "big", 3))
+        assert sum(joined) == 200_000 and max(joined) / (sum(joined) / 3) < 1.5, joined
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_rows_left_in_duckdb_read_as_received(data, streamed):
+    """The join reads the rows of a hot key left in DuckDB beside the rows it receives, as the same
+    types (those Arrow changes too), whether it reads the exchange whole or as a stream."""
+    sql = (
+        "SELECT count(*), sum(h), sum(d), max(iv), max(t), max(st), min(tz), count(b.s), max(b.s || s.s), "
+        "list_sort(list(DISTINCT st.b[1]))[:3] FROM big_typed b JOIN small s ON b.k = s.k"
+    )
+    config = {**SHUFFLE, "stream_min_bytes": 0} if streamed else SHUFFLE
+    with duckflock.connect(str(data), ranks=3, config=config) as db:
+        result = db.sql(sql, profile=True)
+        assert_same(result.arrow(), oracle(data).sql(sql).to_arrow_table())
+        xid = spread_xid(result.stats)
+        assert left_in_duckdb(result.stats, xid) == 1
+        assert any(xid in s.streamed for s in result.stats) == streamed

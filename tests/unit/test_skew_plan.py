@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from duckflock.plan.kinds import ExchangeKind, JoinKind, SkewRole
-from duckflock.plan.nodes import Values
-from duckflock.plan.skew import spread_side, unmark_misordered
+from duckflock.plan.nodes import Aggregate, ExchangeRead, Filter, Limit, Project, Scan, Values
+from duckflock.plan.skew import rescannable, spread_side, unmark_misordered
 from duckflock.plan.stages import ExchangeSpec, Stage
 
 
@@ -46,3 +46,34 @@ def test_pairs_cut_in_the_wrong_order_lose_their_marks():
     assert [s.output.skew for s in swapped] == [None, None]
     alone = unmark_misordered([_stage(0, SPREAD, "a"), _stage(1, SPREAD), _stage(2, REPLICATE)])
     assert [s.output.skew for s in alone] == [None, SPREAD, REPLICATE]
+
+
+def _scan(filter: str | None = None) -> Scan:
+    return Scan(("k", "v"), table="t", source_columns=("k", "v"), filter=filter)
+
+
+@pytest.mark.parametrize(
+    ("tree", "want"),
+    [
+        (_scan(), True),
+        (
+            Project(
+                ("k", "w"),
+                child=Filter(("k", "v"), child=_scan("v > 1"), condition="v < 9"),
+                exprs=("k", "v * 2"),
+            ),
+            True,
+        ),
+        (Filter(("k", "v"), child=_scan(), condition="v >= random()"), False),
+        (Project(("k", "u"), child=_scan(), exprs=("k", "gen_random_uuid()")), False),
+        (_scan("v < epoch(now())"), False),
+        (Filter(("k", "v"), child=_scan(), condition="v < CURRENT_TIMESTAMP"), False),
+        (Limit(("k", "v"), child=_scan(), limit=5), False),  # which rows depends on the run
+        (Aggregate(("k",), child=_scan(), groups=("k",)), False),  # costly to run again
+        (ExchangeRead(("k", "v"), xid=3), False),  # its rows are gone once read
+    ],
+)
+def test_rescannable(tree, want):
+    """Only a stage that scans, filters and computes, with nothing volatile, may run again for the
+    rows of hot keys it left in DuckDB."""
+    assert rescannable(tree) == want

@@ -76,7 +76,7 @@ class _RankQuery:
         budget = rt.budget.exchange_bytes if rt.budget is not None else 0
         self.received = QueryInputs(rt.mux, cmd.qid, QuerySpill(rt.spill_dir, budget), rt.config.chunk_bytes)
         self.shuffled: set[int] = set()  # measured broadcasts that fell back to a shuffle
-        self.hot: HotKeys = {}  # hot join keys found by the stages that spread them
+        self.hot = HotKeys()  # hot join keys found by the stages that spread them
         self.started: set[int] = set()
         self.direct = passed_on_gather(self.plan)
         self.part: ResultWriter | None = None  # opened by run(): its failure is the query's

@@ -3,6 +3,7 @@ into its exchange (or return it, for the final stage)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from duckflock.catalog import Catalog
@@ -25,9 +27,10 @@ from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
 from duckflock.local_duckdb import fetch_as_duckdb_returns, joins_as_written
 from duckflock.plan import streaming
-from duckflock.plan.kinds import ExchangeKind
+from duckflock.plan.kinds import ExchangeKind, SkewRole
 from duckflock.plan.nodes import DriverQuery, ExchangeRead, Node, Scan
 from duckflock.plan.render import exchange_table, render
+from duckflock.plan.skew import rescannable
 from duckflock.plan.sql_text import (
     SPLITTERS_TABLE,
     TARGET_COLUMN,
@@ -38,9 +41,11 @@ from duckflock.plan.sql_text import (
     target_sql,
     typed_empty,
     with_key_hash,
+    with_key_hashes,
     with_target,
 )
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
+from duckflock.sqltext import quote_ident as q
 from duckflock.units import human
 
 _SORT_INPUT = "__sort_input"  # a sort stage's rows, materialized to sample splitters from
@@ -104,7 +109,8 @@ class _StageRun:
     con: duckdb.DuckDBPyConnection
     stats: StageStats
     registered: list[str] = field(default_factory=list)
-    hot: skew.HotKeys = field(default_factory=dict)  # the query's hot join keys (exec/skew.py)
+    views: list[str] = field(default_factory=list)
+    hot: skew.HotKeys = field(default_factory=skew.HotKeys)  # the query's hot join keys (exec/skew.py)
     overlap: Overlap | None = None
     joins_as_written: bool = False  # it reads a stream through joins: plan them as written
 
@@ -122,7 +128,27 @@ class _StageRun:
         self.con.register(name, table)
         self.registered.append(name)
 
+    def register_input(self, xid: int, name: str, rows: pa.Table | pa.RecordBatchReader) -> None:
+        """An exchange's received rows under ``name``; with the rows of hot keys this rank kept in
+        DuckDB for it (exec/skew.py), a view of both, the kept rows cast to the received types."""
+        kept = self.hot.kept.get(xid)
+        if kept is None:
+            self.register(name, rows)
+            return
+        received = f"{name}_received"
+        self.register(received, rows)
+        types = self.con.sql(everything(received)).types  # bound, not run: a stream stays unread
+        names = rows.schema.names
+        cols = ", ".join(f"CAST({q(c)} AS {t}) AS {q(c)}" for c, t in zip(names, types, strict=True))
+        self.views.append(name)
+        self.con.execute(
+            f"CREATE TEMP VIEW {name} AS SELECT * FROM {received} UNION ALL SELECT {cols} FROM ({kept})"
+        )
+
     def unregister_all(self) -> None:
+        for name in self.views:  # a view left behind would refuse the next query's of that name
+            with contextlib.suppress(duckdb.Error):
+                self.con.execute(f"DROP VIEW IF EXISTS {name}")
         for name in self.registered:
             self.con.unregister(name)
 
@@ -149,9 +175,8 @@ def run_stage(
     taken = adaptive.reads(root)
     # The final stage, on the driver, may run on a DuckDB with every core of the node.
     con = rt.final_connection() if stage.on_driver and stage.output is None else rt.con
-    run = _StageRun(
-        rt, qid, overlap.con if overlap else con, stats, hot={} if hot is None else hot, overlap=overlap
-    )
+    hot = skew.HotKeys() if hot is None else hot
+    run = _StageRun(rt, qid, overlap.con if overlap else con, stats, hot=hot, overlap=overlap)
     streams = [xid for xid in taken if received.streamed(xid)]
     try:
         if rt.config.stage_gate_dir:
@@ -165,7 +190,8 @@ def run_stage(
                 stats.received[xid] = inputs[xid].num_rows
         split = None if streams or overlap else _split(rt, plan, stage, root, inputs)
         for xid, table in inputs.items():
-            run.register(split.whole(xid) if split and xid in split.filters else exchange_table(xid), table)
+            name = split.whole(xid) if split and xid in split.filters else exchange_table(xid)
+            run.register_input(xid, name, table)
         for xid in streams:
             _take_stream(run, root, xid, received)
         if stage.output is None:
@@ -208,7 +234,7 @@ def _take_stream(run: _StageRun, root: Node, xid: int, received: QueryInputs) ->
     assert catalog is not None
     builds = streaming.build_rows(root, xid, catalog, run.rt.size, lambda x: run.stats.received.get(x, 0))
     rows = received.take_stream(xid, builds)
-    run.register(exchange_table(xid), rows)
+    run.register_input(xid, exchange_table(xid), rows)
     if isinstance(rows, pa.RecordBatchReader):
         run.stats.streamed += (xid,)
         run.joins_as_written = run.overlap is not None and run.overlap.joins_as_written
@@ -236,13 +262,16 @@ def _stage_sql(run: _StageRun, root: Node) -> str:
 def _send(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, root: Node, part: ResultWriter | None) -> None:
     """Stream the stage's rows into its exchange (or into ``part``) while DuckDB produces them."""
     rt, stats = run.rt, run.stats
-    routed = _routed(run, spec, _stage_sql(run, root))
+    sql = _stage_sql(run, root)
+    routed = _routed(run, spec, sql)
     t0 = time.perf_counter()  # from here on DuckDB produces the rows as they are read
     with run.planning():
         reader = _reader(run, routed)
     del routed  # a materialized sort input lives on only in the reader's batches
     if skew.applies(spec):
-        reader = skew.route(rt, run.qid, spec, reader, run.hot, stats.set_note)
+        again = spec.skew is SkewRole.SPREAD and rescannable(root)
+        restart = _restart_without(run, spec, sql) if again else None
+        reader = skew.route(rt, run.qid, spec, reader, run.hot, stats.set_note, restart)
     if run.overlap is not None:
         run.overlap.started.set()
     out = _Output(spec.kind, [], reader.schema)
@@ -252,6 +281,21 @@ def _send(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, root: Node, part:
     written = _write(run, writer, out, reader, t0)
     _close(run, writer, out.schema)
     _note_broadcast(run, out.kind, spec, written)
+
+
+def _restart_without(run: _StageRun, spec: ExchangeSpec, sql: str) -> skew.Restart:
+    """How a spreading stage's query restarts without the rows of some key hashes, which the stage
+    reading its exchange reads again itself (exec/skew.py)."""
+    target = spec.target
+    assert target is not None
+
+    def restart(hashes: np.ndarray) -> tuple[pa.RecordBatchReader, str]:
+        without = with_key_hashes(sql, spec.keys, target, hashes.tolist(), among=False)
+        with run.planning():
+            reader = _reader(run, _routed(run, spec, without))
+        return reader, with_key_hashes(sql, spec.keys, target, hashes.tolist(), among=True)
+
+    return restart
 
 
 def _send_in_groups(

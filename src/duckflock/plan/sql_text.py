@@ -110,13 +110,27 @@ def key_hash_sql(keys: tuple[str, ...], target: Hashed) -> str:
     return f"hash({casts})"
 
 
-def with_key_hash(query: str, keys: tuple[str, ...], target: Partitioning) -> str:
-    """The query's rows with the hash of their ``keys`` appended: as ``target`` hashes them, or for
-    a range, of the key in its canonical type (both sides of a join name a key alike)."""
+def _join_key_hash(keys: tuple[str, ...], target: Partitioning) -> str:
+    """The hash naming a join key: as ``target`` hashes it, or for a range, of the key in its
+    canonical type (both sides of a join name a key alike)."""
     if isinstance(target, Ranged):
         target = Hashed((target.key,), (canonical_hash_type(target.key_type),), target.count)
     assert isinstance(target, Hashed)
-    return f"SELECT *, {key_hash_sql(keys, target)} AS {KEY_HASH_COLUMN} FROM ({query})"
+    return key_hash_sql(keys, target)
+
+
+def with_key_hash(query: str, keys: tuple[str, ...], target: Partitioning) -> str:
+    """The query's rows with the hash of their join ``keys`` appended (exec/skew.py)."""
+    return f"SELECT *, {_join_key_hash(keys, target)} AS {KEY_HASH_COLUMN} FROM ({query})"
+
+
+def with_key_hashes(
+    query: str, keys: tuple[str, ...], target: Partitioning, hashes: Iterable[int], among: bool
+) -> str:
+    """The query's rows whose join ``keys`` hash to one of ``hashes`` (``among``) or to none."""
+    listed = ", ".join(f"{h}::UBIGINT" for h in hashes)
+    op = "IN" if among else "NOT IN"
+    return f"SELECT * FROM ({query}) WHERE {_join_key_hash(keys, target)} {op} ({listed})"
 
 
 def with_target(query: str, target: str) -> str:
