@@ -84,7 +84,7 @@ def route(
             reader.close()  # the rows read so far come again, but for those of ``local``
             held = []
             reader, hot.kept[spec.xid] = restart(local)
-            in_duckdb = len(local)
+            in_duckdb, local = len(local), local[:0]  # their rows no longer come: nothing to look for
         batches = _spread(held, reader, keys, local, rt.rank, rt.size, spec.xid, in_duckdb, note)
     else:
         # No entry when the spreading stage did not run here: then it sent nothing either.
@@ -170,8 +170,8 @@ def _spread(
     note: Callable[[str], None],
 ) -> Iterator[pa.RecordBatch]:
     """Rows of hot keys in ``local`` kept on this rank, the others dealt round-robin, starting at
-    this rank so the ranks' deals interleave. ``in_duckdb``: how many of ``local`` never come here,
-    their rows read again by the join's stage."""
+    this rank so the ranks' deals interleave. ``in_duckdb``: how many hot keys' rows never come here,
+    read again by the join's stage."""
     next_target = rank
     spread = kept = 0
     for batch in _batches(held, reader):
