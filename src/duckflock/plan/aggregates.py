@@ -3,7 +3,8 @@
 HyPer's pre-aggregation: each rank reduces its rows to one per group before anything crosses the
 network. Only the aggregates listed here are split, each for the argument types where combining
 partials is exact; every other aggregate (DuckDB has many) moves its raw rows. COUNT, SUM, MIN,
-MAX, AVG, PRODUCT, BOOL_AND/OR, BIT_AND/OR/XOR and COUNT_IF combine directly, FILTER included;
+MAX, AVG, PRODUCT, BOOL_AND/OR, BIT_AND/OR/XOR and COUNT_IF combine directly, FILTER included
+(AVG finished as DuckDB finishes it, to the last bit: duckdb_avg.py);
 VAR/STDDEV combine (count, mean, M2) per rank with Chan et al.'s parallel formula (the global mean
 comes from a window over the partials, so nothing cancels catastrophically); DISTINCT aggregates
 over one argument deduplicate (group, value) pairs before the shuffle.
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot import exp
 
+from duckflock import duckdb_avg
 from duckflock.sql.functions import WRAPPERS, function_name
 from duckflock.sqltext import quote_ident as q
 
@@ -99,14 +101,21 @@ def _is_distinct(node: exp.Expr) -> bool:
 
 
 def split_aggregates(
-    aggs: tuple[str, ...], fresh, group_cols: tuple[str, ...] = (), arg_types: tuple[str, ...] = ()
+    aggs: tuple[str, ...],
+    fresh,
+    group_cols: tuple[str, ...] = (),
+    arg_types: tuple[str, ...] = (),
+    grouping: str = "",
 ) -> Split | None:
     """Partial/final decomposition, or None when some aggregate is not on the allow-list below.
     ``group_cols``: the final phase's group columns (SQL), for windows over the partials;
-    ``arg_types``: DuckDB type of each aggregate's first argument."""
+    ``arg_types``: DuckDB type of each aggregate's first argument; ``grouping``: how the original
+    aggregate groups ("none", "groups" or "sets"; default: "groups" with ``group_cols``), which
+    decides how DuckDB finishes an AVG (_avg_rewritten)."""
     nodes = [sqlglot.parse_one(sql, read="duckdb") for sql in aggs]
     if any(_is_distinct(n) for n in nodes):
         return _distinct_split(nodes, fresh)
+    grouping = grouping or ("groups" if group_cols else "none")
     partial: list[tuple[str, str]] = []
     final: list[tuple[str, str]] = []
     result: list[str] = []
@@ -147,7 +156,10 @@ def split_aggregates(
             s, fs, c, fc = fresh("p"), fresh("f"), fresh("p"), fresh("f")
             partial += [(s, f"SUM({arg}){where}"), (c, f"COUNT({arg}){where}")]
             final += [(fs, f"SUM({q(s)})"), (fc, f"SUM({q(c)})")]
-            result.append(f"CAST({q(fs)} AS DOUBLE) / NULLIF({q(fc)}, 0)")
+            avg = _avg_result(q(fs), q(fc), arg_type, not where and _avg_rewritten(arg, nodes, grouping))
+            if avg is None:
+                return None
+            result.append(avg)
         elif name in _VARIANCE and _takes(arg_type, "numeric"):
             p_var, f_var, w_var, r_var = _variance(name, arg, where, over, fresh)
             partial += p_var
@@ -157,6 +169,32 @@ def split_aggregates(
         else:
             return None
     return Split(tuple(partial), tuple(final), tuple(result), windows=tuple(windows))
+
+
+def _avg_result(total: str, count: str, arg_type: str, rewritten: bool) -> str | None:
+    """An AVG from the global sum and count of its argument, as DuckDB finishes it (None where that
+    cannot be reproduced: the raw rows move instead)."""
+    if rewritten or arg_type.upper() in ("FLOAT", "DOUBLE", "UHUGEINT"):
+        # SUM / COUNT; a floating sum is as exact as DuckDB's own order of additions
+        return f"CAST({total} AS DOUBLE) / NULLIF({count}, 0)"
+    return duckdb_avg.finalize_sql(total, count, arg_type)
+
+
+def _avg_rewritten(arg: str, nodes: list[exp.Expr], grouping: str) -> bool:
+    """Whether DuckDB's optimizer turns an unfiltered AVG(arg) of this aggregate into SUM(arg) /
+    COUNT(arg), a DOUBLE division that rounds differently from AVG's own (duckdb_avg.py). Found by
+    testing DuckDB: always without GROUP BY; never with several grouping sets; with GROUP BY only
+    where an unfiltered SUM(arg) or COUNT(arg) is computed beside it (or COUNT(*) where DuckDB's
+    statistics know ``arg`` has no NULL, which they do not for Parquet files)."""
+    if grouping != "groups":
+        return grouping == "none"
+    for node in nodes:
+        if isinstance(node, exp.Filter) or function_name(node) not in ("sum", "count"):
+            continue
+        args = _arguments(node)
+        if len(args) == 1 and args[0].sql(dialect="duckdb") == arg:
+            return True
+    return False
 
 
 def _variance(

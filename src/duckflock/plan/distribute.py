@@ -492,7 +492,9 @@ class _Planner:
         """GROUPING SETS: each rank aggregates by the finest grouping (every group expression), the
         driver combines those partials per grouping set. The empty set needs every row, so the
         partials meet on the driver; aggregates that do not combine bring their raw rows there."""
-        split = split_aggregates(node.aggs, self.fresh, (), node.arg_types)
+        sets = node.grouping_sets or ()
+        grouping = "sets" if len(sets) > 1 else "groups" if node.groups else "none"
+        split = split_aggregates(node.aggs, self.fresh, (), node.arg_types, grouping)
         if split is None or split.windows or split.partial_groups:
             moved = self.to_single(child)
             return Placed(node.with_children((moved.node,)), moved.parts, rows, width)

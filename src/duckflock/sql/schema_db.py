@@ -8,6 +8,7 @@ import functools
 import duckdb
 import pyarrow as pa
 
+from duckflock import duckdb_avg
 from duckflock.catalog import Catalog
 from duckflock.errors import CatalogError, SqlError, duckdb_message
 from duckflock.local_duckdb import restrict, set_time_zone
@@ -22,6 +23,7 @@ class SchemaDB:
         self.catalog = catalog
         self.con = duckdb.connect(config={"threads": 1})
         set_time_zone(self.con, time_zone)  # the result's TIMESTAMPTZ columns carry the zone
+        duckdb_avg.register(self.con)  # plan nodes' SQL may finish a split AVG
         if only_dir is not None:  # binding reads files a query names: same limits as the ranks
             restrict(self.con, [only_dir])
         for name, info in catalog.tables.items():
