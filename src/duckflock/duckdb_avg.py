@@ -20,7 +20,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 from duckdb import sqltypes
-from duckdb.func import PythonUDFType
+from duckdb.func import FunctionNullHandling, PythonUDFType
 
 # One function per decimal scale: a DECIMAL(38, s) argument arrives as Arrow decimal128 holding the
 # unscaled integer, which is what DuckDB divides (declared as DECIMAL(38, 0), the sum would be
@@ -56,24 +56,17 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
     if not EXACT:
         return
     _open.add(con)
-    count = sqltypes.HUGEINT
-    for scale in range(_MAX_SCALE + 1):
+    totals = [(f"duckflock_avg_s{s}", duckdb.decimal_type(38, s), s) for s in range(_MAX_SCALE + 1)]
+    for name, total, scale in [*totals, (_INTEGER_NAME, sqltypes.HUGEINT, 0)]:
         con.create_function(
-            f"duckflock_avg_s{scale}",
+            name,
             _finalizer(scale),
-            [duckdb.decimal_type(38, scale), count, sqltypes.BOOLEAN],
+            [total, sqltypes.HUGEINT, sqltypes.BOOLEAN],
             sqltypes.DOUBLE,
             type=PythonUDFType.ARROW,
+            null_handling=FunctionNullHandling.SPECIAL,  # NULL in, NULL out; and NULL for no rows
             side_effects=False,
         )
-    con.create_function(
-        _INTEGER_NAME,
-        _finalizer(0),
-        [sqltypes.HUGEINT, count, sqltypes.BOOLEAN],
-        sqltypes.DOUBLE,
-        type=PythonUDFType.ARROW,
-        side_effects=False,
-    )
 
 
 # A connection with Python functions still open when the interpreter exits (a session the caller
@@ -102,13 +95,15 @@ def _finalizer(scale: int):
         t, n = total.combine_chunks(), count.combine_chunks()
         lo, hi = _words(t)
         n_lo, _ = _words(n)  # a count is below 2^64
-        null = np.asarray(t.is_null()) | np.asarray(n.is_null()) | (n_lo == 0)
+        null = _nulls(t) | _nulls(n) | (n_lo == 0)
         divisor_rows = np.where(null, 1, n_lo)
         if len(small) and small[0].as_py():  # IntegerAverageOperation: int64 sum, double division
             out = lo.view(np.int64).astype(np.float64) / (divisor_rows.astype(np.float64) * power)
         else:  # IntegerAverageOperationHugeint / HugeintAverageOperation: long double division
             out = (_hugeint_to_ld(lo, hi) / (divisor_rows.astype(_LD) * _LD(power))).astype(np.float64)
-        return pa.array(out, pa.float64(), mask=null)
+        # Built from buffers: pyarrow's conversions from numpy import pandas, which ranks never load.
+        valid = pa.py_buffer(np.packbits(~null, bitorder="little"))
+        return pa.Array.from_buffers(pa.float64(), len(out), [valid, pa.py_buffer(np.ascontiguousarray(out))])
 
     return finalize
 
@@ -121,6 +116,17 @@ def _words(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         2 * storage.offset : 2 * (storage.offset + len(storage))
     ]
     return words[0::2], words[1::2].view(np.int64)
+
+
+def _nulls(arr: pa.Array) -> np.ndarray:
+    """Which entries are NULL, from the validity bitmap (pyarrow's boolean-to-numpy conversion
+    imports pandas)."""
+    storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
+    bitmap = storage.buffers()[0]
+    if storage.null_count == 0 or bitmap is None:
+        return np.zeros(len(storage), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return bits[storage.offset : storage.offset + len(storage)] == 0
 
 
 def _hugeint_to_ld(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

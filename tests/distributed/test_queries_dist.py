@@ -50,7 +50,8 @@ def test_tpch_joins_match_duckdb(tpch_dir, tmp_path, ranks):
 
 
 # Rows split by target with strings among the columns, a skewed key spread over the ranks, ORDER BY
-# sorted in parallel by a numeric and by a string key: every rank-side path that builds Arrow arrays.
+# sorted in parallel by a numeric and by a string key, an AVG finished by duckdb_avg's numpy function:
+# every rank-side path that builds Arrow arrays.
 ARRAY_PATHS: list[tuple[str, list[str] | None]] = [
     ("SELECT count(*) AS n, max(l_comment || ps_comment) AS m FROM lineitem JOIN partsupp "
      "ON l_partkey = ps_partkey AND l_suppkey = ps_suppkey", None),
@@ -59,6 +60,7 @@ ARRAY_PATHS: list[tuple[str, list[str] | None]] = [
     ("SELECT o_orderkey, o_totalprice, o_comment FROM orders ORDER BY o_totalprice, o_orderkey",
      ["o_totalprice", "o_orderkey"]),
     ("SELECT o_orderkey, o_comment FROM orders ORDER BY o_comment, o_orderkey", ["o_comment", "o_orderkey"]),
+    ("SELECT o_orderstatus, avg(o_totalprice) AS a FROM orders GROUP BY o_orderstatus", None),
 ]  # fmt: skip
 
 

@@ -67,3 +67,17 @@ def test_finalize_equals_duckdb_avg(arg_type: str) -> None:
 def test_not_reproduced_types() -> None:
     assert duckdb_avg.finalize_sql("s", "n", "DOUBLE") is None
     assert duckdb_avg.finalize_sql("s", "n", "UHUGEINT") is None
+
+
+def test_null_inputs_and_no_rows_give_null() -> None:
+    con = duckdb.connect()
+    try:
+        duckdb_avg.register(con)
+        rows = con.execute(
+            "SELECT duckflock_avg_s2(CAST(s AS DECIMAL(38,2)), CAST(n AS HUGEINT), FALSE), "
+            "duckflock_avg_int(CAST(s AS HUGEINT), CAST(n AS HUGEINT), TRUE) "
+            "FROM (VALUES (1.25, 3), (NULL, 2), (2.5, 0), (1, NULL), (-7.5, 2)) t(s, n)"
+        ).fetchall()
+        assert rows == [(1.25 / 3, 1 / 3), (None, None), (None, None), (None, None), (-3.75, -4.0)]
+    finally:
+        con.close()
