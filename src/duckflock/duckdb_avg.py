@@ -43,7 +43,7 @@ def finalize_sql(total: str, count: str, arg_type: str) -> str | None:
     if t.startswith("DECIMAL("):
         width, scale = (int(v) for v in t[len("DECIMAL(") : -1].split(","))
         small = width <= 4  # stored in 2 bytes
-        return f"duckflock_avg_s{scale}(CAST({total} AS DECIMAL(38,{scale})), {count}, {_bool(small)})"
+        return f"duckflock_avg_s{scale}(CAST({total} AS DECIMAL(38,{scale})), {count}, {str(small).upper()})"
     if t in ("TINYINT", "SMALLINT", "UTINYINT"):
         return f"{_INTEGER_NAME}(CAST({total} AS HUGEINT), {count}, TRUE)"
     if t in ("INTEGER", "BIGINT", "HUGEINT", "USMALLINT", "UINTEGER", "UBIGINT"):
@@ -81,10 +81,6 @@ def _close_open() -> None:
             con.close()
 
 
-def _bool(b: bool) -> str:
-    return "TRUE" if b else "FALSE"
-
-
 def _finalizer(scale: int):
     # DuckDB keeps the divisor's power of ten as a double made from a long double.
     ten = 10**scale
@@ -111,17 +107,21 @@ def _finalizer(scale: int):
 def _words(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(low uint64, high int64) halves of each 16-byte little-endian integer of ``arr`` (decimal128
     unscaled values, or DuckDB's HUGEINT as an Arrow extension over fixed_size_binary(16))."""
-    storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
+    storage = _storage(arr)
     words = np.frombuffer(storage.buffers()[1], dtype=np.uint64)[
         2 * storage.offset : 2 * (storage.offset + len(storage))
     ]
     return words[0::2], words[1::2].view(np.int64)
 
 
+def _storage(arr: pa.Array) -> pa.Array:
+    return arr.storage if isinstance(arr, pa.ExtensionArray) else arr
+
+
 def _nulls(arr: pa.Array) -> np.ndarray:
     """Which entries are NULL, from the validity bitmap (pyarrow's boolean-to-numpy conversion
     imports pandas)."""
-    storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
+    storage = _storage(arr)
     bitmap = storage.buffers()[0]
     if storage.null_count == 0 or bitmap is None:
         return np.zeros(len(storage), dtype=bool)
