@@ -48,8 +48,9 @@ from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
 from duckflock.sql.round_trip import check_round_trip
 from duckflock.sql.schema_db import SchemaDB
-from duckflock.sql.scopes import outer_columns
+from duckflock.sql.scopes import outer_columns, query_of
 from duckflock.sql.semijoin import exists_to_semi_join
+from duckflock.sql.shadowing import order_by_input_columns, unshadow_semi_join_sides
 from duckflock.sqltext import quote_ident as q
 
 # sqlglot's rewrites that keep DuckDB semantics; its type annotation, canonicalization and
@@ -70,6 +71,7 @@ _KEPT = {
 }
 _RULES: tuple[OptimizerFn, ...] = (
     qualify,
+    order_by_input_columns,
     exists_to_semi_join,
     scalar_subqueries_to_joins,
     *(rule for rule in RULES if getattr(rule, "__name__", "") in _KEPT),
@@ -144,7 +146,8 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
 def _normalize(tree: exp.Expr, aggregates: Aggregates) -> exp.Expr:
     """Rewrite what sqlglot's rules and the builder would misread, keeping DuckDB's meaning:
     DuckDB aggregates sqlglot does not know become aggregate nodes (so no rule moves them as if
-    scalar); named windows are written out; ORDER BY * is ORDER BY ALL; ANY / ALL get a subquery."""
+    scalar); named windows are written out; ORDER BY * is ORDER BY ALL; ANY / ALL get a subquery;
+    a SEMI / ANTI join's right side gets a name no column shadows (sql/shadowing.py)."""
     for call in list(tree.find_all(exp.Anonymous)):
         if aggregates.is_call(call):
             call.replace(exp.AnonymousAggFunc(this=call.this, expressions=call.expressions))
@@ -156,7 +159,7 @@ def _normalize(tree: exp.Expr, aggregates: Aggregates) -> exp.Expr:
     for node in list(tree.find_all(exp.Any, exp.All)):
         if isinstance(node.this, exp.Query):
             node.set("this", exp.Subquery(this=node.this))
-    return tree
+    return unshadow_semi_join_sides(tree)
 
 
 def _expand_named_windows(select: exp.Select) -> None:
@@ -167,7 +170,7 @@ def _expand_named_windows(select: exp.Select) -> None:
         defs[w.name.lower()] = w
     select.set("windows", None)
     for w in select.find_all(exp.Window):
-        if _scope_of(w) is select:
+        if query_of(w) is select:
             _inherit(w, defs)
 
 
@@ -181,13 +184,6 @@ def _inherit(w: exp.Window, defs: dict[str, exp.Window]) -> None:
             value = base.args[arg]
             w.set(arg, [v.copy() for v in value] if isinstance(value, list) else value.copy())
     w.set("alias", None)
-
-
-def _scope_of(node: exp.Expr) -> exp.Expr | None:
-    p = node.parent
-    while p is not None and not isinstance(p, exp.Query):
-        p = p.parent
-    return p
 
 
 def _col(name: str) -> exp.Column:

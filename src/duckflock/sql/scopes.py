@@ -14,6 +14,14 @@ def conjuncts(e: exp.Expr) -> list[exp.Expr]:
     return [e]
 
 
+def query_of(node: exp.Expr) -> exp.Expr | None:
+    """The innermost query (SELECT or set operation) ``node`` is part of."""
+    p = node.parent
+    while p is not None and not isinstance(p, exp.Query):
+        p = p.parent
+    return p
+
+
 def from_items(select: exp.Select) -> dict[str, exp.Expr]:
     """Alias -> FROM item of a SELECT's own FROM and JOINs."""
     from_ = select.args.get("from_") or select.args.get("from")
