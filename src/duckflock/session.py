@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import duckdb
 import pyarrow as pa
 
 from duckflock.backends.base import Backend
@@ -11,6 +14,7 @@ from duckflock.exec.driver import QueryOutcome
 from duckflock.exec.progress import ProgressCallback
 from duckflock.exec.stage import StageStats
 from duckflock.plan.explain import explain_plan
+from duckflock.sqltext import quote_ident as q
 
 
 @dataclass
@@ -23,7 +27,8 @@ class Result:
         return self.outcome.table
 
     def df(self):
-        return self.outcome.table.to_pandas()
+        with self._as_duckdb() as rel:
+            return rel.df()
 
     def pl(self):
         import polars as pl
@@ -31,8 +36,27 @@ class Result:
         return pl.from_arrow(self.outcome.table)
 
     def fetchall(self) -> list[tuple]:
-        cols = [c.to_pylist() for c in self.outcome.table.columns]
-        return list(zip(*cols, strict=True))
+        with self._as_duckdb() as rel:
+            return rel.fetchall()
+
+    @contextmanager
+    def _as_duckdb(self) -> Iterator[duckdb.DuckDBPyRelation]:
+        """The rows as a DuckDB relation of the query's own types, so that Python values and pandas
+        columns are those single-process DuckDB gives: its Arrow export loses some of them (a
+        HUGEINT comes back as a Decimal, an INTERVAL as a MonthDayNano, a MAP as pairs, a UUID as
+        text), so each column is cast back to its type."""
+        table = self.outcome.table
+        types = self.outcome.plan.output_types
+        con = duckdb.connect()
+        try:
+            con.register("result", table.rename_columns([f"c{i}" for i in range(table.num_columns)]))
+            exprs = [
+                f"CAST(c{i} AS {types[i]}) AS {q(name)}" if types else f"c{i} AS {q(name)}"
+                for i, name in enumerate(table.column_names)
+            ]
+            yield con.sql(f"SELECT {', '.join(exprs) or '*'} FROM result")
+        finally:
+            con.close()
 
     @property
     def stats(self) -> list[StageStats]:

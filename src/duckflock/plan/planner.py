@@ -7,6 +7,8 @@ exchange boundary).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.plan.distribute import distribute
@@ -19,4 +21,4 @@ def plan_query(sql: str, catalog: Catalog, schema_db: SchemaDB, size: int, confi
     """The stage plan of ``sql`` over ``size`` ranks, or SqlError/CatalogError naming what is wrong."""
     bound = bind(sql, catalog, schema_db, config.driver_fallback_bytes)
     physical = distribute(bound.plan, catalog, size, config)
-    return cut(physical, bound.output_names, bound.arrow_schema)
+    return replace(cut(physical, bound.output_names, bound.arrow_schema), output_types=bound.output_types)

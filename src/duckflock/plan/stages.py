@@ -53,6 +53,7 @@ class StagePlan:
     stages: tuple[Stage, ...]  # in an order where producers come before consumers
     output_names: tuple[str, ...]
     output_schema: pa.Schema  # what single-process DuckDB returns for the query
+    output_types: tuple[str, ...] = ()  # the result columns' DuckDB types (Python values follow them)
 
     def stage(self, sid: int) -> Stage:
         return self.stages[sid]
