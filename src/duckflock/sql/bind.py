@@ -8,6 +8,9 @@ Columns get globally unique names ``alias.column`` so any subtree renders as pla
 from __future__ import annotations
 
 import itertools
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import cast
 
@@ -43,6 +46,7 @@ from duckflock.plan.nodes import (
 )
 from duckflock.sql.allowlist import check_supported, unsupported
 from duckflock.sql.decorrelate import scalar_subqueries_to_joins
+from duckflock.sql.describe import is_schema_question, schema_answer
 from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
@@ -93,7 +97,8 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
     if not text:
         raise SqlError("empty query")
     try:
-        statements = sqlglot.parse(text, read="duckdb")
+        with _quiet_sqlglot():  # it logs a warning for statements it keeps as raw commands
+            statements = sqlglot.parse(text, read="duckdb")
     except ParseError as e:
         raise SqlError(f"cannot parse SQL: {e.errors[0]['description'] if e.errors else e}") from None
     if len(statements) != 1 or statements[0] is None:
@@ -102,8 +107,19 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
     if isinstance(tree, exp.Pivot):  # a PIVOT / UNPIVOT statement: a query, run as one
         text = f"SELECT * FROM ({text})"
         tree = sqlglot.parse_one(text, read="duckdb")
+    if is_schema_question(tree, catalog):
+        described = schema_db.describe(text)
+        return BoundQuery(
+            schema_answer(text, schema_db),
+            tuple(n for n, _ in described),
+            tuple(t for _, t in described),
+            schema_db.arrow_schema(text),
+        )
     if not isinstance(tree, exp.Query):
-        raise SqlError(f"only SELECT queries are supported, not {tree.key.upper()}")
+        what = tree.key.upper()
+        if isinstance(tree, exp.Command):  # what sqlglot keeps as raw text: SHOW databases
+            what = f"{tree.name} {str(tree.expression).strip()}"
+        raise SqlError(f"only SELECT, DESCRIBE and SHOW TABLES are supported, not {what}")
     for pivot in tree.find_all(exp.Pivot):
         simple = pivot.args.get("this") is not None and not pivot.args.get("unpivot")  # PIVOT t ON ...
         if simple and not all(isinstance(on, exp.In) for on in pivot.expressions):
@@ -119,6 +135,17 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
     return BoundQuery(
         plan, tuple(n for n, _ in described), tuple(t for _, t in described), schema_db.arrow_schema(text)
     )
+
+
+@contextmanager
+def _quiet_sqlglot() -> Iterator[None]:
+    log = logging.getLogger("sqlglot")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaDB) -> Node:
