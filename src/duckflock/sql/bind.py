@@ -50,11 +50,12 @@ from duckflock.sql.describe import is_schema_question, schema_answer
 from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
+from duckflock.sql.rewrite_hazards import derived_names, rules_to_skip
 from duckflock.sql.round_trip import check_round_trip
 from duckflock.sql.schema_db import SchemaDB
 from duckflock.sql.scopes import outer_columns, query_of
 from duckflock.sql.semijoin import exists_to_semi_join
-from duckflock.sql.shadowing import order_by_input_columns, unshadow_semi_join_sides
+from duckflock.sql.shadowing import order_by_input_columns, unshadow_nested_sources, unshadow_semi_join_sides
 from duckflock.sqltext import quote_ident as q
 
 # sqlglot's rewrites that keep DuckDB semantics; its type annotation, canonicalization and
@@ -156,7 +157,10 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
     schema = {n: {c: t for c, t in info.columns} for n, info in catalog.tables.items()}
     try:
         tree = _normalize(tree, aggregates)
-        tree = optimize(tree, schema=cast(dict, schema), dialect="duckdb", rules=_RULES, table_types=schema)
+        tree = unshadow_nested_sources(tree, derived_names(tree))
+        skip = rules_to_skip(tree, schema_db.volatile_names)
+        rules = tuple(r for r in _RULES if getattr(r, "__name__", "") not in skip)
+        tree = optimize(tree, schema=cast(dict, schema), dialect="duckdb", rules=rules, table_types=schema)
         builder = _Builder(catalog, schema_db, aggregates)
         plan = builder.query(tree, prefix=None)
     except (SqlglotError, AssertionError, ValueError, KeyError, TypeError, AttributeError) as e:

@@ -36,6 +36,12 @@ class SchemaDB:
         return AggregateNames(self.con)
 
     @functools.cached_property
+    def volatile_names(self) -> frozenset[str]:
+        """DuckDB's VOLATILE functions (random, uuid, nextval, ...), lower-case."""
+        rows = self.con.execute("SELECT function_name FROM duckdb_functions() WHERE stability = 'VOLATILE'")
+        return frozenset(n.lower() for (n,) in rows.fetchall())
+
+    @functools.cached_property
     def function_aliases(self) -> dict[str, str]:
         """DuckDB's function aliases to the names they stand for, lower-case."""
         rows = self.con.execute(

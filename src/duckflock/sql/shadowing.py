@@ -4,6 +4,9 @@
   right side's column; sqlglot does not count that side among the query's sources and, when a left
   column is called ``t``, reads field ``a`` of it (a STRUCT) instead. The right side gets a name no
   column has.
+- A FROM item of a subquery named like a derived table or CTE of an enclosing query: sqlglot's
+  predicate pushdown, moving a predicate holding the subquery into that derived table, rewrites the
+  name's columns inside the subquery too. The subquery's item gets a name of its own.
 - A name in an ORDER BY expression (not a bare name) that is both an output alias and an input
   column: DuckDB reads the input column, sqlglot leaves it to the alias. It is qualified with its
   source.
@@ -37,6 +40,46 @@ def unshadow_semi_join_sides(tree: exp.Expr) -> exp.Expr:
         if renamed:
             side.set("alias", exp.TableAlias(this=exp.to_identifier(fresh, quoted=True)))
     return tree
+
+
+def unshadow_nested_sources(tree: exp.Expr, derived: set[str]) -> exp.Expr:
+    """Before qualify: FROM items of nested queries named like one of ``derived`` (lower-case
+    names of derived tables and CTEs) defined by an enclosing query get fresh names."""
+    taken = {i.name.lower() for i in tree.find_all(exp.Identifier)}
+    for select in list(tree.find_all(exp.Select)):
+        outer = query_of(select)
+        if outer is None:
+            continue
+        enclosing: set[str] = set()
+        while outer is not None:
+            if isinstance(outer, exp.Select):
+                enclosing |= {a.lower() for a in from_items(outer)}
+            outer = query_of(outer)
+        for alias, item in from_items(select).items():
+            name = alias.lower()
+            if name not in derived or name not in enclosing or not isinstance(item, exp.Table | exp.Subquery):
+                continue
+            fresh = next(f"{name}_{n}" for n in range(1, 1 << 30) if f"{name}_{n}" not in taken)
+            taken.add(fresh)
+            for col in list(select.find_all(exp.Column)):
+                if col.table.lower() == name and not col.args.get("db") and _binder(col, name) is select:
+                    col.set("table", exp.to_identifier(fresh, quoted=True))
+            table_alias = item.args.get("alias")
+            if isinstance(table_alias, exp.TableAlias):
+                table_alias.set("this", exp.to_identifier(fresh, quoted=True))
+            else:
+                item.set("alias", exp.TableAlias(this=exp.to_identifier(fresh, quoted=True)))
+    return tree
+
+
+def _binder(col: exp.Column, name: str) -> exp.Expr | None:
+    """The innermost SELECT around ``col`` with a FROM item called ``name``."""
+    node = query_of(col)
+    while node is not None:
+        if isinstance(node, exp.Select) and name in (a.lower() for a in from_items(node)):
+            return node
+        node = query_of(node)
+    return None
 
 
 def _named_within(col: exp.Column, top: exp.Expr, name: str) -> bool:
