@@ -5,8 +5,9 @@
   is computed over NULLs instead of being NULL. Such queries skip the rule.
 - ``merge_subqueries`` and ``pushdown_predicates`` copy a column's expression to each place that
   uses it; a volatile one (``random()``) is then drawn once per copy instead of once per row. A
-  CTE referenced twice would also be computed twice by the plan. Volatile functions inside a derived
-  table, CTE or subquery are not distributed at all (the driver answers such a query as written).
+  CTE referenced twice would also be computed twice by the plan. Such queries (a volatile function
+  in the SELECT list of a nested query, or anywhere in a CTE read twice) are not distributed: the
+  driver answers them as written.
 - ``pushdown_predicates`` moves a predicate into the derived table or CTE it reads and rewrites
   that name's columns inside it, including inside a subquery whose own FROM item has the same name
   (``(SELECT ...) x WHERE x.id IN (SELECT x.id FROM u AS x)``): such FROM items are renamed
@@ -37,8 +38,8 @@ def rules_to_skip(tree: exp.Expr, volatile: frozenset[str]) -> set[str]:
     driver answers the query as written) for volatile functions below the outermost query."""
     for call in tree.find_all(exp.Func):
         name = function_name(call)
-        if name in volatile and name not in _VOLATILE_KEEP and query_of(call) is not tree:
-            raise unsupported(f"a volatile function ({name}) inside a derived table, CTE or subquery")
+        if name in volatile and name not in _VOLATILE_KEEP and _copied(call, tree):
+            raise unsupported(f"a volatile function ({name}) in a derived table's or CTE's columns")
     skip: set[str] = set()
     derived = _derived_names(tree)
     if derived and any(_outer_join_reads_computed(j, derived) for j in tree.find_all(exp.Join)):
@@ -46,6 +47,25 @@ def rules_to_skip(tree: exp.Expr, volatile: frozenset[str]) -> set[str]:
     if derived and _nested_cte_named(tree, set(derived)):
         skip |= {_MERGE, _PUSHDOWN}
     return skip
+
+
+def _copied(call: exp.Expr, tree: exp.Expr) -> bool:
+    """Whether a rewrite or the plan may evaluate ``call`` more than once per row: it is in the
+    SELECT list of a query below the outermost one, or anywhere in a CTE read more than once."""
+    node: exp.Expr | None = call
+    while node is not None and node is not tree:
+        parent = node.parent
+        selected = isinstance(parent, exp.Select) and any(node is e for e in parent.expressions)
+        if selected and parent is not tree:
+            return True
+        if isinstance(node, exp.CTE) and _references(tree, node.alias_or_name) > 1:
+            return True
+        node = parent
+    return False
+
+
+def _references(tree: exp.Expr, name: str) -> int:
+    return sum(1 for t in tree.find_all(exp.Table) if t.name.lower() == name.lower() and not t.args.get("db"))
 
 
 def _derived_names(tree: exp.Expr) -> dict[str, exp.Expr]:
