@@ -18,7 +18,7 @@ from duckflock.exchange.codec import decode, encode, frames_supported, from_fram
 from duckflock.exchange.partition import split_by_target
 
 COMPRESSIONS = ["none", "lz4", "zstd"]
-FAST = settings(max_examples=35, deadline=None)
+FAST = settings(max_examples=35)
 
 SCHEMA = pa.schema(
     [

@@ -579,7 +579,7 @@ def sharded(draw):
     return n, shards
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(sharded(), st.sampled_from([64, 1 << 20]))
 def test_random_tables_through_a_hash_exchange(case, chunk_bytes):
     n, shards = case

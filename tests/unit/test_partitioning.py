@@ -29,7 +29,7 @@ from duckflock.catalog.partitioning import (
 )
 from duckflock.plan.sql_text import hash_sql, partition_sql, range_partition_sql
 
-FAST = settings(max_examples=40, deadline=None)
+FAST = settings(max_examples=40)
 
 
 @functools.cache

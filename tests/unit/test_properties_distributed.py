@@ -88,7 +88,7 @@ def values(rows: list[tuple], cols: list[tuple[str, str]]) -> str:
 
 # The thorough profile (DUCKFLOCK_HYPOTHESIS=thorough) runs for many minutes: no per-test timeout then.
 @pytest.mark.timeout(0 if os.environ.get("DUCKFLOCK_HYPOTHESIS") == "thorough" else 300)
-@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(
     a=st.one_of(rows_a, skewed),
     b=rows_b,
