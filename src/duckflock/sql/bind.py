@@ -111,7 +111,7 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
     if is_schema_question(tree, catalog):
         described = schema_db.describe(text)
         return BoundQuery(
-            schema_answer(text, schema_db),
+            schema_answer(text, schema_db, described),
             tuple(n for n, _ in described),
             tuple(t for _, t in described),
             schema_db.arrow_schema(text),

@@ -30,9 +30,9 @@ def is_schema_question(tree: exp.Expr, catalog: Catalog) -> bool:
     return False
 
 
-def schema_answer(text: str, schema_db: SchemaDB) -> DriverQuery:
-    """The statement's rows, computed now, as a driver query of constants."""
-    described = schema_db.describe(text)
+def schema_answer(text: str, schema_db: SchemaDB, described: list[tuple[str, str]]) -> DriverQuery:
+    """The statement's rows (``described``: its columns' names and types), computed now, as a
+    driver query of constants."""
     rows = schema_db.con.sql(text).fetchall()
     names = [f"c{i}" for i in range(len(described))]
     casts = ", ".join(f"CAST({c} AS {t}) AS {q(n)}" for c, (n, t) in zip(names, described, strict=True))

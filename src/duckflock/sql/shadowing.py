@@ -26,19 +26,9 @@ def unshadow_semi_join_sides(tree: exp.Expr) -> exp.Expr:
     """Before qualify: each SEMI / ANTI join's right side under a fresh name in its ON clause."""
     taken = {i.name.lower() for i in tree.find_all(exp.Identifier)}
     for join in list(tree.find_all(exp.Join)):
-        side, on = join.this, join.args.get("on")
-        if not join.is_semi_or_anti_join or on is None or not isinstance(side, exp.Table | exp.Subquery):
-            continue
-        name = side.alias_or_name.lower()
-        fresh = next(f"{name}_{n}" for n in range(1, 1 << 30) if f"{name}_{n}" not in taken)
-        taken.add(fresh)
-        renamed = False
-        for col in list(on.find_all(exp.Column)):
-            if col.table.lower() == name and not col.args.get("db") and not _named_within(col, on, name):
-                col.set("table", exp.to_identifier(fresh, quoted=True))
-                renamed = True
-        if renamed:
-            side.set("alias", exp.TableAlias(this=exp.to_identifier(fresh, quoted=True)))
+        side, on, select = join.this, join.args.get("on"), query_of(join)
+        if join.is_semi_or_anti_join and on is not None and isinstance(side, exp.Table | exp.Subquery):
+            _rename(side, side.alias_or_name.lower(), on, select, taken)
     return tree
 
 
@@ -47,29 +37,36 @@ def unshadow_nested_sources(tree: exp.Expr, derived: set[str]) -> exp.Expr:
     names of derived tables and CTEs) defined by an enclosing query get fresh names."""
     taken = {i.name.lower() for i in tree.find_all(exp.Identifier)}
     for select in list(tree.find_all(exp.Select)):
-        outer = query_of(select)
-        if outer is None:
-            continue
         enclosing: set[str] = set()
+        outer = query_of(select)
         while outer is not None:
             if isinstance(outer, exp.Select):
                 enclosing |= {a.lower() for a in from_items(outer)}
             outer = query_of(outer)
         for alias, item in from_items(select).items():
             name = alias.lower()
-            if name not in derived or name not in enclosing or not isinstance(item, exp.Table | exp.Subquery):
-                continue
-            fresh = next(f"{name}_{n}" for n in range(1, 1 << 30) if f"{name}_{n}" not in taken)
-            taken.add(fresh)
-            for col in list(select.find_all(exp.Column)):
-                if col.table.lower() == name and not col.args.get("db") and _binder(col, name) is select:
-                    col.set("table", exp.to_identifier(fresh, quoted=True))
-            table_alias = item.args.get("alias")
-            if isinstance(table_alias, exp.TableAlias):
-                table_alias.set("this", exp.to_identifier(fresh, quoted=True))
-            else:
-                item.set("alias", exp.TableAlias(this=exp.to_identifier(fresh, quoted=True)))
+            if name in derived and name in enclosing and isinstance(item, exp.Table | exp.Subquery):
+                _rename(item, name, select, select, taken)
     return tree
+
+
+def _rename(item: exp.Expr, name: str, within: exp.Expr, select: exp.Expr | None, taken: set[str]) -> None:
+    """Give FROM item ``item`` of ``select`` a fresh name, and the columns in ``within`` that name
+    it (``name.col``, not meant for a nested query's own ``name``) that name too."""
+    fresh = next(f"{name}_{n}" for n in range(1, 1 << 30) if f"{name}_{n}" not in taken)
+    columns = [
+        c
+        for c in within.find_all(exp.Column)
+        if c.table.lower() == name and not c.args.get("db") and _binder(c, name) is select
+    ]
+    taken.add(fresh)
+    for c in columns:
+        c.set("table", exp.to_identifier(fresh, quoted=True))
+    alias = item.args.get("alias")
+    if isinstance(alias, exp.TableAlias):  # keeps its column list: (SELECT ...) AS x(a, b)
+        alias.set("this", exp.to_identifier(fresh, quoted=True))
+    else:
+        item.set("alias", exp.TableAlias(this=exp.to_identifier(fresh, quoted=True)))
 
 
 def _binder(col: exp.Column, name: str) -> exp.Expr | None:
@@ -80,16 +77,6 @@ def _binder(col: exp.Column, name: str) -> exp.Expr | None:
             return node
         node = query_of(node)
     return None
-
-
-def _named_within(col: exp.Column, top: exp.Expr, name: str) -> bool:
-    """Whether a query between ``col`` and ``top`` has a source called ``name`` (it then means that)."""
-    node = col.parent
-    while node is not None and node is not top:
-        if isinstance(node, exp.Select) and name in (a.lower() for a in from_items(node)):
-            return True
-        node = node.parent
-    return False
 
 
 def order_by_input_columns(expression: exp.Expr, schema: Schema) -> exp.Expr:
