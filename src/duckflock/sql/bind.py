@@ -64,13 +64,15 @@ from duckflock.sqltext import quote_ident as q
 # joins that lose their NULL and empty-set semantics. Ours rewrite only the shapes that are exact
 # (EXISTS -> semi/anti join, a NULL-strict correlated scalar in WHERE -> join on grouped keys);
 # every other subquery is evaluated by DuckDB itself (see plan/distribute.py).
+# merge_subqueries and eliminate_subqueries are left out as well: inlining a derived table or CTE
+# changed answers (an outer join's NULL-extended computed columns, volatile calls copied, GROUP BY
+# of an inlined constant), and hoisting a derived table to a CTE moved a correlated one out of the
+# subquery it reads from. Neither changes a TPC-H plan's joins, exchanges or stages.
 _KEPT = {
     "pushdown_projections",
     "normalize",
     "pushdown_predicates",
     "optimize_joins",
-    "eliminate_subqueries",
-    "merge_subqueries",
     "eliminate_ctes",
     "quote_identifiers",
 }
@@ -160,7 +162,16 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
         tree = unshadow_nested_sources(tree, derived_names(tree))
         skip = rules_to_skip(tree, schema_db.volatile_names)
         rules = tuple(r for r in _RULES if getattr(r, "__name__", "") not in skip)
-        tree = optimize(tree, schema=cast(dict, schema), dialect="duckdb", rules=rules, table_types=schema)
+        # isolate_tables (optimize's default) wraps each joined table in a derived table for
+        # merge_subqueries to merge back; without that rule it would leave them there.
+        tree = optimize(
+            tree,
+            schema=cast(dict, schema),
+            dialect="duckdb",
+            rules=rules,
+            table_types=schema,
+            isolate_tables=False,
+        )
         builder = _Builder(catalog, schema_db, aggregates)
         plan = builder.query(tree, prefix=None)
     except (SqlglotError, AssertionError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -231,7 +242,9 @@ class _Builder:
         self.catalog = catalog
         self.schema_db = schema_db
         self.aggregates = aggregates
-        self.ctes: dict[str, exp.Expr] = {}
+        # CTE name -> (body, the CTEs visible where it is defined): a nested WITH shadows an outer
+        # name only inside its own query, and a body sees only the CTEs defined before it.
+        self.ctes: dict[str, tuple[exp.Expr, dict]] = {}
         self.subplans: dict[str, Node] = {}  # token -> plan of a subquery
         self.correlated: set[str] = set()  # tokens of subqueries that refer to an outer row
         self._correlated_depth = 0  # > 0 while building a correlated subquery's plan
@@ -245,16 +258,20 @@ class _Builder:
     def query(self, tree: exp.Expr, prefix: str | None) -> Node:
         """A SELECT (or set operation) as a node whose columns are named prefix.name (or fresh)."""
         with_ = tree.args.get("with_") or tree.args.get("with")
+        outer = self.ctes
         if with_ is not None:
             if with_.args.get("recursive"):
                 raise unsupported("WITH RECURSIVE")
             for cte in with_.expressions:
-                self.ctes[cte.alias_or_name] = cte.this
-        if isinstance(tree, exp.SetOperation):
-            return self.set_operation(tree, prefix)
-        if not isinstance(tree, exp.Select):
-            raise unsupported(tree.key.upper())
-        return self.select(tree, prefix)
+                self.ctes = {**self.ctes, cte.alias_or_name: (cte.this, self.ctes)}
+        try:
+            if isinstance(tree, exp.SetOperation):
+                return self.set_operation(tree, prefix)
+            if not isinstance(tree, exp.Select):
+                raise unsupported(tree.key.upper())
+            return self.select(tree, prefix)
+        finally:
+            self.ctes = outer
 
     def select(self, s: exp.Select, prefix: str | None) -> Node:
         check_supported(s)  # sqlglot's rewrites may have built clauses of their own
@@ -598,7 +615,12 @@ class _Builder:
         if not isinstance(item.this, exp.Identifier):
             return self.function_scan(item)
         if item.name in self.ctes and not item.args.get("db"):
-            return self.query(self.ctes[item.name].copy(), prefix=alias)
+            body, visible = self.ctes[item.name]
+            here, self.ctes = self.ctes, visible
+            try:
+                return self.query(body.copy(), prefix=alias)
+            finally:
+                self.ctes = here
         info = self.catalog.table(item.name)
         used = []
         for c in _scope_find(s, exp.Column):

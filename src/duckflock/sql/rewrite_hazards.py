@@ -1,17 +1,14 @@
-"""Queries on which some of sqlglot's rewrites would change the answer, and what to do instead.
+"""Queries on which sqlglot's ``pushdown_predicates`` would change the answer, and what to do instead.
 
-- ``merge_subqueries`` inlines a derived table or CTE on the NULL-extended side of an outer join
-  into the outer query, so a computed column (``1 AS one``, ``coalesce(a, 5)``) of an unmatched row
-  is computed over NULLs instead of being NULL. Such queries skip the rule.
-- ``merge_subqueries`` and ``pushdown_predicates`` copy a column's expression to each place that
-  uses it; a volatile one (``random()``) is then drawn once per copy instead of once per row. A
-  CTE referenced twice would also be computed twice by the plan. Such queries (a volatile function
-  in the SELECT list of a nested query, or anywhere in a CTE read twice) are not distributed: the
-  driver answers them as written.
-- ``pushdown_predicates`` moves a predicate into the derived table or CTE it reads and rewrites
-  that name's columns inside it, including inside a subquery whose own FROM item has the same name
+- It copies a derived table's column expression into each predicate it moves into that table; a
+  volatile one (``random()``) is then drawn once per copy instead of once per row. A CTE referenced
+  twice would also be computed twice by the plan. Such queries (a volatile function in the SELECT
+  list of a nested query, or anywhere in a CTE read twice) are not distributed: the driver answers
+  them as written.
+- It moves a predicate into the derived table or CTE it reads and rewrites that name's columns
+  inside it, including inside a subquery whose own FROM item has the same name
   (``(SELECT ...) x WHERE x.id IN (SELECT x.id FROM u AS x)``): such FROM items are renamed
-  (sql/shadowing.py); a subquery's own CTE of such a name makes the query skip both rules.
+  (sql/shadowing.py); a subquery's own CTE of such a name makes the query skip the rule.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ from duckflock.sql.allowlist import unsupported
 from duckflock.sql.functions import function_name
 from duckflock.sql.scopes import query_of
 
-_MERGE = "merge_subqueries"
 _PUSHDOWN = "pushdown_predicates"
 # DuckDB's VOLATILE functions whose value differs per call (not error(), which only raises).
 _VOLATILE_KEEP = frozenset({"error"})
@@ -40,13 +36,8 @@ def rules_to_skip(tree: exp.Expr, volatile: frozenset[str]) -> set[str]:
         name = function_name(call)
         if name in volatile and name not in _VOLATILE_KEEP and _copied(call, tree):
             raise unsupported(f"a volatile function ({name}) in a derived table's or CTE's columns")
-    skip: set[str] = set()
     derived = _derived_names(tree)
-    if derived and any(_outer_join_reads_computed(j, derived) for j in tree.find_all(exp.Join)):
-        skip.add(_MERGE)
-    if derived and _nested_cte_named(tree, set(derived)):
-        skip |= {_MERGE, _PUSHDOWN}
-    return skip
+    return {_PUSHDOWN} if derived and _nested_cte_named(tree, set(derived)) else set()
 
 
 def _copied(call: exp.Expr, tree: exp.Expr) -> bool:
@@ -77,26 +68,6 @@ def _derived_names(tree: exp.Expr) -> dict[str, exp.Expr]:
         if sub.alias_or_name and isinstance(sub.parent, exp.From | exp.Join):
             out[sub.alias_or_name.lower()] = sub.this
     return out
-
-
-def _outer_join_reads_computed(join: exp.Join, derived: dict[str, exp.Expr]) -> bool:
-    """An outer join with a derived table or CTE whose SELECT list computes something (not just
-    columns) on a side that may be NULL-extended (for RIGHT and FULL joins the left side is every
-    earlier FROM item, so any of the query's derived tables counts)."""
-    side = (join.args.get("side") or "").upper()
-    if side not in ("LEFT", "RIGHT", "FULL"):
-        return False
-    if side == "LEFT":
-        name = join.this.alias_or_name.lower()
-        bodies = [derived[name]] if name in derived else []
-    else:
-        bodies = list(derived.values())
-    return any(_computes(body) for body in bodies)
-
-
-def _computes(body: exp.Expr) -> bool:
-    selects = body.selects if isinstance(body, exp.Query) else []
-    return not selects or any(not isinstance(s.unalias(), exp.Column | exp.Star) for s in selects)
 
 
 def _nested_cte_named(tree: exp.Expr, names: set[str]) -> bool:
