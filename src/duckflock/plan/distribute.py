@@ -136,6 +136,7 @@ class _Planner:
             kind=ExchangeKind.BROADCAST,
             target=Replicated(),
             est=(p.rows, p.bytes),
+            from_driver=p.on_driver,
         )
         return Placed(node, (Replicated(),), p.rows, p.width)
 
@@ -149,6 +150,7 @@ class _Planner:
             keys=keys,
             est=(p.rows, p.bytes),
             local=p.replicated,  # sending every rank's copy would multiply the rows
+            from_driver=p.on_driver and not p.replicated,
         )
         return Placed(node, (target,), p.rows, p.width)
 

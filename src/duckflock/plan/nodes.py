@@ -248,6 +248,9 @@ class Exchange(Unary):
     # the hot keys found at run time; ``skew_group`` pairs it with the other side's exchange.
     skew: SkewRole | None = None
     skew_group: str = ""
+    # The input's rows are all on the driver (a single-partition table's): only the driver runs
+    # the stage producing them, or every other rank would add, say, an aggregate of no rows.
+    from_driver: bool = False
 
     def explain_line(self) -> str:
         what = self.target.describe() if self.target is not None else ""

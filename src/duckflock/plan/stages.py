@@ -69,7 +69,11 @@ class StagePlan:
         return [0] if producer.on_driver else list(range(size))
 
     def receivers(self, xid: int, size: int) -> list[int]:
-        return [0] if self.exchange(xid).kind is ExchangeKind.GATHER else list(range(size))
+        kind = self.exchange(xid).kind
+        # A broadcast read only by stages the driver runs (their other input is there) goes there.
+        readers = [s for s in self.stages if xid in s.inputs]
+        to_driver = kind is ExchangeKind.BROADCAST and all(s.on_driver for s in readers)
+        return [0] if kind is ExchangeKind.GATHER or to_driver else list(range(size))
 
 
 def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> StagePlan:
@@ -116,7 +120,8 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
             return node.with_children(children) if children != node.children else node
 
         new_root = replace_exchanges(root)
-        on_driver = output_of is None or any(stages_by_x[x].kind is ExchangeKind.GATHER for x in inputs)
+        gathered = any(stages_by_x[x].kind is ExchangeKind.GATHER for x in inputs)
+        on_driver = output_of is None or output_of.from_driver or gathered
         sid = len(stages)
         spec = None
         if output_of is not None:
