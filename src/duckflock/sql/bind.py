@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import cast
@@ -592,10 +592,15 @@ class _Builder:
         kinds = [JoinKind.INNER] + [_join_kind(j) for j in joins]
         ons: list[list[exp.Expr]] = [[]]
         ons += [_conjuncts(self.names(j.args["on"].copy())) if j.args.get("on") else [] for j in joins]
-        pushed, rest_where = _push_down(sources, kinds, where_conj, ons)
+        pushed, rest_where = _push_down(sources, kinds, where_conj, ons, self.reads_outer_row)
         rel = self.filter(sources[0], pushed[0])
         for j in range(1, len(sources)):
-            rel = self.join(rel, self.filter(sources[j], pushed[j]), kinds[j], ons[j], lateral[j])
+            # An inner join's correlated subquery (sqlglot's pushdown moves WHERE conjuncts into
+            # ON) filters the joined rows: a join cannot evaluate it, a Filter can.
+            after = [c for c in ons[j] if kinds[j] is JoinKind.INNER and self.reads_outer_row(c)]
+            on = [c for c in ons[j] if not any(c is a for a in after)]
+            rel = self.join(rel, self.filter(sources[j], pushed[j]), kinds[j], on, lateral[j])
+            rel = self.filter(rel, after)
         return self.filter(rel, rest_where)
 
     def filter(self, rel: Node, conj: list[exp.Expr]) -> Node:
@@ -728,6 +733,11 @@ class _Builder:
         placeholder = exp.select("*").from_(exp.to_identifier(token, quoted=True))
         return type(node)(this=placeholder)
 
+    def reads_outer_row(self, e: exp.Expr) -> bool:
+        """Whether ``e`` holds the token of a correlated subquery."""
+        sql = e.sql(dialect="duckdb")
+        return any(q(t) in sql for t in self.correlated)
+
     def attach(self, sql: str) -> dict:
         """The subquery plans an expression's SQL refers to, and which of them are correlated."""
         subs = tuple((tok, plan) for tok, plan in self.subplans.items() if q(tok) in sql)
@@ -739,9 +749,11 @@ def _push_down(
     kinds: list[JoinKind],
     where_conj: list[exp.Expr],
     ons: list[list[exp.Expr]],
+    pinned: Callable[[exp.Expr], bool],
 ) -> tuple[list[list[exp.Expr]], list[exp.Expr]]:
     """The conjuncts each source filters by itself, and the WHERE conjuncts left above the joins.
-    ``ons`` (each join's ON conjuncts) keeps only those the join must evaluate."""
+    ``ons`` (each join's ON conjuncts) keeps only those the join must evaluate. A ``pinned``
+    conjunct (a correlated subquery: its outer columns are not in its text) stays where it is."""
     nullable = [False] * len(sources)
     for i, kind in enumerate(kinds):
         if kind.filters_right_after:
@@ -752,7 +764,7 @@ def _push_down(
     pushed: list[list[exp.Expr]] = [[] for _ in sources]
 
     def owner(c: exp.Expr, upto: int) -> int | None:
-        used = _cols(c)
+        used = set() if pinned(c) else _cols(c)
         for i in range(upto + 1):
             if used and used <= colsets[i] and not nullable[i]:
                 return i
@@ -765,7 +777,7 @@ def _push_down(
     for j in range(1, len(sources)):
         keep = []
         for c in ons[j]:
-            used = _cols(c)
+            used = set() if pinned(c) else _cols(c)
             if used and used <= colsets[j] and kinds[j] in _ON_PUSHED_RIGHT:
                 pushed[j].append(c)
             elif kinds[j] in _ON_PUSHED_LEFT and (at := owner(c, j - 1)) is not None:

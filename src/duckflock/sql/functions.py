@@ -77,8 +77,32 @@ def function_name(node: exp.Expr) -> str | None:
         return node.name.lower()
     if not isinstance(node, exp.Func) or isinstance(node, exp.Cast | exp.Case | exp.If):
         return None
-    m = _NAME.match(node.sql(dialect="duckdb"))
-    return m.group(1).lower() if m else None
+    text = node.sql(dialect="duckdb")
+    m = _NAME.match(text)
+    # Operators that sqlglot models as functions (AND, OR, COLLATE, ->, @>) print as their left
+    # operand first: ``sum(x) > 1 OR a`` starts with a call that is not this node's.
+    return m.group(1).lower() if m and _closes_at_end(text, m.end()) else None
+
+
+def _closes_at_end(text: str, open_at: int) -> bool:
+    """Whether the parenthesis opened just before ``open_at`` closes at the end of ``text``
+    (quoted strings and identifiers skipped)."""
+    depth, i, quote = 1, open_at, ""
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == quote:
+                quote = ""  # a doubled quote reopens at once: escapes need no special case
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 :].strip() == ""
+        i += 1
+    return False
 
 
 def unit_of(call: exp.Expr) -> exp.Expr:
