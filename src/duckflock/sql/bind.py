@@ -50,7 +50,7 @@ from duckflock.sql.describe import is_schema_question, schema_answer
 from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
-from duckflock.sql.rewrite_hazards import derived_names, rules_to_skip
+from duckflock.sql.rewrite_hazards import rules_to_skip
 from duckflock.sql.round_trip import check_round_trip
 from duckflock.sql.schema_db import SchemaDB
 from duckflock.sql.scopes import outer_columns, query_of
@@ -159,7 +159,7 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
     schema = {n: {c: t for c, t in info.columns} for n, info in catalog.tables.items()}
     try:
         tree = _normalize(tree, aggregates)
-        tree = unshadow_nested_sources(tree, derived_names(tree))
+        tree = unshadow_nested_sources(tree)
         skip = rules_to_skip(tree, schema_db.volatile_names)
         rules = tuple(r for r in _RULES if getattr(r, "__name__", "") not in skip)
         # isolate_tables (optimize's default) wraps each joined table in a derived table for
@@ -338,7 +338,7 @@ class _Builder:
             return self.grouping_sets(group)
         if group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs
             return [e.unalias().copy() for e in selects if not self.aggregates.units(e)], None
-        return [self.names(g.copy()) for g in group.expressions], None
+        return [self.names(_unparen_expr(g).copy()) for g in group.expressions], None
 
     def sort_key(
         self,
@@ -383,16 +383,17 @@ class _Builder:
         CUBE written out, several items combined as their cross product (as SQL defines it)."""
         items: list[list[list[exp.Expr]]] = []
         for g in group.expressions:
-            if isinstance(g, exp.Rollup):
-                items.append([g.expressions[:i] for i in range(len(g.expressions), -1, -1)])
+            if isinstance(g, exp.Rollup):  # an element may be several columns: ROLLUP ((a, b), c)
+                els = [_set_members(e) for e in g.expressions]
+                items.append([[m for el in els[:i] for m in el] for i in range(len(els), -1, -1)])
             elif isinstance(g, exp.Cube):
-                es = g.expressions
-                masks = range((1 << len(es)) - 1, -1, -1)
-                items.append([[e for j, e in enumerate(es) if m >> j & 1] for m in masks])
+                els = [_set_members(e) for e in g.expressions]
+                masks = range((1 << len(els)) - 1, -1, -1)
+                items.append([[m for j, el in enumerate(els) if k >> j & 1 for m in el] for k in masks])
             elif isinstance(g, exp.GroupingSets):
                 items.append([_set_members(s) for s in g.expressions])
             else:
-                items.append([[g]])
+                items.append([[_unparen_expr(g)]])
         groups: list[exp.Expr] = []
         keys: list[str] = []
         sets = []
@@ -824,9 +825,14 @@ def _set_members(s: exp.Expr) -> list[exp.Expr]:
     """The expressions of one grouping set: (a, b), (a), a or ()."""
     if isinstance(s, exp.Tuple):
         return list(s.expressions)
-    if isinstance(s, exp.Paren):
-        return [s.this]
-    return [s]
+    return [_unparen_expr(s)]
+
+
+def _unparen_expr(e: exp.Expr) -> exp.Expr:
+    """``((k + 1))`` as ``k + 1``: a group key matches the select list's expression without them."""
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return e
 
 
 def _calls(e: exp.Expr, names: tuple[str, ...]) -> bool:

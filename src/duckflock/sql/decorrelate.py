@@ -20,7 +20,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from duckflock.catalog.partitioning import canonical_hash_type
-from duckflock.sql.scopes import conjuncts, defined_aliases, from_items
+from duckflock.sql.scopes import conjuncts, from_items, outer_columns
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _STRICT_AGGS = (exp.Sum, exp.Avg, exp.Min, exp.Max)
@@ -115,13 +115,11 @@ def _equi_correlation(
     uncorrelated WHERE conjuncts; None when it refers to the outer query in any other way."""
     inner = from_items(body)
     outer = from_items(select)
-    defined = defined_aliases(body)
     where = body.args.get("where")
     keys: list[tuple[exp.Column, exp.Column]] = []
     plain: list[exp.Expr] = []
     for c in conjuncts(where.this) if where is not None else []:
-        tables = {col.table for col in c.find_all(exp.Column)}
-        if tables <= defined:
+        if not outer_columns(body, within=c):
             plain.append(c)
             continue
         if not isinstance(c, exp.EQ) or not all(isinstance(s, exp.Column) for s in (c.this, c.expression)):
@@ -138,7 +136,7 @@ def _equi_correlation(
     # No other reference to an enclosing scope anywhere in the subquery.
     rest = body.copy()
     rest.set("where", None)
-    if any(col.table and col.table not in defined for col in rest.find_all(exp.Column)):
+    if outer_columns(rest):
         return None
     return keys, plain
 

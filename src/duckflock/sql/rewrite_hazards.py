@@ -24,11 +24,6 @@ _PUSHDOWN = "pushdown_predicates"
 _VOLATILE_KEEP = frozenset({"error"})
 
 
-def derived_names(tree: exp.Expr) -> set[str]:
-    """Lower-case names of the query's CTEs and derived tables."""
-    return set(_derived_names(tree))
-
-
 def rules_to_skip(tree: exp.Expr, volatile: frozenset[str]) -> set[str]:
     """The rule names to leave out for ``tree`` (before qualify); raises SqlError (so that the
     driver answers the query as written) for volatile functions below the outermost query."""

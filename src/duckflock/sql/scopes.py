@@ -29,15 +29,27 @@ def from_items(select: exp.Select) -> dict[str, exp.Expr]:
     return {i.alias_or_name: i for i in items}
 
 
-def defined_aliases(body: exp.Expr) -> set[str]:
-    """Every table, derived table and CTE alias a query defines at any depth."""
-    out = {t.alias_or_name for t in body.find_all(exp.Table)}
-    out |= {s.alias_or_name for s in body.find_all(exp.Subquery) if s.alias_or_name}
-    out |= {c.alias_or_name for c in body.find_all(exp.CTE)}
-    return out
+def outer_columns(body: exp.Expr, within: exp.Expr | None = None) -> list[exp.Column]:
+    """Columns of ``body`` (or of its part ``within``) that belong to a query enclosing ``body``: a
+    correlated subquery has some. A name is looked up as SQL scopes it, from the column's own
+    query outwards, so a FROM item deeper inside the body does not hide an outer one."""
+    return [c for c in (within or body).find_all(exp.Column) if c.table and not _bound_inside(c, body)]
 
 
-def outer_columns(body: exp.Expr) -> list[exp.Column]:
-    """Columns of ``body`` that belong to an enclosing query (a correlated subquery has some)."""
-    defined = defined_aliases(body)
-    return [c for c in body.find_all(exp.Column) if c.table and c.table not in defined]
+def _bound_inside(column: exp.Column, body: exp.Expr) -> bool:
+    name = column.table
+    node: exp.Expr | None = column
+    while node is not None:
+        if isinstance(node, exp.Select) and name in from_items(node):
+            return True
+        if isinstance(node, exp.Query) and name in _cte_names(node):
+            return True
+        if node is body:
+            return False
+        node = node.parent
+    return False
+
+
+def _cte_names(query: exp.Expr) -> set[str]:
+    with_ = query.args.get("with_") or query.args.get("with")
+    return {c.alias_or_name for c in with_.expressions} if with_ is not None else set()

@@ -32,9 +32,10 @@ def unshadow_semi_join_sides(tree: exp.Expr) -> exp.Expr:
     return tree
 
 
-def unshadow_nested_sources(tree: exp.Expr, derived: set[str]) -> exp.Expr:
-    """Before qualify: FROM items of nested queries named like one of ``derived`` (lower-case
-    names of derived tables and CTEs) defined by an enclosing query get fresh names."""
+def unshadow_nested_sources(tree: exp.Expr) -> exp.Expr:
+    """Before qualify: FROM items of nested queries named like a FROM item of an enclosing query
+    get fresh names. The plan names columns ``alias.column`` for the whole query, and sqlglot's
+    predicate pushdown rewrites a derived table's columns by name, inside nested queries too."""
     taken = {i.name.lower() for i in tree.find_all(exp.Identifier)}
     for select in list(tree.find_all(exp.Select)):
         enclosing: set[str] = set()
@@ -45,7 +46,7 @@ def unshadow_nested_sources(tree: exp.Expr, derived: set[str]) -> exp.Expr:
             outer = query_of(outer)
         for alias, item in from_items(select).items():
             name = alias.lower()
-            if name in derived and name in enclosing and isinstance(item, exp.Table | exp.Subquery):
+            if name in enclosing and isinstance(item, exp.Table | exp.Subquery):
                 _rename(item, name, select, select, taken)
     return tree
 
