@@ -50,6 +50,7 @@ from duckflock.sql.describe import is_schema_question, schema_answer
 from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
+from duckflock.sql.join_order import optimize_joins
 from duckflock.sql.rewrite_hazards import rules_to_skip
 from duckflock.sql.round_trip import check_round_trip
 from duckflock.sql.schema_db import SchemaDB
@@ -81,7 +82,11 @@ _RULES: tuple[OptimizerFn, ...] = (
     order_by_input_columns,
     exists_to_semi_join,
     scalar_subqueries_to_joins,
-    *(rule for rule in RULES if getattr(rule, "__name__", "") in _KEPT),
+    *(
+        optimize_joins if getattr(rule, "__name__", "") == "optimize_joins" else rule
+        for rule in RULES
+        if getattr(rule, "__name__", "") in _KEPT
+    ),
 )
 
 
