@@ -90,6 +90,8 @@ class TableInfo:
             bounds = tuple(None if p.rows == 0 else (p.min, p.max) for p in self.partitions)
             if not _disjoint(bounds):  # a key in two partitions: equal keys would not meet
                 return Arbitrary()
+            if not _bounds_comparable(self.column_type(key)):
+                return Arbitrary()
             return Ranged(key, self.column_type(key), bounds)
         return Arbitrary()
 
@@ -242,3 +244,15 @@ class Catalog:
             json.dump(data, f, indent=1, default=str)
         os.chmod(tmp, 0o644)  # readable by every rank's user on shared storage
         os.replace(tmp, self.root / CATALOG_FILE)
+
+
+# Key types whose partition bounds, kept in the catalog as JSON, do not read back as values DuckDB
+# orders the same way: BLOB bounds are Python's text of the bytes, INTERVAL ones Python's
+# timedelta text (DuckDB rejects it), nested values have no literal of ours. Such tables are
+# not routed by range.
+_UNORDERED_BOUNDS = ("BLOB", "BYTEA", "VARBINARY", "BIT", "INTERVAL", "STRUCT", "MAP", "UNION")
+
+
+def _bounds_comparable(key_type: str) -> bool:
+    t = key_type.upper()
+    return not t.endswith("]") and not t.startswith(_UNORDERED_BOUNDS)
