@@ -93,7 +93,7 @@ def partition_sql(keys: tuple[str, ...], target: Partitioning) -> str:
         if not bounds:  # every partition empty: the other side's keys match nothing anywhere
             return "0"
         # Compare in the key's canonical type: the other side's keys may not fit the range key's type.
-        key = f"TRY_CAST({keys[0]} AS {canonical_hash_type(target.key_type)})"
+        key = f"CAST({keys[0]} AS {canonical_hash_type(target.key_type)})"
         whens = " ".join(f"WHEN {key} <= {sql_literal(hi)} THEN {p}" for hi, p in bounds)
         last = bounds[-1][1]
         # NULL keys where a loaded table keeps them (range_partition_sql): a group of NULLs meets.
@@ -103,12 +103,10 @@ def partition_sql(keys: tuple[str, ...], target: Partitioning) -> str:
 
 def key_hash_sql(keys: tuple[str, ...], target: Hashed) -> str:
     """DuckDB's deterministic hash of a row's ``keys`` cast to ``target``'s key types (as they are
-    when it has none): what places the row in ``target``. A key that does not cast (``'x'`` for a
-    BIGINT) is routed as NULL: the join's own comparison raises DuckDB's error where it runs, and
-    where DuckDB never compares it (the other side is empty) neither does duckflock."""
+    when it has none): what places the row in ``target``."""
     if all(t == "" for t in target.key_types):  # hashed as they are, no cast
         return f"hash({', '.join(keys)})"
-    casts = ", ".join(f"TRY_CAST({k} AS {t})" for k, t in zip(keys, target.key_types, strict=True))
+    casts = ", ".join(f"CAST({k} AS {t})" for k, t in zip(keys, target.key_types, strict=True))
     return f"hash({casts})"
 
 
