@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,6 +14,8 @@ import pyarrow as pa
 from duckflock.exec.launch import mpiexec_argv
 from duckflock.testing.compare import difference
 from duckflock.testing.tables import make_table, oracle
+
+BOUND_S = 90  # a hang becomes a failure long before CI's limit
 
 __all__ = ["assert_same", "make_table", "oracle", "run_on_ranks"]
 
@@ -52,3 +55,13 @@ def run_on_ranks(
             with pa.memory_map(str(out / f"{i}.arrow")) as src:
                 results.append(pa.ipc.open_file(src).read_all())
     return results
+
+
+def rank_at_gate(gate: Path, rank: int, running) -> int:
+    """The pid of ``rank`` once it waits at the stage gate before its first stage."""
+    marker = gate / f"rank{rank}.stage0"
+    deadline = time.monotonic() + BOUND_S
+    while not (marker.exists() and marker.read_text()):
+        assert running() and time.monotonic() < deadline, "the rank never reached the gate"
+        time.sleep(0.05)
+    return int(marker.read_text())

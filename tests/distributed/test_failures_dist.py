@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 import duckflock
-from support import make_table
+from support import BOUND_S, make_table, rank_at_gate
 
 pytestmark = pytest.mark.dist
-BOUND_S = 90  # a hang becomes a failure long before CI's limit
 
 
 @pytest.fixture(scope="module")
@@ -180,18 +179,6 @@ def test_out_of_memory_is_reported_not_fatal(bad_dir):
     assert proc.returncode == 1
     assert "Out of Memory" in proc.stderr and "rank " in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
-
-
-def rank_at_gate(gate: Path, rank: int, running) -> int:
-    """The pid of ``rank`` once it waits at the stage gate before its first stage."""
-    import time
-
-    marker = gate / f"rank{rank}.stage0"
-    deadline = time.monotonic() + BOUND_S
-    while not (marker.exists() and marker.read_text()):
-        assert running() and time.monotonic() < deadline, "the rank never reached the gate"
-        time.sleep(0.05)
-    return int(marker.read_text())
 
 
 @pytest.mark.parametrize("victim", [0, 1])

@@ -17,7 +17,7 @@ import pytest
 import duckflock
 from duckflock.testing.tpch import SEED_ORDER, SEED_QUERY, query
 from flight_support import Workers
-from support import assert_same, make_table, oracle
+from support import BOUND_S, assert_same, make_table, oracle, rank_at_gate
 
 pytestmark = pytest.mark.dist
 
@@ -157,6 +157,26 @@ def test_caller_that_disappears_does_not_hold_workers(tpch_dir, tmp_path):
         while time.monotonic() < deadline and any(_status(a, w.token)["session"] for a in w.addresses):
             time.sleep(0.5)
         assert not any(_status(a, w.token)["session"] for a in w.addresses)
+
+
+def test_a_query_longer_than_the_idle_timeout_is_not_cut_off(tpch_dir, tmp_path):
+    """The idle timeout counts from the end of the last call: a query held at a stage gate past
+    it (the watchdog looks every second) still completes."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    with (
+        Workers(tpch_dir, 2, tmp_path, idle_timeout=1) as w,
+        duckflock.connect(workers=w.addresses, token=w.token, config={"stage_gate_dir": str(gate)}) as db,
+    ):
+        got: list[object] = []
+        t = threading.Thread(target=lambda: got.append(db.sql("SELECT count(*) FROM orders").fetchall()))
+        t.start()
+        rank_at_gate(gate, 0, t.is_alive)
+        time.sleep(3)  # the query is held, not raced: three of the watchdog's looks past the timeout
+        (gate / "hold").unlink()
+        t.join(BOUND_S)
+        assert got == [oracle(tpch_dir).sql("SELECT count(*) FROM orders").fetchall()]
 
 
 def test_tls_workers(tpch_dir, tmp_path):

@@ -64,6 +64,7 @@ class _Session:
     driver: Driver | None = None
     results: dict[str, pa.Table] = field(default_factory=dict)
     last_call: float = field(default_factory=time.monotonic)
+    running: int = 0  # queries being answered: a session is idle only between calls
 
 
 class Worker:
@@ -112,7 +113,8 @@ class Worker:
         while True:
             time.sleep(1.0)
             s = self._session
-            if s is not None and s.rank == 0 and time.monotonic() - s.last_call > self.idle_timeout_s:
+            idle = s is not None and s.running == 0 and time.monotonic() - s.last_call > self.idle_timeout_s
+            if s is not None and s.rank == 0 and idle:
                 self._teardown(s)
 
     def _prepare(self, msg: PrepareSession) -> Prepared:
@@ -190,6 +192,7 @@ class Worker:
         send_progress: Callable[[ProgressReply], None] | None = None,
     ) -> SqlReply | PlanReply | ErrorReply:
         assert s.driver is not None
+        s.running += 1  # one query at a time per session (one driver): no lock needed
         try:
             return s.driver.answer(request, lambda table: self._keep(s, table), send_progress)
         except TransportError as e:  # a peer is lost: this session cannot continue
@@ -197,6 +200,9 @@ class Worker:
             return ErrorReply(e)
         except DuckflockError as e:
             return ErrorReply(e)
+        finally:
+            s.running -= 1
+            s.last_call = time.monotonic()
 
     def _answer_with_progress(self, s: _Session, request: SqlRequest) -> Iterator[bytes]:
         """The query's ProgressReply snapshots as they happen, then its reply: one streamed answer."""
