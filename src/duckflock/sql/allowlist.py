@@ -118,8 +118,22 @@ def check_supported(tree: exp.Expr) -> None:
             raise unsupported(_describe(node, arg, value))
         if isinstance(node, exp.Join):
             _check_join(node)
+        if isinstance(node, exp.Select):
+            _check_comma_precedence(node)
         if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier | exp.Func):
             raise unsupported(f"{node.this.key.upper()} in FROM")
+
+
+def _check_comma_precedence(select: exp.Select) -> None:
+    """``FROM a, b RIGHT JOIN c``: a comma binds after every JOIN, so this is
+    a CROSS JOIN (b RIGHT JOIN c), but sqlglot lists the joins flat, as (a CROSS JOIN b) RIGHT JOIN c;
+    for RIGHT and FULL joins the two differ (a's rows are NULL-extended or lost). Other joins after
+    a comma give the same rows."""
+    comma = False
+    for j in select.args.get("joins") or []:
+        if comma and (j.side or "").upper() in ("RIGHT", "FULL"):
+            raise unsupported("a RIGHT or FULL JOIN after a comma in FROM")
+        comma = comma or not any(j.args.get(k) for k in ("kind", "side", "on", "using", "method"))
 
 
 def _check_names(node: exp.Expr) -> None:

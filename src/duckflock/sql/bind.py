@@ -343,7 +343,7 @@ class _Builder:
             return self.grouping_sets(group)
         if group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs
             return [e.unalias().copy() for e in selects if not self.aggregates.units(e)], None
-        return [self.names(_unparen_expr(g).copy()) for g in group.expressions], None
+        return [self.names(m.copy()) for g in group.expressions for m in _set_members(g)], None
 
     def sort_key(
         self,

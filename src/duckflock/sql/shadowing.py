@@ -33,21 +33,21 @@ def unshadow_semi_join_sides(tree: exp.Expr) -> exp.Expr:
 
 
 def unshadow_nested_sources(tree: exp.Expr) -> exp.Expr:
-    """Before qualify: FROM items of nested queries named like a FROM item of an enclosing query
-    get fresh names. The plan names columns ``alias.column`` for the whole query, and sqlglot's
+    """Before qualify: every FROM item named like one met before it (outer queries first) gets a
+    fresh name, so that each name means one FROM item in the whole query. The plan names columns
+    ``alias.column`` query-wide (a scan reads the columns named after its alias), and sqlglot's
     predicate pushdown rewrites a derived table's columns by name, inside nested queries too."""
     taken = {i.name.lower() for i in tree.find_all(exp.Identifier)}
+    seen: set[str] = set()
     for select in list(tree.find_all(exp.Select)):
-        enclosing: set[str] = set()
-        outer = query_of(select)
-        while outer is not None:
-            if isinstance(outer, exp.Select):
-                enclosing |= {a.lower() for a in from_items(outer)}
-            outer = query_of(outer)
         for alias, item in from_items(select).items():
             name = alias.lower()
-            if name in enclosing and isinstance(item, exp.Table | exp.Subquery):
+            if not isinstance(item, exp.Table | exp.Subquery):
+                continue
+            if name in seen:
                 _rename(item, name, select, select, taken)
+            else:
+                seen.add(name)
     return tree
 
 
