@@ -511,3 +511,42 @@ def test_rows_routed_into_ranges_put_null_keys_where_the_loader_does():
         f"SELECT {range_partition_sql('k', 'BIGINT', ['9', '19'])} FROM (SELECT CAST(NULL AS BIGINT) AS k)"
     ).fetchall()[0][0]
     assert routed == loaded == 0
+
+
+def _disjoint_bounds(draw_ranges: list[tuple[int, int] | None]) -> list[tuple[int, int] | None]:
+    """Ranges made disjoint and ascending in partition order (as a loaded range table's are)."""
+    out: list[tuple[int, int] | None] = []
+    floor = -1
+    for r in draw_ranges:
+        if r is None:
+            out.append(None)
+            continue
+        lo = floor + 1 + r[0]
+        out.append((lo, lo + r[1]))
+        floor = lo + r[1]
+    return out
+
+
+_RANGES = st.lists(
+    st.one_of(st.none(), st.tuples(st.integers(0, 4), st.integers(0, 4))), min_size=2, max_size=3
+)
+
+
+@given(_RANGES, _RANGES)
+@settings(max_examples=60)
+def test_routed_side_is_aligned_only_where_duckdb_routing_meets_the_other_ranges(a, b):
+    """Keys sent into a's ranges (by the SQL the exchange runs, in DuckDB) include keys outside them;
+    where the routed side counts as aligned with b, every key b holds is in b's partition number."""
+    a_bounds, b_bounds = _disjoint_bounds(a), _disjoint_bounds(b)
+    if len(a_bounds) != len(b_bounds):
+        return
+    target = _r("k", a_bounds)
+    routed = Ranged("k", "BIGINT", tuple(a_bounds), routed=True)
+    sql = f"SELECT k, {partition_sql(('k',), target)} AS p FROM range(-2, 40) t(k)"
+    placed = dict(duckdb.sql(sql).fetchall())
+    meets = all(
+        placed[k] == q for q, r in enumerate(b_bounds) if r is not None for k in range(r[0], r[1] + 1)
+    )
+    if ranges_aligned(routed, _r("y", b_bounds)):
+        assert meets
+    assert ranges_aligned(routed, _r("y", b_bounds)) == ranges_aligned(_r("y", b_bounds), routed)

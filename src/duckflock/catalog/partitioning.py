@@ -114,11 +114,17 @@ class Hashed:
 
 @dataclass(frozen=True)
 class Ranged:
-    """Partition p holds keys in the closed interval bounds[p] (None for an empty partition)."""
+    """Partition p holds keys in the closed interval bounds[p] (None for an empty partition).
+
+    ``routed``: the rows were sent into another table's ranges (plan/sql_text.py's partition_sql),
+    which puts keys outside every range somewhere too: a key goes to the partition with the
+    smallest upper bound not below it, else to the one with the largest; every key to partition 0
+    where all are empty. Such keys survive an outer or anti join, so the intervals are open-ended."""
 
     key: str | None  # None where the key is an expression, not a column
     key_type: str
     bounds: tuple[tuple[Any, Any] | None, ...]  # values of the key's type
+    routed: bool = False
 
     @property
     def count(self) -> int:
@@ -159,13 +165,36 @@ def ranges_aligned(a: Ranged, b: Ranged) -> bool:
     """True when every key value that occurs on both sides lies in the same partition number."""
     if a.count != b.count or canonical_hash_type(a.key_type) != canonical_hash_type(b.key_type):
         return False
-    for p, ra in enumerate(a.bounds):
-        for q, rb in enumerate(b.bounds):
-            if p == q or ra is None or rb is None:
-                continue
-            if not (ra[1] < rb[0] or rb[1] < ra[0]):
+    ia, ib = _intervals(a), _intervals(b)
+    for p, ra in enumerate(ia):
+        for q, rb in enumerate(ib):
+            if p != q and ra is not None and rb is not None and not (_below(ra, rb) or _below(rb, ra)):
                 return False
     return True
+
+
+# A partition's keys: (low, low excluded, high), None for no bound on that end.
+_Interval = tuple[Any, bool, Any]
+
+
+def _intervals(r: Ranged) -> list[_Interval | None]:
+    if not r.routed:
+        return [None if b is None else (b[0], False, b[1]) for b in r.bounds]
+    out: list[_Interval | None] = [None] * r.count
+    ends = sorted((b[1], p) for p, b in enumerate(r.bounds) if b is not None)
+    if not ends:
+        out[0] = (None, False, None)
+    previous = None
+    for i, (hi, p) in enumerate(ends):
+        out[p] = (previous, previous is not None, None if i == len(ends) - 1 else hi)
+        previous = hi
+    return out
+
+
+def _below(x: _Interval, y: _Interval) -> bool:
+    """Every key of ``x`` is below every key of ``y``."""
+    hi, (lo, lo_excluded) = x[2], y[:2]
+    return hi is not None and lo is not None and (hi < lo or (hi == lo and lo_excluded))
 
 
 def co_located(

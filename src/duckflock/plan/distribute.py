@@ -233,7 +233,7 @@ class _Planner:
         if isinstance(part, Hashed) and all(k is not None and k in rename for k in part.keys):
             part = Hashed(tuple(rename[k] for k in part.keys if k is not None), part.key_types, part.count)
         elif isinstance(part, Ranged) and part.key in rename:
-            part = Ranged(rename[part.key], part.key_type, part.bounds)
+            part = replace(part, key=rename[part.key])
         else:
             part = Arbitrary()
         return Placed(node, (part,), rows, width)
@@ -437,7 +437,7 @@ class _Planner:
                 j = mine.index(p.key)
                 if canonical_hash_type(p.key_type) != node.key_types[j] or node.key_types[j] == "DOUBLE":
                     continue  # route only where both sides compare exactly in one type
-                return (other_sql[j],), Ranged(other_cols[j], p.key_type, p.bounds)
+                return (other_sql[j],), Ranged(other_cols[j], p.key_type, p.bounds, routed=True)
         return None
 
     def aggregate(self, node: Aggregate) -> Placed:
@@ -679,7 +679,7 @@ def _project_parts(node: Project, parts) -> tuple[Partitioning, ...]:
                 out.append(Hashed(tuple(renames[k] for k in p.keys if k is not None), p.key_types, p.count))
         elif isinstance(p, Ranged):
             if p.key in renames:
-                out.append(Ranged(renames[p.key], p.key_type, p.bounds))
+                out.append(replace(p, key=renames[p.key]))
         else:
             out.append(p)
     return tuple(out) or (Arbitrary(),)
