@@ -13,6 +13,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from duckflock.errors import SqlError
+from duckflock.sql.scopes import query_of
 
 # Node kind -> the arguments the binder reads. Any other argument that is set is refused.
 _CLAUSE_ARGS: dict[type, set[str]] = {
@@ -120,6 +121,7 @@ def check_supported(tree: exp.Expr) -> None:
             _check_join(node)
         if isinstance(node, exp.Select):
             _check_comma_precedence(node)
+            _check_replace_with_using(node)
         if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier | exp.Func):
             raise unsupported(f"{node.this.key.upper()} in FROM")
 
@@ -134,6 +136,14 @@ def _check_comma_precedence(select: exp.Select) -> None:
         if comma and (j.side or "").upper() in ("RIGHT", "FULL"):
             raise unsupported("a RIGHT or FULL JOIN after a comma in FROM")
         comma = comma or not any(j.args.get(k) for k in ("kind", "side", "on", "using", "method"))
+
+
+def _check_replace_with_using(select: exp.Select) -> None:
+    """sqlglot's star expansion drops a ``* REPLACE`` of a column merged by ``USING``."""
+    if any(j.args.get("using") for j in select.args.get("joins") or []) and any(
+        s.args.get("replace") for s in select.find_all(exp.Star) if query_of(s) is select
+    ):
+        raise unsupported("* REPLACE in a query joining with USING")
 
 
 def _check_names(node: exp.Expr) -> None:

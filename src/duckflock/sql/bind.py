@@ -287,7 +287,12 @@ class _Builder:
         having = self.names(s.args["having"].this.copy()) if s.args.get("having") else None
         qualify_ = self.names(s.args["qualify"].this.copy()) if s.args.get("qualify") else None
         scoped = [*selects, *order_keys, *(e for e in (having, qualify_) if e is not None)]
-        if s.args.get("group") is not None or any(self.aggregates.units(e) for e in scoped):
+        # HAVING alone makes the query an aggregate too: one group of all rows, also of none.
+        if (
+            s.args.get("group") is not None
+            or having is not None
+            or any(self.aggregates.units(e) for e in scoped)
+        ):
             groups, sets = self.group_keys(s.args.get("group"), selects, scoped)
             rel, selects, order_keys, having, qualify_ = self.aggregate(
                 rel, groups, selects, order_keys, having, qualify_, sets
@@ -449,6 +454,11 @@ class _Builder:
         order_keys = [replace(o) for o in order_keys]
         having = replace(having) if having is not None else None
         qualify_ = replace(qualify_) if qualify_ is not None else None
+        if not aggs and not groups:  # a row per grouping set needs a column: a COUNT(*) nobody reads
+            if sets is not None and len(sets) > 1:  # DuckDB gives one row for GROUPING SETS ((), ())
+                raise unsupported("GROUPING SETS of no columns without an aggregate")
+            aggs[_sql(exp.Count(this=exp.Star()))] = self.fresh("a")
+            args[next(iter(aggs))] = None
         with_arg = [a for a in args.values() if a is not None]
         types = iter(self.node_types(rel, with_arg) if with_arg else [])
         node = Aggregate(

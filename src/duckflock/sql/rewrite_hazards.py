@@ -9,6 +9,9 @@
   inside it, including inside a subquery whose own FROM item has the same name
   (``(SELECT ...) x WHERE x.id IN (SELECT x.id FROM u AS x)``): such FROM items are renamed
   (sql/shadowing.py); a subquery's own CTE of such a name makes the query skip the rule.
+- It treats an ASOF join as an inner join: a WHERE conjunct on the right side moves into the ON
+  clause, so it filters the candidates before the match instead of the matches after it. A query
+  with an ASOF join skips the rule (the plan's own pushdown keeps such filters above the join).
 """
 
 from __future__ import annotations
@@ -31,8 +34,14 @@ def rules_to_skip(tree: exp.Expr, volatile: frozenset[str]) -> set[str]:
         name = function_name(call)
         if name in volatile and name not in _VOLATILE_KEEP and _copied(call, tree):
             raise unsupported(f"a volatile function ({name}) in a derived table's or CTE's columns")
+    if any(is_asof(j) for j in tree.find_all(exp.Join)):
+        return {_PUSHDOWN}
     derived = _derived_names(tree)
     return {_PUSHDOWN} if derived and _nested_cte_named(tree, set(derived)) else set()
+
+
+def is_asof(join: exp.Join) -> bool:
+    return (join.args.get("method") or "").upper() == "ASOF"
 
 
 def _copied(call: exp.Expr, tree: exp.Expr) -> bool:
