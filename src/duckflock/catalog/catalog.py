@@ -215,8 +215,14 @@ class Catalog:
     def open_or_create(cls, root: str | os.PathLike[str]) -> Catalog:
         return cls.load(root) if (Path(root) / CATALOG_FILE).is_file() else cls(root)
 
+    def find(self, name: str) -> TableInfo | None:
+        """The table of that SQL name: case-insensitive, as in DuckDB's catalog."""
+        return self.tables.get(name) or next(
+            (t for n, t in self.tables.items() if n.lower() == name.lower()), None
+        )
+
     def table(self, name: str) -> TableInfo:
-        info = self.tables.get(name.lower()) or self.tables.get(name)
+        info = self.find(name)
         if info is None:
             known = ", ".join(sorted(self.tables)) or "none"
             raise CatalogError(f"table {name!r} does not exist (tables: {known})")

@@ -288,12 +288,11 @@ class _Builder:
         qualify_ = self.names(s.args["qualify"].this.copy()) if s.args.get("qualify") else None
         scoped = [*selects, *order_keys, *(e for e in (having, qualify_) if e is not None)]
         # HAVING alone makes the query an aggregate too: one group of all rows, also of none.
-        if (
-            s.args.get("group") is not None
-            or having is not None
-            or any(self.aggregates.units(e) for e in scoped)
-        ):
-            groups, sets = self.group_keys(s.args.get("group"), selects, scoped)
+        group = s.args.get("group")
+        aggregated = having is not None or any(self.aggregates.units(e) for e in scoped)
+        groups, sets = self.group_keys(group, selects, scoped)
+        # GROUP BY ALL of constants only, with nothing aggregated, is no grouping in DuckDB.
+        if (group is not None and (groups or sets is not None or not group.args.get("all"))) or aggregated:
             rel, selects, order_keys, having, qualify_ = self.aggregate(
                 rel, groups, selects, order_keys, having, qualify_, sets
             )
@@ -346,8 +345,10 @@ class _Builder:
             if any(_calls(e, ("grouping", "grouping_id")) for e in scoped):
                 raise unsupported("GROUPING() over GROUPING SETS / ROLLUP / CUBE")
             return self.grouping_sets(group)
-        if group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs
-            return [e.unalias().copy() for e in selects if not self.aggregates.units(e)], None
+        if group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs that read a column
+            return [
+                e.unalias().copy() for e in selects if not self.aggregates.units(e) and e.find(exp.Column)
+            ], None
         return [self.names(m.copy()) for g in group.expressions for m in _set_members(g)], None
 
     def sort_key(

@@ -29,14 +29,11 @@ def on_driver(text: str, catalog: Catalog, width: int, reason: str, limit_bytes:
     # name means depends on scope (a CTE's own body reads the table), and a table gathered in vain
     # costs only time.
     for table in tree.find_all(exp.Table):
-        name = table.name
-        if not isinstance(table.this, exp.Identifier) or name not in catalog.tables:
+        info = catalog.find(table.name) if isinstance(table.this, exp.Identifier) else None
+        if info is None or table.args.get("db") or any(t == info.name for t, _ in inputs):
             continue
-        if table.args.get("db") or any(t == name for t, _ in inputs):
-            continue
-        info = catalog.table(name)
         cols = tuple(c for c, _ in info.columns)
-        inputs.append((name, Scan(cols, table=info.name, source_columns=cols)))
+        inputs.append((info.name, Scan(cols, table=info.name, source_columns=cols)))
         total += info.rows * info.row_width()
     if limit_bytes < 0:
         raise SqlError(f"{reason} (answering such queries on the driver is off: driver_fallback_bytes)")
