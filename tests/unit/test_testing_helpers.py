@@ -56,6 +56,15 @@ def test_same_result_exact_and_within_float_tolerance():
     assert not same_result(pa.table({"k": [1, 2, 3], "v": [0.1, 0.2, 0.4]}), want)
 
 
+def test_same_result_pairs_nan_with_nan_beside_zeros():
+    nan = float("nan")
+    # 1 + 2^-52 fails Arrow's exact comparison: the tolerant one pairs the rows
+    a = pa.table({"x": [nan, 0.0, 1.0000000000000002, -0.0]})
+    b = pa.table({"x": [0.0, -0.0, nan, 1.0]})
+    assert same_result(a, b)
+    assert not same_result(pa.table({"x": [nan, 0.0]}), pa.table({"x": [0.0, 0.0]}))
+
+
 def test_human_and_sql_literal():
     assert (human(512, "B"), human(48_000, "B"), human(1234)) == ("512B", "48.0KB", "1.2K")
     assert sql_literal(["/a", "it's"]) == "['/a', 'it''s']"

@@ -23,9 +23,10 @@ def _close(a: object, b: object) -> bool:
 
 def _sortable(v: object) -> object:
     # Floats are rounded for sorting only, so rows whose floats differ in the last bits pair up;
+    # NaN sorts after every number (as in DuckDB), not among them, so that it pairs with NaN;
     # nested values (structs, lists, maps) sort by their text.
     if isinstance(v, float):
-        return 0.0 if math.isnan(v) else round(v, 6)
+        return (1, 0.0) if math.isnan(v) else (0, round(v, 6))
     if isinstance(v, dict | list | tuple):
         return repr(v)
     return v
