@@ -51,6 +51,7 @@ from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
 from duckflock.sql.join_order import optimize_joins
+from duckflock.sql.positions import plain_positions
 from duckflock.sql.rewrite_hazards import rules_to_skip
 from duckflock.sql.round_trip import check_round_trip
 from duckflock.sql.schema_db import SchemaDB
@@ -158,7 +159,7 @@ def _quiet_sqlglot() -> Iterator[None]:
 
 def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaDB) -> Node:
     check_round_trip(schema_db.con, schema_db.function_aliases, text, tree)
-    tree = distinct_on_as_qualify(tree)
+    tree = distinct_on_as_qualify(plain_positions(tree))
     check_supported(tree)
     aggregates = Aggregates(schema_db.aggregate_names)
     schema = {n: {c: t for c, t in info.columns} for n, info in catalog.tables.items()}
