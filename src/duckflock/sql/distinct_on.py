@@ -27,15 +27,14 @@ def _rewrite(select: exp.Select, distinct: exp.Distinct) -> None:
     on = distinct.args["on"]
     keys = on.expressions if isinstance(on, exp.Tuple) else [on]
     order = select.args.get("order")
-    over = [_resolved(k, select) for k in keys] + [
-        _resolved(o.this, select) for o in (order.expressions if order else [])
-    ]
-    if any(e.find(exp.Window) for e in over):  # a window cannot be ordered by another window
+    partition = [_resolved(k, select) for k in keys]
+    ordered = [_ordered(o, select) for o in order.expressions] if order else []
+    if any(e.find(exp.Window) for e in [*partition, *ordered]):  # a window cannot hold another
         raise unsupported("DISTINCT ON keyed or ordered by a window function")
     window = exp.Window(
         this=exp.RowNumber(),
-        partition_by=[_resolved(k, select) for k in keys],
-        order=exp.Order(expressions=[_ordered(o, select) for o in order.expressions]) if order else None,
+        partition_by=partition,
+        order=exp.Order(expressions=ordered) if order else None,
     )
     select.set("distinct", None)
     select.set("qualify", exp.Qualify(this=exp.EQ(this=window, expression=exp.Literal.number(1))))
