@@ -58,6 +58,8 @@ def _column_type(col: exp.Column, aliases: dict[str, exp.Expr], table_types) -> 
         item = from_.this if from_ is not None else None
     if not isinstance(item, exp.Table) or not isinstance(item.this, exp.Identifier):
         return None
+    if any(c.alias_or_name.lower() == item.name.lower() for c in item.root().find_all(exp.CTE)):
+        return None  # maybe a CTE of the table's name: its columns' types are not the table's
     return table_types.get(item.name, {}).get(name)
 
 
