@@ -55,7 +55,7 @@ from duckflock.sql.positions import plain_positions
 from duckflock.sql.rewrite_hazards import rules_to_skip
 from duckflock.sql.round_trip import check_round_trip
 from duckflock.sql.schema_db import SchemaDB
-from duckflock.sql.scopes import outer_columns, query_of
+from duckflock.sql.scopes import from_items, outer_columns, query_of
 from duckflock.sql.semijoin import exists_to_semi_join
 from duckflock.sql.shadowing import order_by_input_columns, unshadow_nested_sources, unshadow_semi_join_sides
 from duckflock.sqltext import quote_ident as q
@@ -291,7 +291,9 @@ class _Builder:
         # HAVING alone makes the query an aggregate too: one group of all rows, also of none.
         group = s.args.get("group")
         aggregated = having is not None or any(self.aggregates.units(e) for e in scoped)
-        groups, sets = self.group_keys(group, selects, scoped)
+        own = set(from_items(s))  # an output reads this query's rows where it names one of these
+        reads = [any(c.table in own for c in e.find_all(exp.Column)) for e in s.expressions]
+        groups, sets = self.group_keys(group, [e for e, r in zip(selects, reads, strict=True) if r], scoped)
         # GROUP BY ALL of constants only, with nothing aggregated, is no grouping in DuckDB.
         if (group is not None and (groups or sets is not None or not group.args.get("all"))) or aggregated:
             rel, selects, order_keys, having, qualify_ = self.aggregate(
@@ -346,10 +348,8 @@ class _Builder:
             if any(_calls(e, ("grouping", "grouping_id")) for e in scoped):
                 raise unsupported("GROUPING() over GROUPING SETS / ROLLUP / CUBE")
             return self.grouping_sets(group)
-        if group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs that read a column
-            return [
-                e.unalias().copy() for e in selects if not self.aggregates.units(e) and e.find(exp.Column)
-            ], None
+        if group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs that read the rows
+            return [e.unalias().copy() for e in selects if not self.aggregates.units(e)], None
         return [self.names(m.copy()) for g in group.expressions for m in _set_members(g)], None
 
     def sort_key(
