@@ -9,6 +9,10 @@
   inside it, including inside a subquery whose own FROM item has the same name
   (``(SELECT ...) x WHERE x.id IN (SELECT x.id FROM u AS x)``): such FROM items are renamed
   (sql/shadowing.py); a subquery's own CTE of such a name makes the query skip the rule.
+- The plan computes a CTE once per reference, DuckDB once for all of them: where its rows depend
+  on row order (LIMIT, a sample, DISTINCT ON, a window, first() and the like over ties), two
+  references could hold different rows. Such a CTE read more than once sends the query to the
+  driver.
 - It treats an ASOF join as an inner join: a WHERE conjunct on the right side moves into the ON
   clause, so it filters the candidates before the match instead of the matches after it. A query
   with an ASOF join skips the rule (the plan's own pushdown keeps such filters above the join).
@@ -25,6 +29,14 @@ from duckflock.sql.scopes import query_of
 _PUSHDOWN = "pushdown_predicates"
 # DuckDB's VOLATILE functions whose value differs per call (not error(), which only raises).
 _VOLATILE_KEEP = frozenset({"error"})
+# Aggregates whose value depends on the order rows arrive in (among ties, or floats summed in turn).
+_ORDER_DEPENDENT = frozenset(
+    {
+        "first", "last", "any_value", "arbitrary", "list", "array_agg", "string_agg", "group_concat",
+        "listagg", "arg_min", "arg_max", "argmin", "argmax", "min_by", "max_by", "arg_min_null",
+        "arg_max_null", "mode", "fsum", "sumkahan", "kahan_sum", "reservoir_quantile", "approx_quantile",
+    }
+)  # fmt: skip
 
 
 def rules_to_skip(tree: exp.Expr, volatile: frozenset[str]) -> set[str]:
@@ -34,6 +46,10 @@ def rules_to_skip(tree: exp.Expr, volatile: frozenset[str]) -> set[str]:
         name = function_name(call)
         if name in volatile and name not in _VOLATILE_KEEP and _copied(call, tree):
             raise unsupported(f"a volatile function ({name}) in a derived table's or CTE's columns")
+    for cte in tree.find_all(exp.CTE):
+        what = _order_dependent(cte.this)
+        if what and _references(tree, cte.alias_or_name) > 1:
+            raise unsupported(f"a CTE read more than once whose rows depend on row order ({what})")
     if any(is_asof(j) for j in tree.find_all(exp.Join)):
         return {_PUSHDOWN}
     derived = _derived_names(tree)
@@ -57,6 +73,23 @@ def _copied(call: exp.Expr, tree: exp.Expr) -> bool:
             return True
         node = parent
     return False
+
+
+def _order_dependent(body: exp.Expr) -> str | None:
+    """What makes a query's rows depend on the order rows arrive in, if anything does."""
+    for node in body.walk():
+        if isinstance(node, exp.Limit | exp.Offset | exp.Fetch):
+            return "LIMIT / OFFSET"
+        if isinstance(node, exp.TableSample):
+            return "a sample"
+        if isinstance(node, exp.Distinct) and node.args.get("on") is not None:
+            return "DISTINCT ON"
+        if isinstance(node, exp.Window):
+            return "a window function"
+        name = function_name(node) if isinstance(node, exp.Func) else None
+        if name in _ORDER_DEPENDENT:
+            return f"{name}()"
+    return None
 
 
 def _references(tree: exp.Expr, name: str) -> int:
