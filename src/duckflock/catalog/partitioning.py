@@ -26,6 +26,9 @@ _NUMERIC_PREFIXES = ("DECIMAL", "NUMERIC", "FLOAT", "DOUBLE", "REAL")
 # Hashed as they are: not text, though DuckDB casts a string to them to compare ('007' meets BIGNUM
 # 7, '12:00:00+00' meets TIMETZ '12:00:00.000+00:00'), so their text would not meet the string.
 _OWN = {"BIGNUM", "VARINT", "TIME WITH TIME ZONE", "TIMETZ"}
+# Compared by value in ways neither their text nor a cast captures (VARIANT 1 equals VARIANT 1.00;
+# a GEOMETRY equals a string spelling its WKT otherwise): rows are never spread by them.
+_UNSPREADABLE = ("VARIANT", "GEOMETRY")
 
 
 def is_nested_type(t: str) -> bool:
@@ -33,8 +36,17 @@ def is_nested_type(t: str) -> bool:
     return t.endswith("]") or t.startswith(("STRUCT", "MAP", "UNION"))
 
 
+def check_spreadable(duckdb_type: str) -> None:
+    """Raise ValueError for a type rows must not be hashed or ranged by (_UNSPREADABLE)."""
+    if any(u in duckdb_type.upper() for u in _UNSPREADABLE):
+        raise ValueError(
+            f"rows are not spread by {duckdb_type} values: DuckDB compares them by value, not by text"
+        )
+
+
 def canonical_hash_type(duckdb_type: str) -> str:
     """The type a key column is cast to before hashing, so equal values hash alike on every side."""
+    check_spreadable(duckdb_type)
     t = duckdb_type.upper()
     if is_nested_type(t):
         # As it is: DuckDB's hash of a nested value hashes equal values alike (-0.0 and 0.0 too),

@@ -524,7 +524,10 @@ def _repartition(
         key = keys[0]
         part_sql = range_partition_sql(key, types[key], _splitters(rt, qid, scan, key, types[key], count))
     else:
-        hash_types = tuple(canonical_hash_type(types[k]) for k in keys)
+        try:
+            hash_types = tuple(canonical_hash_type(types[k]) for k in keys)
+        except ValueError as e:
+            raise CatalogError(f"cannot hash-partition {table}: {e}") from None
         part_sql = hash_sql([quote_ident(k) for k in keys], hash_types, count)
 
     written: dict[int, list[Path]] = {}

@@ -90,6 +90,8 @@ _REFUSED_KINDS: dict[type, str] = {
     exp.Collate: "COLLATE",
     # Its patterns would match the unique names columns get here ("t.id"), not the query's.
     exp.Columns: "COLUMNS(...)",
+    # A position in the FROM clause's columns: the binder narrows what each FROM item reads.
+    exp.PositionalColumn: "positional column references (#n)",
 }
 
 

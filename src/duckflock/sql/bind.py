@@ -23,7 +23,7 @@ from sqlglot.optimizer.optimizer import OptimizerFn
 from sqlglot.optimizer.qualify import qualify
 
 from duckflock.catalog import Catalog
-from duckflock.catalog.partitioning import canonical_hash_type, common_hash_type
+from duckflock.catalog.partitioning import canonical_hash_type, check_spreadable, common_hash_type
 from duckflock.errors import DuckflockError, SqlError
 from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
@@ -46,6 +46,7 @@ from duckflock.plan.nodes import (
 )
 from duckflock.sql.allowlist import check_supported, unsupported
 from duckflock.sql.decorrelate import scalar_subqueries_to_joins
+from duckflock.sql.derived_names import unique_derived_names
 from duckflock.sql.describe import is_schema_question, schema_answer
 from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
@@ -58,6 +59,7 @@ from duckflock.sql.schema_db import SchemaDB
 from duckflock.sql.scopes import from_items, outer_columns, query_of
 from duckflock.sql.semijoin import exists_to_semi_join
 from duckflock.sql.shadowing import order_by_input_columns, unshadow_nested_sources, unshadow_semi_join_sides
+from duckflock.sql.using_joins import check_using_joins
 from duckflock.sqltext import quote_ident as q
 
 # sqlglot's rewrites that keep DuckDB semantics; its type annotation, canonicalization and
@@ -163,6 +165,8 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
     check_supported(tree)
     aggregates = Aggregates(schema_db.aggregate_names)
     schema = {n: {c: t for c, t in info.columns} for n, info in catalog.tables.items()}
+    tree = unique_derived_names(tree, schema)
+    check_using_joins(tree, schema_db)
     try:
         tree = _normalize(tree, aggregates)
         tree = unshadow_nested_sources(tree)
@@ -553,7 +557,10 @@ class _Builder:
         )
         # Hash in the set operation's exact result types: DuckDB casts each branch's values to them
         # (rounding to a FLOAT, or to a DECIMAL's scale) before it compares rows.
-        rel = replace(cast(SetOp, rel), key_types=tuple(self.node_types(rel)))
+        types = tuple(self.node_types(rel))
+        for t in types:
+            check_spreadable(t)
+        rel = replace(cast(SetOp, rel), key_types=types)
         keys = []
         order = tree.args.get("order")
         for o in order.expressions if order else []:
