@@ -90,7 +90,8 @@ class QueryInputs:
         if r.error is not None:
             raise r.error
         assert r.data is not None
-        return r.data
+        data, r.data = r.data, None  # the stage's from here: it may free the rows as DuckDB reads them
+        return data
 
     def streamed(self, xid: int) -> bool:
         return self._receiving[xid].stream is not None

@@ -28,7 +28,7 @@ from duckflock.exec.runtime import Runtime
 from duckflock.local_duckdb import fetch_as_duckdb_returns, joins_as_written
 from duckflock.plan import streaming
 from duckflock.plan.kinds import ExchangeKind, SkewRole
-from duckflock.plan.nodes import DriverQuery, ExchangeRead, Node, Scan
+from duckflock.plan.nodes import DriverQuery, ExchangeRead, Join, Node, Scan, walk
 from duckflock.plan.render import exchange_table, render
 from duckflock.plan.skew import rescannable
 from duckflock.plan.sql_text import (
@@ -189,11 +189,9 @@ def run_stage(
                 inputs[xid] = received.take(xid, stats.exchange)
                 stats.received[xid] = inputs[xid].num_rows
         split = None if streams or overlap else _split(rt, plan, stage, root, inputs)
-        for xid, table in inputs.items():
-            name = split.whole(xid) if split and xid in split.filters else exchange_table(xid)
-            run.register_input(xid, name, table)
         for xid in streams:
             _take_stream(run, root, xid, received)
+        _register_tables(run, plan, stage, root, inputs, split, streams)
         if stage.output is None:
             return _result(run, root, inputs, plan.output_schema), stats
         if split is not None:
@@ -238,6 +236,53 @@ def _take_stream(run: _StageRun, root: Node, xid: int, received: QueryInputs) ->
     if isinstance(rows, pa.RecordBatchReader):
         run.stats.streamed += (xid,)
         run.joins_as_written = run.overlap is not None and run.overlap.joins_as_written
+
+
+def _register_tables(
+    run: _StageRun,
+    plan: StagePlan,
+    stage: Stage,
+    root: Node,
+    inputs: dict[int, pa.Table],
+    split: partition_runs.Split | None,
+    streams: list[int],
+) -> None:
+    """Register the inputs taken whole; those DuckDB may read as a draining stream leave ``inputs``."""
+    for xid in list(inputs):
+        name = split.whole(xid) if split and xid in split.filters else exchange_table(xid)
+        if stage.output is not None and _drains(run, plan, root, xid, streams):
+            run.register_input(xid, name, _draining(inputs.pop(xid)))
+        else:
+            run.register_input(xid, name, inputs[xid])
+
+
+def _drains(run: _StageRun, plan: StagePlan, root: Node, xid: int, streams: list[int]) -> bool:
+    """Whether the stage takes input ``xid`` as a stream that lets go of each batch once DuckDB has
+    read it, so that the hash table DuckDB builds of it does not sit next to a whole copy of its
+    rows (the skewed join at SF 10 on 2 ranks: 2 x 90 MB of part). DuckDB then knows no row count
+    (it estimates one row, and builds on it): only where that changes no plan, for an input read
+    once, either in a stage whose joins run as written (it streams an input through them), or as
+    the broadcast side of the stage's only join, with no other input a stream."""
+    if sum(isinstance(n, ExchangeRead) and n.xid == xid for n in walk(root)) != 1:
+        return False
+    if run.joins_as_written:
+        return True
+    joins = [n for n in walk(root) if isinstance(n, Join)]
+    return not streams and len(joins) == 1 and plan.exchange(xid).kind is ExchangeKind.BROADCAST
+
+
+def _draining(table: pa.Table) -> pa.RecordBatchReader:
+    """``table``'s rows as a stream holding each batch only until it has been read (the caller
+    keeps no other reference to the table)."""
+    batches = table.to_batches()
+    schema = table.schema
+    del table
+
+    def batches_once() -> Iterator[pa.RecordBatch]:
+        while batches:
+            yield batches.pop(0)
+
+    return pa.RecordBatchReader.from_batches(schema, batches_once())
 
 
 def _result(run: _StageRun, root: Node, inputs: dict[int, pa.Table], schema: pa.Schema) -> pa.Table:
