@@ -201,21 +201,27 @@ def _variance(
     name: str, arg: str, where: str, over: str, fresh
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]], str]:
     """(partials, finals, windows, result) of a variance or standard deviation."""
-    # Per rank (n, mean, M2); globally M2 = sum(M2_i) + sum(n_i * (mean_i - mean)^2).
-    n, mean, m2, gmean = fresh("p"), fresh("p"), fresh("p"), fresh("w")
+    # Per rank (n, mean, M2); the mean exact (an integer AVG rounds once). Globally, with
+    # d = mean - c for a shift c shared by all ranks (the least mean: the differences are exact,
+    # and 0 where all ranks' means are one DOUBLE), M2 = sum(M2_i) + sum(n_i d_i^2) - (sum(n_i d_i))^2 / N.
+    # Unshifted, means near 9.2e18 (BIGINTs) or 1e12 left rounding errors of their own magnitude.
+    n, mean, m2, shift = fresh("p"), fresh("p"), fresh("p"), fresh("w")
     partial = [
         (n, f"COUNT({arg}){where}"),
         (mean, f"AVG({arg}){where}"),
         (m2, f"VAR_POP({arg}){where} * COUNT({arg}){where}"),
     ]
-    windows = [(gmean, f"SUM({q(n)} * {q(mean)}) {over} / NULLIF(SUM({q(n)}) {over}, 0)")]
-    big_n, big_m2 = fresh("f"), fresh("f")
+    windows = [(shift, f"MIN({q(mean)}) {over}")]
+    big_n, big_s1, big_s2 = fresh("f"), fresh("f"), fresh("f")
+    dev = f"({q(mean)} - {q(shift)})"
     final = [
         (big_n, f"SUM({q(n)})"),
-        (big_m2, f"SUM(COALESCE({q(m2)}, 0) + {q(n)} * ({q(mean)} - {q(gmean)}) ** 2)"),
+        (big_s1, f"SUM({q(n)} * {dev})"),
+        (big_s2, f"SUM(COALESCE({q(m2)}, 0) + {q(n)} * {dev} ** 2)"),
     ]
+    big_m2 = f"(COALESCE({q(big_s2)}, 0) - COALESCE({q(big_s1)}, 0) ** 2 / NULLIF({q(big_n)}, 0))"
     kind, pop = _VARIANCE[name]
-    m2_sql = f"GREATEST({q(big_m2)}, 0)"
+    m2_sql = f"GREATEST({big_m2}, 0)"
     var = (
         f"{m2_sql} / NULLIF({q(big_n)}, 0)"
         if pop == "pop"
