@@ -115,10 +115,13 @@ class Runtime:
         return self._driver_con[0] if self._driver_con else self.con
 
     @contextmanager
-    def side_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A second connection to the rank's DuckDB (same memory limit, threads and settings), for a
-        stage that runs while another one does."""
-        con = self.con.cursor()
+    def side_connection(
+        self, of: duckdb.DuckDBPyConnection | None = None
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A second connection to the rank's DuckDB (or to ``of``'s: same memory limit, threads and
+        settings), for a stage that runs while another one does, or that needs temporary objects
+        of its own; interrupted with the rank's."""
+        con = (of or self.con).cursor()
         self._side_cons.append(con)
         try:
             yield con

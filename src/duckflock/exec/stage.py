@@ -29,7 +29,7 @@ from duckflock.local_duckdb import fetch_as_duckdb_returns, joins_as_written
 from duckflock.plan import streaming
 from duckflock.plan.kinds import ExchangeKind, SkewRole
 from duckflock.plan.nodes import DriverQuery, ExchangeRead, Join, Node, Scan, walk
-from duckflock.plan.render import exchange_table, render
+from duckflock.plan.render import driver_sql, exchange_table, render
 from duckflock.plan.skew import rescannable
 from duckflock.plan.sql_text import (
     SPLITTERS_TABLE,
@@ -294,9 +294,25 @@ def _result(run: _StageRun, root: Node, inputs: dict[int, pa.Table], schema: pa.
             table = fetch_as_duckdb_returns(run.con, everything(exchange_table(root.xid)), True)
         return table
     t0 = time.perf_counter()
-    result = fetch_as_duckdb_returns(run.con, _stage_sql(run, root), keep_order=isinstance(root, DriverQuery))
+    if isinstance(root, DriverQuery):
+        result = _driver_result(run, root)
+    else:
+        result = fetch_as_duckdb_returns(run.con, _stage_sql(run, root))
     run.stats.compute_s += time.perf_counter() - t0
     return result
+
+
+def _driver_result(run: _StageRun, root: DriverQuery) -> pa.Table:
+    """The user's text run by DuckDB as written, each table it names a temporary view of that name
+    (temporary objects belong to a connection: a cursor of its own). Wrapped in a WITH of those
+    tables instead, the text's own CTEs read twice would be computed once per read, not once (a
+    sampled CTE joined with itself matched 1 row of 5)."""
+    assert run.rt.catalog is not None
+    source = scan_source(run.rt.catalog, run.rt.rank, run.rt.size)
+    with run.rt.side_connection(run.con) as cur:
+        for name, child in root.inputs:
+            cur.execute(f"CREATE TEMP VIEW {q(name)} AS {render(child, source)}")
+        return fetch_as_duckdb_returns(cur, driver_sql(root), keep_order=True)
 
 
 def _stage_sql(run: _StageRun, root: Node) -> str:

@@ -77,9 +77,15 @@ def _(node: Values, source: ScanSource) -> str:
 @_render.register
 def _(node: DriverQuery, source: ScanSource) -> str:
     # Each table the text names is a CTE of that name around it: DuckDB binds the text as written.
+    # (To run it, the stage makes them views instead: exec/stage.py.)
     tables = ", ".join(f"{q(name)} AS {_sub(child, source)}" for name, child in node.inputs)
     with_ = f"WITH {tables} " if tables else ""
-    return f"{with_}SELECT * FROM ({node.sql}) AS __driver({', '.join(q(c) for c in node.columns)})"
+    return f"{with_}{driver_sql(node)}"
+
+
+def driver_sql(node: DriverQuery) -> str:
+    """The user's text, its columns named as the plan names them."""
+    return f"SELECT * FROM ({node.sql}) AS __driver({', '.join(q(c) for c in node.columns)})"
 
 
 @_render.register
