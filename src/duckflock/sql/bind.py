@@ -24,7 +24,7 @@ from sqlglot.optimizer.qualify import qualify
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import canonical_hash_type, check_spreadable, common_hash_type
-from duckflock.errors import DuckflockError, SqlError
+from duckflock.errors import CatalogError, DuckflockError, SqlError
 from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
     Aggregate,
@@ -44,6 +44,7 @@ from duckflock.plan.nodes import (
     own_sql,
     walk,
 )
+from duckflock.plan.render import render
 from duckflock.sql.allowlist import check_supported, unsupported
 from duckflock.sql.decorrelate import scalar_subqueries_to_joins
 from duckflock.sql.derived_names import unique_derived_names
@@ -53,6 +54,7 @@ from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
 from duckflock.sql.join_order import optimize_joins
 from duckflock.sql.positions import plain_positions
+from duckflock.sql.query_constants import check_introspection, fix_clock
 from duckflock.sql.rewrite_hazards import rules_to_skip
 from duckflock.sql.round_trip import check_round_trip
 from duckflock.sql.schema_db import SchemaDB
@@ -138,9 +140,11 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
             raise SqlError(
                 "PIVOT ... ON a column without IN (...): its columns depend on the data; list the values"
             )
+    check_introspection(tree)
     described = schema_db.describe(text)  # DuckDB's binder: names the missing table or column
     try:
         plan = _distributed(text, tree, catalog, schema_db)
+        _check_plan(plan, described, schema_db)
     except SqlError as e:  # DuckDB accepts it, duckflock cannot distribute it
         plan = on_driver(text, catalog, len(described), str(e), driver_fallback_bytes)
     return BoundQuery(
@@ -159,8 +163,23 @@ def _quiet_sqlglot() -> Iterator[None]:
         log.setLevel(level)
 
 
+def _check_plan(plan: Node, described: list[tuple[str, str]], schema_db: SchemaDB) -> None:
+    """The plan, read as one query over the tables, must bind in DuckDB to the types DuckDB gives
+    the query itself: a rewrite that DuckDB rejects would fail on the ranks with a message about
+    names the user never wrote, and one that changes a column's type answers in the wrong type."""
+    try:
+        got = [t for _, t in schema_db.describe(render(plan, lambda scan: q(scan.table)))]
+    except (SqlError, CatalogError) as e:
+        raise unsupported(f"a rewrite DuckDB does not accept ({e})") from None
+    want = [t for _, t in described]
+    if got != want:
+        types = f"{', '.join(got)} for {', '.join(want)}"
+        raise unsupported(f"a rewrite that changes the result's types ({types})")
+
+
 def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaDB) -> Node:
     check_round_trip(schema_db.con, schema_db.function_aliases, text, tree)
+    tree = fix_clock(tree, schema_db)
     tree = distinct_on_as_qualify(plain_positions(tree))
     check_supported(tree)
     aggregates = Aggregates(schema_db.aggregate_names)

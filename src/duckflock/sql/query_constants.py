@@ -1,0 +1,83 @@
+"""Functions whose value is the query's own, not each rank's.
+
+DuckDB fixes ``now()``, ``current_date`` and their kin once per transaction: every row of a query
+sees one instant. Each rank's DuckDB would take its own (``count(DISTINCT now())`` was the rank
+count; a join on it matched nothing), so the driver evaluates them once and the ranks get that
+value as a typed constant. The catalogs of the ranks' own DuckDB (information_schema, duckdb_tables()
+and the like) hold none of duckflock's tables, and every rank runs its own query text in its own
+transaction (current_query(), txid_current()): these are refused outright, as answering on the
+driver would describe the driver's DuckDB just as wrongly. (Functions of the session, such as
+current_setting(), are answered on the driver: sql/round_trip.py.)
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from duckflock.errors import SqlError
+from duckflock.sql.schema_db import SchemaDB
+
+# DuckDB's names (as sqlglot renders the call, lower case) of the clock at the transaction's start.
+_CLOCK = frozenset(
+    {
+        "now",
+        "current_timestamp",
+        "transaction_timestamp",
+        "get_current_timestamp",
+        "localtimestamp",
+        "current_localtimestamp",
+        "current_time",
+        "get_current_time",
+        "localtime",
+        "current_localtime",
+        "current_date",
+        "today",
+    }
+)
+_CATALOG_SCHEMAS = frozenset({"information_schema", "pg_catalog"})
+# The query's text and ids as the engine ran it: each rank runs another text, in its own transaction.
+_OF_THE_RUN = frozenset(
+    {"current_query", "current_query_id", "current_connection_id", "current_transaction_id", "txid_current"}
+)
+
+
+def check_introspection(tree: exp.Expr) -> None:
+    """Refuse what would describe the ranks' or the driver's DuckDB instead of duckflock's data."""
+    for node in tree.walk():
+        if isinstance(node, exp.Table):
+            table_fn = node.this if isinstance(node.this, exp.Func) else None
+            name = _name(table_fn) if table_fn is not None else ""
+            if (node.args.get("db") and node.text("db").lower() in _CATALOG_SCHEMAS) or name.startswith(
+                ("duckdb_", "pragma_")
+            ):
+                raise SqlError(
+                    f"{node.sql(dialect='duckdb')} describes a DuckDB instance, not duckflock's catalog: "
+                    "use SHOW TABLES and DESCRIBE"
+                )
+        elif isinstance(node, exp.Func) and _name(node) in _OF_THE_RUN:
+            raise SqlError(f"{_name(node)}() is not supported: the query runs as other queries on every rank")
+
+
+def fix_clock(tree: exp.Expr, schema_db: SchemaDB) -> exp.Expr:
+    """Replace each call of the transaction's clock by its value, read once on the driver."""
+    calls = [n for n in tree.find_all(exp.Func) if _name(n) in _CLOCK and not _arguments(n)]
+    if not calls:
+        return tree
+    texts = [c.sql(dialect="duckdb") for c in calls]
+    columns = ", ".join(f"CAST({t} AS VARCHAR), typeof({t})" for t in texts)
+    row = schema_db.con.execute(f"SELECT {columns}").fetchall()[0]  # one transaction: one instant
+    for i, call in enumerate(calls):
+        value, typ = row[2 * i], row[2 * i + 1]
+        call.replace(exp.cast(exp.Literal.string(value), exp.DataType.build(typ, dialect="duckdb")))
+    return tree
+
+
+def _name(node: exp.Expr) -> str:
+    text = node.sql(dialect="duckdb")
+    return text.split("(", 1)[0].strip().lower()
+
+
+def _arguments(node: exp.Expr) -> list[exp.Expr]:
+    return [v for k, v in node.args.items() if k != "this" and v not in (None, [], False)] + (
+        [node.this] if isinstance(node.this, exp.Expr) and not isinstance(node, exp.Anonymous) else []
+    )
