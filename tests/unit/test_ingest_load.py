@@ -186,6 +186,16 @@ def test_csv_input(tmp_path, inputs, n):
     assert _fingerprint(con, f"read_parquet({files})") == _fingerprint(con, f"read_parquet({out})")
 
 
+@pytest.mark.parametrize("partition_by", [None, ["id"]])
+def test_csv_files_naming_the_columns_in_another_order_are_refused(tmp_path, partition_by):
+    # Read by position, the second file's v would become id and id v.
+    (tmp_path / "a.csv").write_text("id,v\n1,10\n2,20\n")
+    (tmp_path / "b.csv").write_text("v,id\n30,3\n40,4\n")
+    files = [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
+    _, errors = run_ranks(1, lambda rt: load_table(rt, QID, tmp_path, "t", files, partition_by, None, None))
+    assert isinstance(errors[0], CatalogError) and "header ['v', 'id']" in str(errors[0])
+
+
 @pytest.mark.parametrize("n", [1, 3])
 def test_files_registered_as_they_are(tmp_path, inputs, n):
     _, files = inputs

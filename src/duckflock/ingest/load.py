@@ -207,7 +207,23 @@ class Input:
 
 
 def _check_readable(con: duckdb.DuckDBPyConnection, source: Input, path: Path) -> None:
-    """A Parquet file must open and have the first file's schema (CSV is checked as it is read)."""
+    """A Parquet file must open and have the first file's schema; a CSV file with a header must
+    name the first file's columns in its order (its values are checked as they are read): read
+    by position, a file listing them in another order would fill each column with another's."""
+    if source.fmt == "csv":
+        if not source.csv_options.get("header"):
+            return
+        first = [n for n, _ in source.columns]
+        as_text = [(f"c{i}", "VARCHAR") for i in range(len(first))]
+        header = read_files("csv", [path], {**source.csv_options, "header": False}, as_text)
+        try:
+            row = con.execute(f"SELECT * FROM {header} LIMIT 1").fetchall()
+        except duckdb.Error as e:
+            raise CatalogError(f"cannot read input file {path}: {e}") from e
+        names = list(row[0]) if row else []
+        if names != first:
+            raise CatalogError(f"input file {path} has the header {names}, but the first file has {first}")
+        return
     try:
         got = describe(con, source.scan([path]))
     except duckdb.Error as e:
