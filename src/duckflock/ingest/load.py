@@ -268,6 +268,10 @@ def _plan(
         keys.append(name)
     if scheme == "range" and len(keys) != 1:
         raise CatalogError("range partitioning takes exactly one key column")
+    key_type = dict(columns)[keys[0]].upper()
+    if scheme == "range" and key_type in ("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"):
+        # Its bounds, kept as Python values, would need the pytz package, which DuckDB leaves out.
+        raise CatalogError(f"range partitioning on {key_type} keys is not supported: hash-partition it")
     count = DEFAULT_PARTITIONS if partitions is None else partitions
     if count < 1:
         raise CatalogError(f"the number of partitions must be at least 1, not {count}")
