@@ -5,13 +5,15 @@ Below every layer: the ranks (exec/), the planner's schema DuckDB (sql/) and loa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import duckdb
 import pyarrow as pa
 
 from duckflock import duckdb_avg
+from duckflock.errors import DuckflockError
 from duckflock.sqltext import sql_literal
 
 
@@ -51,6 +53,22 @@ def open_duckdb(
     if only_dir is not None:
         restrict(con, [only_dir, *([temp_dir] if temp_dir else [])])
     return con
+
+
+# Types whose Arrow form, as DuckDB's own .arrow() gives it, has lost values: a UHUGEINT past
+# 2^127 is a negative DECIMAL, a TIMETZ has lost its offset, a BIT is its internal bytes. Results
+# hold that form; Python values, printed tables, Parquet and CSV made from it would be wrong.
+_LOSSY_IN_ARROW = re.compile(r"\b(UHUGEINT|BIT|TIMETZ|TIME WITH TIME ZONE)\b")
+
+
+def check_exact_from_arrow(names: Sequence[str], types: Sequence[str], what: str) -> None:
+    """Raise DuckflockError where a result column's type does not survive DuckDB's Arrow form."""
+    for name, typ in zip(names, types, strict=False):
+        if _LOSSY_IN_ARROW.search(typ.upper()):
+            raise DuckflockError(
+                f"column {name!r} of type {typ} cannot be made into {what} exactly from its Arrow form: "
+                "CAST it to VARCHAR in the query, or take the Arrow result (as DuckDB's .arrow() gives it)"
+            )
 
 
 def fetch_as_duckdb_returns(con: duckdb.DuckDBPyConnection, sql: str, keep_order: bool = False) -> pa.Table:

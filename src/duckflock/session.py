@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from duckflock.backends.base import Backend
 from duckflock.exec.driver import QueryOutcome
 from duckflock.exec.progress import ProgressCallback
 from duckflock.exec.stage import StageStats
+from duckflock.local_duckdb import check_exact_from_arrow
 from duckflock.plan.explain import explain_plan
 from duckflock.sqltext import quote_ident as q
 
@@ -47,6 +49,7 @@ class Result:
         text), so each column is cast back to its type."""
         table = self.outcome.table
         types = self.outcome.plan.output_types
+        check_exact_from_arrow(table.column_names, types, "Python values")
         con = duckdb.connect()
         try:
             con.register("result", table.rename_columns([f"c{i}" for i in range(table.num_columns)]))
@@ -66,10 +69,11 @@ class Result:
     def seconds(self) -> float:
         return self.outcome.seconds
 
-    def show(self, max_rows: int = 20) -> None:
+    def show(self, max_rows: int = 20, console=None) -> None:
         from duckflock.cli.output import print_table
 
-        print_table(self.outcome.table, max_rows=max_rows)
+        check_exact_from_arrow(self.outcome.table.column_names, self.outcome.plan.output_types, "text")
+        print_table(self.outcome.table, max_rows=max_rows, console=console)
 
     def __repr__(self) -> str:
         t = self.outcome.table
@@ -77,10 +81,13 @@ class Result:
 
 
 class Session:
-    """Runs queries on a set of warm ranks, through one of the backends (``backends/``)."""
+    """Runs queries on a set of warm ranks, through one of the backends (``backends/``). Its
+    queries run one at a time: calls from several threads wait their turn (the ranks are one job;
+    two queries at once interleaved their messages and killed an MPI session)."""
 
     def __init__(self, backend: Backend):
         self._backend = backend
+        self._turn = threading.Lock()
 
     def sql(
         self,
@@ -94,7 +101,8 @@ class Session:
         With ``output`` the result is written there instead of returned: one file (.parquet, .csv,
         .arrow), streamed as it arrives; or, for a directory (trailing slash or existing), a Parquet
         part file written by every rank (exec/result_files.py)."""
-        return Result(self._backend.run(query, profile=profile, progress=progress, output=output))
+        with self._turn:
+            return Result(self._backend.run(query, profile=profile, progress=progress, output=output))
 
     @property
     def ranks(self) -> int:
@@ -102,14 +110,16 @@ class Session:
 
     def explain(self, query: str, analyze: bool = False) -> str:
         """The stage plan; with ``analyze`` the query runs and each stage shows what it really did."""
-        if not analyze:
-            return explain_plan(self._backend.plan(query))
-        outcome = self._backend.run(query, profile=True)
+        with self._turn:
+            if not analyze:
+                return explain_plan(self._backend.plan(query))
+            outcome = self._backend.run(query, profile=True)
         total = f"\ntotal {outcome.seconds:.3f} s, {outcome.table.num_rows:,} result rows"
         return explain_plan(outcome.plan, outcome.stats) + total
 
     def close(self) -> None:
-        self._backend.close()
+        with self._turn:
+            self._backend.close()
 
     def __enter__(self) -> Session:
         return self

@@ -104,7 +104,7 @@ class FlightBackend:
             reply.outcome.table = self._clients[0].fetch(ticket)
             return reply.outcome
         outcome = reply.outcome
-        writer = ResultWriter(output, outcome.plan.output_schema)
+        writer = ResultWriter(output, outcome.plan.output_schema, outcome.plan.output_types)
         try:
             for batch in self._clients[0].stream_rows(ticket):
                 writer.write(batch)

@@ -21,7 +21,7 @@ err = Console(stderr=True, soft_wrap=True)
 def _query(db, args: argparse.Namespace) -> int:
     """Run the command's query on a session and print or write its result."""
     from duckflock.cli.errors_out import print_error
-    from duckflock.cli.output import print_profile, print_table
+    from duckflock.cli.output import print_profile
 
     try:
         if args.command == "explain":
@@ -31,7 +31,7 @@ def _query(db, args: argparse.Namespace) -> int:
         if args.output:
             out.print(f"wrote {result.outcome.rows_written} rows to {args.output}")
         else:
-            print_table(result.arrow(), max_rows=args.max_rows, console=out)
+            result.show(max_rows=args.max_rows, console=out)
         out.print(f"{result.seconds:.3f} s on {db.ranks} ranks")
         if args.profile:
             print_profile(result.stats, console=out)

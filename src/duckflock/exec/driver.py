@@ -115,7 +115,9 @@ class Driver:
         assert catalog is not None
         used = {n.table for s in plan.stages for n in walk(s.root) if isinstance(n, Scan)}
         parts_dir = str(prepare_directory(output).resolve()) if output and is_directory(output) else None
-        result_file = ResultWriter(output, plan.output_schema) if output and not parts_dir else None
+        result_file = (
+            ResultWriter(output, plan.output_schema, plan.output_types) if output and not parts_dir else None
+        )
         cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile, parts_dir)
         follower = Follower(self.rt.mux, qid, plan, self.rt.size, progress) if progress else None
         try:
@@ -126,7 +128,9 @@ class Driver:
                 written = sum(s.exchange.rows_out for s in stats if s.sid == direct)
                 table = pa.Table.from_batches([], plan.output_schema)
             elif parts_dir:  # the driver finished the result: one part
-                result_file = ResultWriter(Path(parts_dir) / part_name(0), plan.output_schema)
+                result_file = ResultWriter(
+                    Path(parts_dir) / part_name(0), plan.output_schema, plan.output_types
+                )
             assert table is not None
             table = _as_duckdb_returns(table, plan)
             if result_file is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,6 +21,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from duckflock.errors import DuckflockError
+from duckflock.local_duckdb import check_exact_from_arrow
 
 SUFFIXES = (".parquet", ".csv", ".arrow")
 SUCCESS = "_SUCCESS"
@@ -54,12 +56,16 @@ def mark_complete(directory: Path) -> None:
 class ResultWriter:
     """One result file, written batch by batch with the result's column names and types."""
 
-    def __init__(self, path: str | Path, schema: pa.Schema):
+    def __init__(self, path: str | Path, schema: pa.Schema, types: Sequence[str] = ()):
+        """``types``: the result's DuckDB types (a Parquet or CSV file refuses those its Arrow
+        form has lost values of; an Arrow file holds that form, as DuckDB's .arrow() gives it)."""
         self.target = Path(path)
         self.schema = schema
         suffix = self.target.suffix.lower()
         if suffix not in SUFFIXES:
             raise DuckflockError(f"--output must end in .parquet, .csv or .arrow, not {self.target.name!r}")
+        if suffix != ".arrow":
+            check_exact_from_arrow(schema.names, types, f"a {suffix[1:]} file")
         self.target.parent.mkdir(parents=True, exist_ok=True)
         fd, self.tmp = tempfile.mkstemp(dir=self.target.parent, prefix=f".{self.target.name}.", suffix=".tmp")
         os.close(fd)
