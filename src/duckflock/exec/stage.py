@@ -28,7 +28,7 @@ from duckflock.exec.runtime import Runtime
 from duckflock.local_duckdb import fetch_as_duckdb_returns, joins_as_written
 from duckflock.plan import streaming
 from duckflock.plan.kinds import ExchangeKind, SkewRole
-from duckflock.plan.nodes import DriverQuery, ExchangeRead, Join, Node, Scan, walk
+from duckflock.plan.nodes import DriverQuery, ExchangeRead, Join, Node, Scan, WithSubqueries, walk
 from duckflock.plan.render import driver_sql, exchange_table, render
 from duckflock.plan.skew import rescannable
 from duckflock.plan.sql_text import (
@@ -250,7 +250,7 @@ def _register_tables(
     """Register the inputs taken whole; those DuckDB may read as a draining stream leave ``inputs``."""
     for xid in list(inputs):
         name = split.whole(xid) if split and xid in split.filters else exchange_table(xid)
-        if stage.output is not None and _drains(run, plan, root, xid, streams):
+        if stage.output is not None and split is None and _drains(run, plan, root, xid, streams):
             run.register_input(xid, name, _draining(inputs.pop(xid)))
         else:
             run.register_input(xid, name, inputs[xid])
@@ -268,7 +268,11 @@ def _drains(run: _StageRun, plan: StagePlan, root: Node, xid: int, streams: list
     if run.joins_as_written:
         return True
     joins = [n for n in walk(root) if isinstance(n, Join)]
-    return not streams and len(joins) == 1 and plan.exchange(xid).kind is ExchangeKind.BROADCAST
+    if streams or len(joins) != 1 or plan.exchange(xid).kind is not ExchangeKind.BROADCAST:
+        return False
+    # A side of that join, not the input of a subquery (which DuckDB may scan again).
+    subqueries = any(isinstance(n, WithSubqueries) and n.subqueries for n in walk(root))
+    return not subqueries and any(isinstance(n, ExchangeRead) and n.xid == xid for n in walk(joins[0]))
 
 
 def _draining(table: pa.Table) -> pa.RecordBatchReader:

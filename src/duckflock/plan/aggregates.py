@@ -208,7 +208,13 @@ def _variance(
     n, mean, m2, shift = fresh("p"), fresh("p"), fresh("p"), fresh("w")
     partial = [
         (n, f"COUNT({arg}){where}"),
-        (mean, f"AVG({arg}){where}"),
+        # A rank's constant values have that value as their mean exactly (as DuckDB's running
+        # mean keeps it), not a sum of n copies divided by n (0.1 * 3 / 3 is not 0.1).
+        (
+            mean,
+            f"CASE WHEN MIN({arg}){where} = MAX({arg}){where} THEN CAST(MIN({arg}){where} AS DOUBLE) "
+            f"ELSE AVG({arg}){where} END",
+        ),
         (m2, f"VAR_POP({arg}){where} * COUNT({arg}){where}"),
     ]
     windows = [(shift, f"MIN({q(mean)}) {over}")]
@@ -219,7 +225,10 @@ def _variance(
         (big_s1, f"SUM({q(n)} * {dev})"),
         (big_s2, f"SUM(COALESCE({q(m2)}, 0) + {q(n)} * {dev} ** 2)"),
     ]
-    big_m2 = f"(COALESCE({q(big_s2)}, 0) - COALESCE({q(big_s1)}, 0) ** 2 / NULLIF({q(big_n)}, 0))"
+    # An overflowing sum is infinite, as DuckDB's is (inf - inf would be NaN).
+    s2 = f"COALESCE({q(big_s2)}, 0)"
+    spread = f"COALESCE({q(big_s1)}, 0) ** 2 / NULLIF({q(big_n)}, 0)"
+    big_m2 = f"(CASE WHEN isinf({s2}) THEN {s2} ELSE {s2} - {spread} END)"
     kind, pop = _VARIANCE[name]
     m2_sql = f"GREATEST({big_m2}, 0)"
     var = (

@@ -30,7 +30,11 @@ def on_driver(text: str, catalog: Catalog, width: int, reason: str, limit_bytes:
     # costs only time.
     for table in tree.find_all(exp.Table):
         info = catalog.find(table.name) if isinstance(table.this, exp.Identifier) else None
-        if info is None or table.args.get("db") or any(t == info.name for t, _ in inputs):
+        if info is not None and table.args.get("db"):
+            # Each table becomes a temporary view of its name there (exec/stage.py), which a
+            # schema-qualified name does not reach.
+            raise SqlError(f"{reason}; on the driver, name the table {info.name} without a schema")
+        if info is None or any(t == info.name for t, _ in inputs):
             continue
         cols = tuple(c for c, _ in info.columns)
         inputs.append((info.name, Scan(cols, table=info.name, source_columns=cols)))
