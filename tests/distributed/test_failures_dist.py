@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,36 @@ def test_rank_killed_by_the_os_is_named_without_mpich_banner(bad_dir, tmp_path, 
     assert "out-of-memory" in err
     assert "BAD TERMINATION" not in out + err and "Traceback" not in err, out + err
     assert err.count("error:") == 1, err
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_interrupted_cli_ends_the_whole_job(bad_dir, tmp_path, signame):
+    """Ctrl-C or SIGTERM (timeout, a scheduler) to the CLI while every rank holds at a stage gate:
+    the CLI says so and exits, and no rank (nor mpiexec) is left running."""
+    import signal
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    proc = subprocess.Popen(
+        [*CLI, "sql", "--data", str(bad_dir), "--ranks", "2", "SELECT count(*) FROM good"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "DUCKFLOCK_STAGE_GATE_DIR": str(gate)},
+    )
+    try:
+        ranks = [rank_at_gate(gate, r, lambda: proc.poll() is None) for r in (0, 1)]
+        proc.send_signal(getattr(signal, signame))
+        _, err = proc.communicate(timeout=BOUND_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err, err
+    deadline = time.monotonic() + BOUND_S
+    while any(Path(f"/proc/{pid}").exists() for pid in ranks):  # ended by mpiexec, just after it
+        assert time.monotonic() < deadline, "a rank outlived the interrupted CLI"
+        time.sleep(0.05)
 
 
 def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path):

@@ -7,7 +7,9 @@ outside an MPI job; under mpiexec or srun they run SPMD with rank 0 as the drive
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -136,15 +138,49 @@ def relaunch(ranks: int, argv: list[str]) -> int:
     killed by the OS is reported in one message naming it, instead of MPICH's banner."""
     with tempfile.TemporaryDirectory(prefix="duckflock-job-") as job:
         cmd = mpiexec_argv(ranks, ["-m", "duckflock.cli.main", *argv], job_dir=job)
-        proc = subprocess.Popen(cmd, env={**os.environ, **launch_env()}, stdout=subprocess.PIPE)
+        # A process group of its own, ended with this process: an interrupted (Ctrl-C) or
+        # terminated CLI left mpiexec and the ranks computing, owned by no one.
+        proc = subprocess.Popen(
+            cmd, env={**os.environ, **launch_env()}, stdout=subprocess.PIPE, start_new_session=True
+        )
         assert proc.stdout is not None
-        banner = relay_without_banner(proc.stdout, sys.stdout.buffer)
-        code = proc.wait()
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            banner = relay_without_banner(proc.stdout, sys.stdout.buffer)
+            code = proc.wait()
+        except BaseException:
+            _end_group(proc)
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         death = job_outcome(job, code, banner)
     if death is None:
         return code
     print_error(err, death)
     return code or 1
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM (timeout, a scheduler) ends the job as Ctrl-C does
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """Stop mpiexec and every process it started (its process group): politely, then not."""
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            if sig == signal.SIGKILL:
+                return
+        except subprocess.TimeoutExpired:
+            continue
+        # mpiexec is gone; what it started may not be: end the rest of the group too.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return
 
 
 def _check_load_args(args: argparse.Namespace) -> None:
