@@ -269,6 +269,34 @@ def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path):
         assert again.sql("SELECT count(*) FROM good").fetchall() == [(2000,)]
 
 
+def test_interrupted_session_query_ends_the_job_and_says_so(bad_dir, tmp_path):
+    """Ctrl-C in the caller while every rank holds at a stage gate: the query raises
+    KeyboardInterrupt, the job ends (its ranks would otherwise answer the next request with this
+    query's reply), the next query says to open a new session, and a new one works."""
+    import signal
+    import threading
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    db = duckflock.connect(str(bad_dir), ranks=2, transport="mpi", config={"stage_gate_dir": str(gate)})
+    try:
+
+        def interrupt_at_gate() -> None:
+            rank_at_gate(gate, 1, lambda: True)
+            os.kill(os.getpid(), signal.SIGINT)  # delivered to the main thread, inside db.sql
+
+        threading.Thread(target=interrupt_at_gate, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            db.sql("SELECT count(*) FROM good")
+        with pytest.raises(duckflock.DuckflockError, match="open a new session"):
+            db.sql("SELECT count(*) FROM good")
+    finally:
+        db.close()
+    with duckflock.connect(str(bad_dir), ranks=2, transport="mpi") as again:
+        assert again.sql("SELECT count(*) FROM good").fetchall() == [(2000,)]
+
+
 def _older_duckdb(tmp_path: Path) -> list[str]:
     """An environment prefix under which Python reports another DuckDB version (a sitecustomize
     module sets it at start-up): a host with a different install."""

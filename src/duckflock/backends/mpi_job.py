@@ -85,10 +85,13 @@ class MpiJobBackend:
                 raise DuckflockError(f"the {ranks} ranks did not start: {why}") from None
         ready: Ready = self._conn.recv()
         self.ranks = ready.ranks
+        self._interrupted = False
 
     def _call(
         self, request: SqlRequest | PlanRequest, progress: ProgressCallback | None = None
     ) -> SqlReply | PlanReply:
+        if self._interrupted:
+            raise DuckflockError("the session's job was stopped by an interrupt; open a new session to go on")
         follow = Follow(progress)
         try:
             self._conn.send(request)
@@ -98,6 +101,12 @@ class MpiJobBackend:
                 reply = self._conn.recv()
         except (EOFError, OSError):
             raise DuckflockError(self._ended()) from None
+        except KeyboardInterrupt:
+            # The ranks would go on with the query, and its reply would answer the next request
+            # (the next query hung): the job ends with the interrupted query.
+            self._interrupted = True
+            self._stop_job()
+            raise
         if isinstance(reply, ErrorReply):
             raise reply.error
         follow.raise_error()
@@ -136,6 +145,15 @@ class MpiJobBackend:
         reply = self._call(PlanRequest(query))
         assert isinstance(reply, PlanReply)
         return reply.plan
+
+    def _stop_job(self) -> None:
+        """mpiexec ends the ranks it started on SIGTERM; SIGKILL if it does not within 5 s."""
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
 
     def close(self) -> None:
         if self._proc.poll() is None:
