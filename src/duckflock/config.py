@@ -101,12 +101,18 @@ class Config:
             raw = os.environ.get(f"DUCKFLOCK_{f.name.upper()}")
             if raw is None:
                 continue
-            if f.type in ("bool", bool):
-                values[f.name] = raw.lower() in ("1", "true", "yes", "on")
-            elif f.type in ("int", int):
-                values[f.name] = int(raw)
-            elif f.type in ("float", float):
-                values[f.name] = float(raw)
-            else:
-                values[f.name] = raw
+            try:
+                if f.type in ("bool", bool):
+                    values[f.name] = raw.lower() in ("1", "true", "yes", "on")
+                elif f.type in ("int", int):
+                    values[f.name] = int(raw)
+                elif f.type in ("float", float):
+                    values[f.name] = float(raw)
+                else:
+                    values[f.name] = raw
+            except ValueError:
+                from duckflock.errors import DuckflockError
+
+                kind = "a whole number" if f.type in ("int", int) else "a number"
+                raise DuckflockError(f"DUCKFLOCK_{f.name.upper()}={raw!r} is not {kind}") from None
         return replace(cls(**values), **{k: v for k, v in overrides.items() if v is not None})

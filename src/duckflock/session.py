@@ -164,6 +164,8 @@ def connect(
     if transport != "mpi":
         raise DuckflockError(f"unknown transport {transport!r} (use 'mpi' or 'threads')")
     from duckflock.backends.mpi_job import MpiJobBackend
+    from duckflock.config import Config
 
+    Config.from_env(**(config or {}))  # a bad setting fails here, not in every rank as it starts
     env = {f"DUCKFLOCK_{k.upper()}": str(v) for k, v in (config or {}).items()}
     return Session(MpiJobBackend(str(data), ranks, env, start_timeout))

@@ -117,6 +117,28 @@ def test_unreadable_file_names_rank_and_file(bad_dir):
     assert "rank 1" in proc.stderr and "gone.1.parquet" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("env", "args", "needle"),
+    [
+        (
+            {"DUCKFLOCK_MEMORY_LIMIT_BYTES": "1GB"},
+            [],
+            "DUCKFLOCK_MEMORY_LIMIT_BYTES='1GB' is not a whole number",
+        ),
+        ({"DUCKFLOCK_TEMP_DIR": "/proc/nowhere"}, [], "cannot make a spill directory in /proc/nowhere"),
+        ({}, ["--output", "/proc/nowhere/x.parquet"], "cannot write /proc/nowhere/x.parquet"),
+        ({}, ["--output", "/proc/nowhere/"], "cannot write into /proc/nowhere"),
+    ],
+)
+def test_bad_settings_and_unwritable_places_give_one_message(bad_dir, monkeypatch, env, args, needle):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    proc = cli("sql", "--data", str(bad_dir), "--ranks", "2", *args, "SELECT count(*) FROM good")
+    assert proc.returncode == 1
+    assert needle in proc.stderr and proc.stderr.count("error:") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_missing_data_directory(tmp_path):
     proc = cli("sql", "--data", str(tmp_path / "nowhere"), "--ranks", "2", "SELECT 1")
     assert proc.returncode == 1

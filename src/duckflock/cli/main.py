@@ -211,6 +211,9 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     _check_args(args)
     needs_ranks = args.command in ("sql", "load") or (args.command == "explain" and args.analyze)
     if needs_ranks and not under_mpi():
+        from duckflock.config import Config
+
+        Config.from_env()  # a bad DUCKFLOCK_ setting fails here, once, not in every rank
         if args.command != "load":
             from duckflock.catalog import Catalog
 

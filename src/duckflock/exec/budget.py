@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from duckflock.config import Config
+from duckflock.errors import DuckflockError
 
 # Of a rank's share: DuckDB's memory_limit, received exchange data, bytes in flight; the rest is for
 # Python, Arrow buffers being split and sent, and DuckDB's own overshoot.
@@ -170,9 +171,12 @@ def spill_base(config: Config) -> Path:
 def make_spill_dir(config: Config, rank: int) -> Path:
     """This rank's own spill directory, after removing those left by ranks that were killed."""
     base = spill_base(config)
-    base.mkdir(parents=True, exist_ok=True)
-    _remove_orphans(base)
-    path = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-r{rank}-", dir=base))
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        _remove_orphans(base)
+        path = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-r{rank}-", dir=base))
+    except OSError as e:
+        raise DuckflockError(f"cannot make a spill directory in {base} (temp_dir): {e.strerror}") from None
     atexit.register(remove_spill_dir, path)  # also when the rank ends without closing its runtime
     return path
 

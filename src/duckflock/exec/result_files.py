@@ -43,9 +43,12 @@ def part_name(rank: int, seq: int = 0) -> str:
 def prepare_directory(path: str) -> Path:
     """Create the directory and remove what an earlier query wrote there (its parts and marker)."""
     target = Path(path)
-    target.mkdir(parents=True, exist_ok=True)
-    for old in [*target.glob("part-*.parquet"), target / SUCCESS]:
-        old.unlink(missing_ok=True)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for old in [*target.glob("part-*.parquet"), target / SUCCESS]:
+            old.unlink(missing_ok=True)
+    except OSError as e:
+        raise DuckflockError(f"cannot write into {target}: {e.strerror}") from None
     return target
 
 
@@ -66,8 +69,12 @@ class ResultWriter:
             raise DuckflockError(f"--output must end in .parquet, .csv or .arrow, not {self.target.name!r}")
         if suffix != ".arrow":
             check_exact_from_arrow(schema.names, types, f"a {suffix[1:]} file")
-        self.target.parent.mkdir(parents=True, exist_ok=True)
-        fd, self.tmp = tempfile.mkstemp(dir=self.target.parent, prefix=f".{self.target.name}.", suffix=".tmp")
+        try:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+            name = f".{self.target.name}."
+            fd, self.tmp = tempfile.mkstemp(dir=self.target.parent, prefix=name, suffix=".tmp")
+        except OSError as e:
+            raise DuckflockError(f"cannot write {self.target}: {e.strerror}") from None
         os.close(fd)
         self.rows = 0
         self._group: list[pa.RecordBatch] = []
