@@ -308,15 +308,15 @@ def _result(run: _StageRun, root: Node, inputs: dict[int, pa.Table], schema: pa.
 
 def _driver_result(run: _StageRun, root: DriverQuery) -> pa.Table:
     """The user's text run by DuckDB as written, each table it names a temporary view of that name
-    (temporary objects belong to a connection: a cursor of its own). Wrapped in a WITH of those
-    tables instead, the text's own CTEs read twice would be computed once per read, not once (a
-    sampled CTE joined with itself matched 1 row of 5)."""
+    on the stage's connection (where the exchanges that gathered them are registered), dropped
+    afterwards. Wrapped in a WITH of those tables instead, the text's own CTEs read twice would be
+    computed once per read, not once (a sampled CTE joined with itself matched 1 row of 5)."""
     assert run.rt.catalog is not None
     source = scan_source(run.rt.catalog, run.rt.rank, run.rt.size)
-    with run.rt.side_connection(run.con) as cur:
-        for name, child in root.inputs:
-            cur.execute(f"CREATE TEMP VIEW {q(name)} AS {render(child, source)}")
-        return fetch_as_duckdb_returns(cur, driver_sql(root), keep_order=True)
+    for name, child in root.inputs:
+        run.con.execute(f"CREATE OR REPLACE TEMP VIEW {q(name)} AS {render(child, source)}")
+        run.views.append(q(name))  # dropped with the stage's registrations (_StageRun.unregister_all)
+    return fetch_as_duckdb_returns(run.con, driver_sql(root), keep_order=True)
 
 
 def _stage_sql(run: _StageRun, root: Node) -> str:
