@@ -46,7 +46,10 @@ class FlightBackend:
         self._clients = [WorkerClient(r, loc, token, tls_root) for r, loc in enumerate(self.locations)]
         # Workers' hosts may be set to other time zones: all answer in the caller's.
         zone = config.get("time_zone") or os.environ.get("DUCKFLOCK_TIME_ZONE") or local_time_zone()
-        config = {**config, "time_zone": zone}
+        # Workers on other hosts read their own copies unless told the storage is shared
+        # (docs/workers.md), as the CLI without --shared-data: assuming it, a worker read
+        # partitions it does not hold (IO Error: No files found).
+        config = {"shared_storage": False, **config, "time_zone": zone}
         try:  # every worker knows the session before any connects to its peers
             prepared = []
             for client in self._clients:
