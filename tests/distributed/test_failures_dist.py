@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -204,28 +206,36 @@ def test_out_of_memory_is_reported_not_fatal(bad_dir):
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("victim", [0, 1])
-def test_rank_killed_by_the_os_is_named_without_mpich_banner(bad_dir, tmp_path, victim):
-    """What the OOM killer does, at an observed point: every rank holds at a stage gate, the test
-    kills one with SIGKILL; the job ends with one duckflock message naming that rank and signal."""
-    import signal
-
+@contextmanager
+def cli_held_at_gate(bad_dir: Path, tmp_path: Path, query: str) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """``duckflock sql`` on 2 ranks that hold at a stage gate until the test acts (killed if it is
+    still running when the block ends)."""
     gate = tmp_path / "gate"
     gate.mkdir()
     (gate / "hold").touch()
     proc = subprocess.Popen(
-        [*CLI, "sql", "--data", str(bad_dir), "--ranks", "2", "SELECT count(*) FROM good JOIN bad USING (k)"],
+        [*CLI, "sql", "--data", str(bad_dir), "--ranks", "2", query],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "DUCKFLOCK_STAGE_GATE_DIR": str(gate)},
     )
     try:
-        os.kill(rank_at_gate(gate, victim, lambda: proc.poll() is None), signal.SIGKILL)
-        out, err = proc.communicate(timeout=BOUND_S)
+        yield proc, gate
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_rank_killed_by_the_os_is_named_without_mpich_banner(bad_dir, tmp_path, victim):
+    """What the OOM killer does, at an observed point: every rank holds at a stage gate, the test
+    kills one with SIGKILL; the job ends with one duckflock message naming that rank and signal."""
+    import signal
+
+    with cli_held_at_gate(bad_dir, tmp_path, "SELECT count(*) FROM good JOIN bad USING (k)") as (proc, gate):
+        os.kill(rank_at_gate(gate, victim, lambda: proc.poll() is None), signal.SIGKILL)
+        out, err = proc.communicate(timeout=BOUND_S)
     assert proc.returncode != 0
     assert f"rank {victim} was killed by signal 9 (SIGKILL)" in err, err
     assert "out-of-memory" in err
@@ -239,23 +249,10 @@ def test_interrupted_cli_ends_the_whole_job(bad_dir, tmp_path, signame):
     the CLI says so and exits, and no rank (nor mpiexec) is left running."""
     import signal
 
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    (gate / "hold").touch()
-    proc = subprocess.Popen(
-        [*CLI, "sql", "--data", str(bad_dir), "--ranks", "2", "SELECT count(*) FROM good"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "DUCKFLOCK_STAGE_GATE_DIR": str(gate)},
-    )
-    try:
+    with cli_held_at_gate(bad_dir, tmp_path, "SELECT count(*) FROM good") as (proc, gate):
         ranks = [rank_at_gate(gate, r, lambda: proc.poll() is None) for r in (0, 1)]
         proc.send_signal(getattr(signal, signame))
         _, err = proc.communicate(timeout=BOUND_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 130 and "interrupted" in err, err
     deadline = time.monotonic() + BOUND_S
     while any(Path(f"/proc/{pid}").exists() for pid in ranks):  # ended by mpiexec, just after it
