@@ -15,6 +15,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from duckflock.errors import SqlError
+from duckflock.sql.functions import function_name
 from duckflock.sql.schema_db import SchemaDB
 
 # DuckDB's names (as sqlglot renders the call, lower case) of the clock at the transaction's start.
@@ -73,8 +74,8 @@ def fix_clock(tree: exp.Expr, schema_db: SchemaDB) -> exp.Expr:
 
 
 def _name(node: exp.Expr) -> str:
-    text = node.sql(dialect="duckdb")
-    return text.split("(", 1)[0].strip().lower()
+    """The call's DuckDB name; a keyword without parentheses (CURRENT_TIMESTAMP) is its own."""
+    return function_name(node) or node.sql(dialect="duckdb").lower()
 
 
 def _arguments(node: exp.Expr) -> list[exp.Expr]:
