@@ -278,15 +278,9 @@ def _drains(run: _StageRun, plan: StagePlan, root: Node, xid: int, streams: list
 def _draining(table: pa.Table) -> pa.RecordBatchReader:
     """``table``'s rows as a stream holding each batch only until it has been read (the caller
     keeps no other reference to the table)."""
-    batches = table.to_batches()
-    schema = table.schema
+    batches, schema = table.to_batches(), table.schema
     del table
-
-    def batches_once() -> Iterator[pa.RecordBatch]:
-        while batches:
-            yield batches.pop(0)
-
-    return pa.RecordBatchReader.from_batches(schema, batches_once())
+    return pa.RecordBatchReader.from_batches(schema, _drain(batches))
 
 
 def _result(run: _StageRun, root: Node, inputs: dict[int, pa.Table], schema: pa.Schema) -> pa.Table:
