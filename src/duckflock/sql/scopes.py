@@ -51,5 +51,10 @@ def _bound_inside(column: exp.Column, body: exp.Expr) -> bool:
 
 
 def _cte_names(query: exp.Expr) -> set[str]:
+    return {c.alias_or_name for c in ctes_of(query)}
+
+
+def ctes_of(query: exp.Expr) -> list[exp.CTE]:
+    """The CTEs of a query's own WITH clause, in order."""
     with_ = query.args.get("with_") or query.args.get("with")
-    return {c.alias_or_name for c in with_.expressions} if with_ is not None else set()
+    return list(with_.expressions) if isinstance(with_, exp.With) else []

@@ -15,6 +15,7 @@ from sqlglot import exp
 from duckflock.errors import CatalogError, SqlError
 from duckflock.sql.allowlist import unsupported
 from duckflock.sql.schema_db import SchemaDB
+from duckflock.sql.scopes import ctes_of
 from duckflock.sqltext import quote_ident as q
 
 
@@ -94,9 +95,8 @@ def _describe_item(select: exp.Select, alias: str, schema_db: SchemaDB) -> list[
     levels: list[list[exp.CTE]] = []  # innermost first
     node: exp.Expr | None = select
     while node is not None:
-        with_ = node.args.get("with_") or node.args.get("with")
-        if isinstance(with_, exp.With):
-            levels.append(list(with_.expressions))
+        if ctes_of(node):
+            levels.append(ctes_of(node))
         node = node.parent
     ctes: list[exp.CTE] = []
     named: set[str] = set()
