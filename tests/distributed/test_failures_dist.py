@@ -243,6 +243,32 @@ def test_rank_killed_by_the_os_is_named_without_mpich_banner(bad_dir, tmp_path, 
     assert err.count("error:") == 1, err
 
 
+def _gone(pid: int) -> bool:
+    """Ended: no such process, or a zombie its new parent has yet to reap."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_killed_guard_ends_the_job_and_its_rank(bad_dir, tmp_path):
+    """The small process that watches a rank is killed (by hand, or the OOM killer): its rank dies
+    with it and the job ends with one message, instead of the orphaned rank holding mpiexec forever."""
+    import signal
+
+    with cli_held_at_gate(bad_dir, tmp_path, "SELECT count(*) FROM good JOIN bad USING (k)") as (proc, gate):
+        rank = rank_at_gate(gate, 1, lambda: proc.poll() is None)
+        guard = int(Path(f"/proc/{rank}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        os.kill(guard, signal.SIGKILL)
+        _, err = proc.communicate(timeout=BOUND_S)
+    assert proc.returncode != 0 and "ended abnormally" in err, err
+    assert err.count("error:") == 1 and "BAD TERMINATION" not in err, err
+    deadline = time.monotonic() + BOUND_S
+    while not _gone(rank):
+        assert time.monotonic() < deadline, "the rank outlived its guard"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_interrupted_cli_ends_the_whole_job(bad_dir, tmp_path, signame):
     """Ctrl-C or SIGTERM (timeout, a scheduler) to the CLI while every rank holds at a stage gate:

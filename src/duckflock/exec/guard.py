@@ -12,6 +12,7 @@ duckflock nor DuckDB: it only waits.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -36,7 +37,7 @@ def main(argv: list[str]) -> int:
     job, program = Path(argv[0]), argv[1:]
     rank = next((os.environ[v] for v in ("PMI_RANK", "PMIX_RANK", "SLURM_PROCID") if v in os.environ), "?")
     # The rank inherits the launcher's descriptors (MPICH's PMI connection among them).
-    child = subprocess.Popen(program, close_fds=False)
+    child = subprocess.Popen(program, close_fds=False, preexec_fn=_die_with(os.getpid()))
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, _f: child.send_signal(s))
     code = child.wait()
@@ -52,6 +53,22 @@ def main(argv: list[str]) -> int:
         signal.signal(-code, signal.SIG_DFL)  # the handler forwarding it to the child
     os.kill(os.getpid(), -code)
     return 128 - code
+
+
+def _die_with(guard: int):
+    """The rank is killed when this guard dies: orphaned, it would keep the job's PMI connection
+    open, and mpiexec would wait for it forever. Linux's parent-death signal; the stdlib has no
+    wrapper for prctl, hence ctypes."""
+
+    def arm() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != guard:  # the guard died before the signal was armed
+            os._exit(128 + signal.SIGKILL)
+
+    return arm
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def describe_deaths(job: Path) -> str | None:
