@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, replace
-from typing import Literal, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import (
@@ -93,6 +93,14 @@ class Placed:
     @property
     def replicated(self) -> bool:
         return any(isinstance(p, Replicated) for p in self.parts)
+
+
+class Target(NamedTuple):
+    """Where to shuffle one join side so that it meets the other side's rows where they are."""
+
+    keys: tuple[str, ...]  # the moved side's key SQL
+    partitioning: Partitioning  # the staying side's, in the moved side's columns
+    pairs: tuple[int, ...]  # the join's equi pairs the keys come from
 
 
 def distribute(plan: Node, catalog: Catalog, size: int, config: Config) -> Node:
@@ -348,15 +356,20 @@ class _Planner:
             return self.checked_broadcast(node, left, right, "right")
         if strategy is JoinStrategy.BROADCAST_LEFT:
             return self.checked_broadcast(node, left, right, "left")
+        pairs: tuple[int, ...] = ()  # of a side shuffled into the other's placement
         if strategy is JoinStrategy.SHUFFLE_RIGHT:
-            right = self.hash_to(right, *self._required_target(node, left.parts, "left"))
+            keys, target, pairs = self._required_target(node, left.parts, "left")
+            right = self.hash_to(right, keys, target)
         elif strategy is JoinStrategy.SHUFFLE_LEFT:
-            left = self.hash_to(left, *self._required_target(node, right.parts, "right"))
+            keys, target, pairs = self._required_target(node, right.parts, "right")
+            left = self.hash_to(left, keys, target)
         else:
             left = self.hash_to(left, node.left_keys, self._fresh_hash(node, "left"))
             right = self.hash_to(right, node.right_keys, self._fresh_hash(node, "right"))
         if self.config.skew_joins:
-            marked = skew.spread_hot_keys(node, left, right, strategy, self.config.skew_min_rows, self.fresh)
+            marked = skew.spread_hot_keys(
+                node, left, right, strategy, pairs, self.config.skew_min_rows, self.fresh
+            )
             if marked is not None:
                 # Rows of a hot key end up on every rank: the output is partitioned by nothing.
                 lp, rp = replace(left, node=marked[0]), replace(right, node=marked[1])
@@ -377,7 +390,7 @@ class _Planner:
         if not node.left_keys or big.replicated or not isinstance(bcast.node, Exchange):
             return _joined(node, *_by_side(small, big, bcast), big.parts, strategy)
         kept = self._target_for(node, big.parts, big_side)
-        fallback = kept or (_keys(node, small), self._fresh_hash(node, small))
+        fallback = kept[:2] if kept else (_keys(node, small), self._fresh_hash(node, small))
         exchange = replace(
             bcast.node,
             fallback_keys=fallback[0],
@@ -415,14 +428,14 @@ class _Planner:
         cols = node.left_key_cols if side == "left" else node.right_key_cols
         return Hashed(cols, node.key_types, self.size)
 
-    def _required_target(self, node: Join, parts, side: Side) -> tuple[tuple[str, ...], Partitioning]:
+    def _required_target(self, node: Join, parts, side: Side) -> Target:
         found = self._target_for(node, parts, side)
         assert found is not None, "a shuffle of one side is chosen only when its target exists"
         return found
 
-    def _target_for(self, node: Join, parts, side: Side) -> tuple[tuple[str, ...], Partitioning] | None:
-        """If one side is hash/range partitioned on some of its join keys: (other side's key SQL, the
-        partitioning to shuffle the other side into) so that it meets the first side's rows."""
+    def _target_for(self, node: Join, parts, side: Side) -> Target | None:
+        """If one side is hash/range partitioned on some of its join keys: where to shuffle the
+        other side so that it meets the first side's rows."""
         mine = node.left_key_cols if side == "left" else node.right_key_cols
         other_sql = node.right_keys if side == "left" else node.left_keys
         other_cols = node.right_key_cols if side == "left" else node.left_key_cols
@@ -431,13 +444,13 @@ class _Planner:
                 idx = [mine.index(k) if k is not None and k in mine else -1 for k in p.keys]
                 if -1 in idx or any(p.key_types[i] != node.key_types[j] for i, j in enumerate(idx)):
                     continue
-                keys = tuple(other_sql[j] for j in idx)
-                return keys, Hashed(tuple(other_cols[j] for j in idx), p.key_types, p.count)
+                moved = Hashed(tuple(other_cols[j] for j in idx), p.key_types, p.count)
+                return Target(tuple(other_sql[j] for j in idx), moved, tuple(idx))
             if isinstance(p, Ranged) and p.key is not None and p.key in mine:
                 j = mine.index(p.key)
                 if canonical_hash_type(p.key_type) != node.key_types[j] or node.key_types[j] == "DOUBLE":
                     continue  # route only where both sides compare exactly in one type
-                return (other_sql[j],), Ranged(other_cols[j], p.key_type, p.bounds, routed=True)
+                return Target((other_sql[j],), Ranged(other_cols[j], p.key_type, p.bounds, routed=True), (j,))
         return None
 
     def aggregate(self, node: Aggregate) -> Placed:

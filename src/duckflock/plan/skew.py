@@ -88,22 +88,30 @@ def spread_hot_keys(
     left: Placed,
     right: Placed,
     strategy: JoinStrategy,
+    pairs: tuple[int, ...],
     min_rows: int,
     fresh: Callable[[str], str],
 ) -> tuple[Node, Node] | None:
     """The (left, right) inputs of a join with their exchanges marked to spread hot keys, or None
-    where that is not exact or not worth it: only shuffles (of one side or both) qualify."""
+    where that is not exact or not worth it: only shuffles (of one side or both) qualify. ``pairs``:
+    for a side shuffled into the other's placement, the join's equi pairs its exchange keys are of."""
     moved = _MOVED.get(strategy)
     if moved is None:
         return None
     if moved == "both":
         side = spread_side(node.kind, left.rows, right.rows, min_rows)
         return None if side is None else mark(left.node, right.node, side, fresh("skew"))
-    return spread_moved(node, left, right, moved, min_rows, fresh)
+    return spread_moved(node, left, right, moved, pairs, min_rows, fresh)
 
 
 def spread_moved(
-    node: Join, left: Placed, right: Placed, moved: Side, min_rows: int, fresh: Callable[[str], str]
+    node: Join,
+    left: Placed,
+    right: Placed,
+    moved: Side,
+    pairs: tuple[int, ...],
+    min_rows: int,
+    fresh: Callable[[str], str],
 ) -> tuple[Node, Node] | None:
     """For a join that sends only the ``moved`` side into the other side's placement (hashed or by
     ranges): both sides marked, the staying side now sent too — into its own placement, so its rows
@@ -117,11 +125,10 @@ def spread_moved(
         return None  # the staying side would cross an exchange whole, for a skew it may not have
     if spread_side(node.kind, left.rows, right.rows, min_rows) != moved:
         return None
-    mover_keys = node.left_keys if moved == "left" else node.right_keys
     stay_keys = node.right_keys if moved == "left" else node.left_keys
     stay_cols = node.right_key_cols if moved == "left" else node.left_key_cols
-    # Each moved key's partner in the join's equi pairs: equal keys meet in the same partition.
-    pairs = [mover_keys.index(k) for k in ex.keys]
+    # Each moved key's partner in its equi pair (not found by its text: one key may be in several
+    # pairs, with partners of different values): equal keys meet in the same partition.
     target: Hashed | Ranged
     if isinstance(ex.target, Hashed):
         target = Hashed(tuple(stay_cols[j] for j in pairs), ex.target.key_types, ex.target.count)
