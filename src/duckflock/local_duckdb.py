@@ -5,11 +5,11 @@ Below every layer: the ranks (exec/), the planner's schema DuckDB (sql/) and loa
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import duckdb
+import duckdb.sqltypes
 import pyarrow as pa
 
 from duckflock import duckdb_avg
@@ -57,14 +57,23 @@ def open_duckdb(
 
 # Types whose Arrow form, as DuckDB's own .arrow() gives it, has lost values: a UHUGEINT past
 # 2^127 is a negative DECIMAL, a TIMETZ has lost its offset, a BIT is its internal bytes. Results
-# hold that form; Python values, printed tables, Parquet and CSV made from it would be wrong.
-_LOSSY_IN_ARROW = re.compile(r"\b(UHUGEINT|BIT|TIMETZ|TIME WITH TIME ZONE)\b")
+# hold that form; Python values and printed tables made from it would be wrong.
+_LOSSY_IN_ARROW = {"uhugeint", "bit", "time with time zone"}
+
+
+def lossy_in_arrow(typ: duckdb.sqltypes.DuckDBPyType) -> bool:
+    """Whether the type, or a type nested in it (not a field name or an ENUM value), is lossy."""
+    if typ.id in _LOSSY_IN_ARROW:
+        return True
+    if typ.id in ("list", "array", "struct", "map", "union"):
+        return any(isinstance(t, duckdb.sqltypes.DuckDBPyType) and lossy_in_arrow(t) for _, t in typ.children)
+    return False
 
 
 def check_exact_from_arrow(names: Sequence[str], types: Sequence[str], what: str) -> None:
     """Raise DuckflockError where a result column's type does not survive DuckDB's Arrow form."""
     for name, typ in zip(names, types, strict=False):
-        if _LOSSY_IN_ARROW.search(typ.upper()):
+        if lossy_in_arrow(duckdb.sqltype(typ)):
             raise DuckflockError(
                 f"column {name!r} of type {typ} cannot be made into {what} exactly from its Arrow form: "
                 "CAST it to VARCHAR in the query, or take the Arrow result (as DuckDB's .arrow() gives it)"

@@ -115,8 +115,11 @@ class Driver:
         assert catalog is not None
         used = {n.table for s in plan.stages for n in walk(s.root) if isinstance(n, Scan)}
         parts_dir = str(prepare_directory(output).resolve()) if output and is_directory(output) else None
+        threads = max(self.rt.threads, self.rt.driver_threads)
         result_file = (
-            ResultWriter(output, plan.output_schema, plan.output_types) if output and not parts_dir else None
+            ResultWriter(output, plan.output_schema, plan.output_types, threads)
+            if output and not parts_dir
+            else None
         )
         cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile, parts_dir)
         follower = Follower(self.rt.mux, qid, plan, self.rt.size, progress) if progress else None
@@ -129,16 +132,17 @@ class Driver:
                 table = pa.Table.from_batches([], plan.output_schema)
             elif parts_dir:  # the driver finished the result: one part
                 result_file = ResultWriter(
-                    Path(parts_dir) / part_name(0), plan.output_schema, plan.output_types
+                    Path(parts_dir) / part_name(0), plan.output_schema, plan.output_types, threads
                 )
             assert table is not None
-            table = _as_duckdb_returns(table, plan)
+            _check_columns(table, plan)
             if result_file is not None:
-                result_file.write_table(table)
+                result_file.write_table(table)  # as computed: DuckDB's lossless types, where exchanged
                 result_file.commit()
                 written += result_file.rows
                 table = pa.Table.from_batches([], plan.output_schema)
                 result_file = None
+            table = _as_duckdb_returns(table, plan)
             if parts_dir:
                 mark_complete(Path(parts_dir))
         finally:
@@ -202,13 +206,16 @@ class Driver:
         self.rt.mux.flush(0)
 
 
+def _check_columns(table: pa.Table, plan: StagePlan) -> None:
+    planned = len(plan.output_schema)
+    if table.num_columns != planned:  # columns that depend on the data, which planning missed
+        got = table.num_columns
+        raise ExecutionError(0, None, f"the query gave {got} columns where its plan has {planned}")
+
+
 def _as_duckdb_returns(table: pa.Table, plan: StagePlan) -> pa.Table:
     """Column names and types exactly as single-process DuckDB returns them."""
     schema = plan.output_schema
-    if table.num_columns != len(schema):  # columns that depend on the data, which planning missed
-        raise ExecutionError(
-            0, None, f"the query gave {table.num_columns} columns where its plan has {len(schema)}"
-        )
     table = table.rename_columns(list(schema.names))
     if table.schema.equals(schema):
         return table

@@ -142,7 +142,8 @@ class _RankQuery:
 
     def run(self) -> None:
         if self.part_path is not None:
-            self.part = ResultWriter(self.part_path, self.plan.output_schema, self.plan.output_types)
+            plan = self.plan
+            self.part = ResultWriter(self.part_path, plan.output_schema, plan.output_types, self.rt.threads)
         self.start_inputs()  # from the start, so rows sent while earlier stages run are taken in
         stages = self.plan.stages
         i = 0

@@ -17,17 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from duckflock.errors import DuckflockError
-from duckflock.local_duckdb import check_exact_from_arrow
+from duckflock.exec.duckdb_copy import DuckdbCopy
 
 SUFFIXES = (".parquet", ".csv", ".arrow")
 SUCCESS = "_SUCCESS"
-# Parquet batches are collected into row groups of about this size: one row group per arriving
-# chunk would make files larger and slower to read; this bounds what is held.
-ROW_GROUP_BYTES = 64 << 20
+TEMP_SUFFIX = ".tmp"  # of a file being written, hidden (a leading dot) until it is complete
 
 
 def is_directory(output: str) -> bool:
@@ -41,11 +37,20 @@ def part_name(rank: int, seq: int = 0) -> str:
 
 
 def prepare_directory(path: str) -> Path:
-    """Create the directory and remove what an earlier query wrote there (its parts and marker)."""
+    """Create the directory and remove what an earlier query wrote there (its parts, marker and the
+    temporary files of one that was killed); refuse one that holds anything else, which reading
+    the directory back would mix into the result."""
     target = Path(path)
     try:
         target.mkdir(parents=True, exist_ok=True)
-        for old in [*target.glob("part-*.parquet"), target / SUCCESS]:
+        ours = {*target.glob("part-*.parquet"), *target.glob(f".part-*{TEMP_SUFFIX}"), target / SUCCESS}
+        others = sorted(f.name for f in target.iterdir() if f not in ours)
+        if others:
+            raise DuckflockError(
+                f"--output directory {target} holds other files ({', '.join(others[:3])}"
+                f"{', ...' if len(others) > 3 else ''}): name an empty or new directory"
+            )
+        for old in ours:
             old.unlink(missing_ok=True)
     except OSError as e:
         raise DuckflockError(f"cannot write into {target}: {e.strerror}") from None
@@ -57,73 +62,61 @@ def mark_complete(directory: Path) -> None:
 
 
 class ResultWriter:
-    """One result file, written batch by batch with the result's column names and types."""
+    """One result file, written batch by batch with the result's column names and types: Parquet
+    and CSV by DuckDB's COPY (exec/duckdb_copy.py), Arrow IPC as DuckDB's .arrow() gives it."""
 
-    def __init__(self, path: str | Path, schema: pa.Schema, types: Sequence[str] = ()):
-        """``types``: the result's DuckDB types (a Parquet or CSV file refuses those its Arrow
-        form has lost values of; an Arrow file holds that form, as DuckDB's .arrow() gives it)."""
+    def __init__(self, path: str | Path, schema: pa.Schema, types: Sequence[str], threads: int = 1):
+        """``schema``: the result's as DuckDB's .arrow() gives it; ``types``: its DuckDB types."""
         self.target = Path(path)
         self.schema = schema
         suffix = self.target.suffix.lower()
         if suffix not in SUFFIXES:
             raise DuckflockError(f"--output must end in .parquet, .csv or .arrow, not {self.target.name!r}")
-        if suffix != ".arrow":
-            check_exact_from_arrow(schema.names, types, f"a {suffix[1:]} file")
         try:
             self.target.parent.mkdir(parents=True, exist_ok=True)
             name = f".{self.target.name}."
-            fd, self.tmp = tempfile.mkstemp(dir=self.target.parent, prefix=name, suffix=".tmp")
+            for stale in self.target.parent.glob(f"{name}*{TEMP_SUFFIX}"):  # of a killed query
+                stale.unlink(missing_ok=True)
+            fd, self.tmp = tempfile.mkstemp(dir=self.target.parent, prefix=name, suffix=TEMP_SUFFIX)
         except OSError as e:
             raise DuckflockError(f"cannot write {self.target}: {e.strerror}") from None
         os.close(fd)
         self.rows = 0
-        self._group: list[pa.RecordBatch] = []
-        self._group_bytes = 0
+        self._writer: DuckdbCopy | pa.ipc.RecordBatchFileWriter
+        if suffix != ".arrow":
+            self._writer = DuckdbCopy(self.tmp, suffix[1:], schema.names, types, threads)
+            return
         try:
-            if suffix == ".parquet":
-                self._writer = pq.ParquetWriter(self.tmp, schema)
-            elif suffix == ".csv":
-                self._writer = pacsv.CSVWriter(self.tmp, schema)
-            else:
-                self._writer = pa.ipc.new_file(self.tmp, schema)
-        except pa.ArrowException as e:  # e.g. an INTERVAL column, which Arrow cannot put in Parquet
+            self._writer = pa.ipc.new_file(self.tmp, schema)
+        except pa.ArrowException as e:
             Path(self.tmp).unlink(missing_ok=True)
             raise _cannot_write(suffix, e) from None
 
     def write(self, batch: pa.RecordBatch) -> None:
-        """A batch of the final stage's output: its columns renamed and cast to the result's."""
+        """A batch of the final stage's output (columns by position), in DuckDB's lossless Arrow
+        types as ranks exchange them or in its default ones."""
         if batch.num_rows == 0:
             return
+        self.rows += batch.num_rows
+        if isinstance(self._writer, DuckdbCopy):
+            self._writer.write(batch)
+            return
         if any(isinstance(f.type, pa.BaseExtensionType) for f in batch.schema):
-            batch = _as_duckdb_default(batch)  # ranks exchange lossless types; files get DuckDB's defaults
+            batch = _as_duckdb_default(batch)
         batch = pa.RecordBatch.from_arrays(batch.columns, names=self.schema.names)
         if not batch.schema.equals(self.schema):
             batch = batch.cast(self.schema)
-        self.rows += batch.num_rows
-        if not isinstance(self._writer, pq.ParquetWriter):
-            try:
-                self._writer.write_batch(batch)
-            except pa.ArrowException as e:  # e.g. a BLOB that is not UTF-8, into a CSV file
-                raise _cannot_write(self.target.suffix, e) from None
-            return
-        self._group.append(batch)
-        self._group_bytes += batch.nbytes
-        if self._group_bytes >= ROW_GROUP_BYTES:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._group:
-            self._writer.write_table(pa.Table.from_batches(self._group), row_group_size=1 << 30)
-            self._group, self._group_bytes = [], 0
+        self._writer.write_batch(batch)
 
     def write_table(self, table: pa.Table) -> None:
         for batch in table.to_batches():
             self.write(batch)
 
     def commit(self) -> None:
-        if isinstance(self._writer, pq.ParquetWriter):
-            self._flush()
-        self._writer.close()
+        if isinstance(self._writer, DuckdbCopy):
+            self._writer.commit()
+        else:
+            self._writer.close()
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(self.tmp, 0o666 & ~umask)  # as any new file would be, not mkstemp's owner-only mode
@@ -131,7 +124,10 @@ class ResultWriter:
 
     def abort(self) -> None:
         try:
-            self._writer.close()
+            if isinstance(self._writer, DuckdbCopy):
+                self._writer.abort()
+            else:
+                self._writer.close()
         finally:
             Path(self.tmp).unlink(missing_ok=True)
 

@@ -1,0 +1,132 @@
+"""A result file written by DuckDB's own COPY from Arrow batches as they arrive.
+
+Parquet and CSV files are written by DuckDB, not by pyarrow's writers, so that the file is the one
+single-process DuckDB's ``COPY (query) TO`` writes: its Parquet types (UUID, HUGEINT, JSON, BIGNUM,
+VARIANT, nested ones), its CSV formatting. The batches arrive pushed (from an exchange or a stage),
+while COPY pulls from an Arrow stream: COPY runs in a thread of its own, reading a small queue the
+pushing side fills (so at most a few batches wait, and a full queue holds the sender back).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+
+import duckdb
+import pyarrow as pa
+
+from duckflock.errors import DuckflockError
+from duckflock.local_duckdb import lossy_in_arrow
+from duckflock.sqltext import quote_ident, sql_literal
+
+_END = object()
+_WAITING = 4  # batches queued for COPY at most
+_SOURCE = "duckflock_result_batches"
+
+
+def _extended(t: pa.DataType) -> bool:
+    """Whether DuckDB's lossless Arrow form is used in ``t`` (its extension types, also nested)."""
+    if isinstance(t, pa.BaseExtensionType):
+        return True
+    return any(_extended(t.field(i).type) for i in range(t.num_fields))
+
+
+class _Aborted(Exception):
+    """Ends COPY's read of the batches when the query failed."""
+
+
+class DuckdbCopy:
+    """COPY of a stream of batches (columns by position) into ``path``, with the result's column
+    ``names`` and DuckDB ``types``: batches in DuckDB's lossless Arrow types arrive exact; columns
+    whose Arrow form DuckDB reads as another type are cast to the result's."""
+
+    def __init__(self, path: str, fmt: str, names: Sequence[str], types: Sequence[str], threads: int = 1):
+        self._path, self._fmt, self._names, self._types = path, fmt, list(names), list(types)
+        self._con = duckdb.connect(config={"threads": threads})
+        self._queue: queue.Queue[object] = queue.Queue(_WAITING)
+        self._thread: threading.Thread | None = None
+        self._schema: pa.Schema | None = None
+        self._error: BaseException | None = None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        # Renamed field by field: a field's metadata can name its type (VARIANT's does).
+        fields = [f.with_name(f"c{i}") for i, f in enumerate(batch.schema)]
+        batch = pa.RecordBatch.from_arrays(batch.columns, schema=pa.schema(fields))
+        if self._schema is None:
+            self._start(batch.schema)
+        elif not batch.schema.equals(self._schema):
+            batch = batch.cast(self._schema)
+        self._put(batch)
+
+    def commit(self) -> None:
+        try:
+            if self._thread is None:  # no rows: the columns alone, in the result's types
+                typed = zip(self._names, self._types, strict=True)
+                cols = ", ".join(f"CAST(NULL AS {t}) AS {quote_ident(n)}" for n, t in typed)
+                self._copy(f"SELECT {cols} LIMIT 0")
+            else:
+                self._put(_END)
+                self._thread.join()
+            if self._error is not None:
+                raise self._failure()
+        finally:
+            self._con.close()
+
+    def abort(self) -> None:
+        if self._thread is not None:
+            while self._thread.is_alive():  # make room for the sentinel, then let COPY fail on it
+                with contextlib.suppress(queue.Empty):
+                    self._queue.get_nowait()
+                try:
+                    self._queue.put_nowait(_Aborted())
+                except queue.Full:
+                    continue
+                self._thread.join()
+        self._con.close()
+
+    def _start(self, schema: pa.Schema) -> None:
+        self._schema = schema
+        self._con.register(_SOURCE, pa.RecordBatchReader.from_batches(schema, self._batches()))
+        read = self._con.sql(f"SELECT * FROM {_SOURCE}").types  # binds; reads no batch
+        cols = []
+        for i, (got, name, want) in enumerate(zip(read, self._names, self._types, strict=True)):
+            col, wanted = quote_ident(f"c{i}"), duckdb.sqltype(want)
+            if lossy_in_arrow(wanted) and not _extended(schema.field(i).type):
+                raise DuckflockError(
+                    f"column {name!r} of type {want} cannot be written to a {self._fmt} file exactly from "
+                    "its Arrow form: CAST it to VARCHAR in the query, or write an .arrow file"
+                )
+            same = str(got) == str(wanted)
+            cols.append(f"{col if same else f'CAST({col} AS {want})'} AS {quote_ident(name)}")
+        query = f"SELECT {', '.join(cols)} FROM {_SOURCE}"
+        self._thread = threading.Thread(target=self._copy, args=(query,), name="duckflock-copy", daemon=True)
+        self._thread.start()
+
+    def _copy(self, query: str) -> None:
+        options = "FORMAT parquet" if self._fmt == "parquet" else "FORMAT csv, HEADER true"
+        try:
+            self._con.execute(f"COPY ({query}) TO {sql_literal(self._path)} ({options})")
+        except BaseException as e:
+            self._error = e
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        while (item := self._queue.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, pa.RecordBatch)
+            yield item
+
+    def _put(self, item: object) -> None:
+        assert self._thread is not None
+        while True:
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                if not self._thread.is_alive():  # COPY failed: nothing reads the queue any more
+                    raise self._failure() from None
+
+    def _failure(self) -> DuckflockError:
+        return DuckflockError(f"the result cannot be written as {self._fmt}: {self._error}")
