@@ -17,6 +17,7 @@ from duckflock.exec.stage import StageStats
 from duckflock.local_duckdb import check_exact_from_arrow
 from duckflock.plan.explain import explain_plan
 from duckflock.sqltext import quote_ident as q
+from duckflock.sqltext import sql_literal
 
 
 @dataclass
@@ -33,31 +34,34 @@ class Result:
             return rel.df()
 
     def pl(self):
-        import polars as pl
-
-        return pl.from_arrow(self.outcome.table)
+        with self._as_duckdb() as rel:
+            return rel.pl()
 
     def fetchall(self) -> list[tuple]:
         with self._as_duckdb() as rel:
             return rel.fetchall()
 
     @contextmanager
-    def _as_duckdb(self) -> Iterator[duckdb.DuckDBPyRelation]:
-        """The rows as a DuckDB relation of the query's own types, so that Python values and pandas
-        columns are those single-process DuckDB gives: its Arrow export loses some of them (a
+    def _as_duckdb(self, as_text: bool = False) -> Iterator[duckdb.DuckDBPyRelation]:
+        """The rows as a DuckDB relation of the query's own types, so that Python values, pandas and
+        polars columns are those single-process DuckDB gives: its Arrow export loses some of them (a
         HUGEINT comes back as a Decimal, an INTERVAL as a MonthDayNano, a MAP as pairs, a UUID as
-        text), so each column is cast back to its type."""
+        text), so each column is cast back to its type. ``as_text``: each value as DuckDB writes it
+        (CAST to VARCHAR), as its own printed tables show it."""
         table = self.outcome.table
         types = self.outcome.plan.output_types
-        check_exact_from_arrow(table.column_names, types, "Python values")
+        check_exact_from_arrow(table.column_names, types, "text" if as_text else "Python values")
         con = duckdb.connect()
         try:
+            zone = _time_zone(table.schema)  # the session's: TIMESTAMPTZ values are given in it
+            if zone:
+                con.execute(f"SET TimeZone = {sql_literal(zone)}")
             con.register("result", table.rename_columns([f"c{i}" for i in range(table.num_columns)]))
-            exprs = [
-                f"CAST(c{i} AS {types[i]}) AS {q(name)}" if types else f"c{i} AS {q(name)}"
-                for i, name in enumerate(table.column_names)
-            ]
-            yield con.sql(f"SELECT {', '.join(exprs) or '*'} FROM result")
+            exprs = [f"CAST(c{i} AS {types[i]})" if types else f"c{i}" for i in range(table.num_columns)]
+            if as_text:
+                exprs = [f"CAST({e} AS VARCHAR)" for e in exprs]
+            named = [f"{e} AS {q(name)}" for e, name in zip(exprs, table.column_names, strict=True)]
+            yield con.sql(f"SELECT {', '.join(named) or '*'} FROM result")
         finally:
             con.close()
 
@@ -70,14 +74,29 @@ class Result:
         return self.outcome.seconds
 
     def show(self, max_rows: int = 20, console=None) -> None:
-        from duckflock.cli.output import print_table
+        """The first ``max_rows`` rows as a table, each value as DuckDB writes it as text."""
+        from duckflock.cli.output import print_rows
 
-        check_exact_from_arrow(self.outcome.table.column_names, self.outcome.plan.output_types, "text")
-        print_table(self.outcome.table, max_rows=max_rows, console=console)
+        with self._as_duckdb(as_text=True) as rel:
+            rows = rel.limit(max_rows).fetchall()
+        table = self.outcome.table
+        print_rows(table.column_names, rows, table.num_rows, console=console)
 
     def __repr__(self) -> str:
         t = self.outcome.table
         return f"<duckflock.Result {t.num_rows} rows x {t.num_columns} columns in {self.seconds:.3f} s>"
+
+
+def _time_zone(schema: pa.Schema) -> str | None:
+    """The zone of the result's TIMESTAMPTZ columns (top-level or nested), if any."""
+
+    def zone(t: pa.DataType) -> str | None:
+        if pa.types.is_timestamp(t) and t.tz:
+            return t.tz
+        children = [t.field(i).type for i in range(t.num_fields)] if t.num_fields else []
+        return next((z for c in children if (z := zone(c))), None)
+
+    return next((z for f in schema if (z := zone(f.type))), None)
 
 
 class Session:

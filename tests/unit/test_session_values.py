@@ -49,9 +49,52 @@ def test_types_lost_in_arrow_are_refused_not_converted(tmp_path):
             for convert in (got.fetchall, got.df, got.show):
                 with pytest.raises(DuckflockError, match=f"'v' of type {typ}"):
                     convert()
-            with pytest.raises(DuckflockError, match="CAST it to VARCHAR"):
-                db.sql(f"SELECT {expr} AS v FROM t", output=str(tmp_path / "out.csv"))
+            # Files are written by DuckDB from the ranks' lossless Arrow form: as its COPY writes them.
+            sql = f"SELECT {expr} AS v FROM t"
+            db.sql(sql, output=str(tmp_path / "out.csv"))
+            oracle(tmp_path).execute(f"COPY ({sql}) TO '{tmp_path / 'want.csv'}'")
+            assert (tmp_path / "out.csv").read_bytes() == (tmp_path / "want.csv").read_bytes()
         assert db.sql("SELECT count(*) FROM t").fetchall() == [(3,)]
+
+
+def test_show_prints_values_as_duckdb_writes_them(tmp_path):
+    """Each value as DuckDB's CAST to VARCHAR gives it, as its own tables show it: infinite dates
+    (which Python's cannot hold), FLOAT's shortest digits, a MAP, an INTERVAL, a BIGNUM, a VARIANT;
+    a struct field named like a type Arrow loses is no reason to refuse."""
+    import io
+
+    from rich.console import Console
+
+    make_table(tmp_path, "t", "SELECT i FROM range(3) r(i)", 2, "hash", ("i",))
+    exprs = [
+        "'infinity'::DATE", "'-infinity'::TIMESTAMP", "(1 / 7)::FLOAT", "MAP {'k1': i}", "to_months(i + 1)",
+        "(i * 1000)::BIGNUM", "i::VARIANT", "{'bit': i}", "'x1'::BLOB",
+    ]  # fmt: skip
+    sql = f"SELECT {', '.join(f'{e} AS c{n}' for n, e in enumerate(exprs))} FROM t WHERE i = 2"
+    want = oracle(tmp_path).sql(f"SELECT COLUMNS(*)::VARCHAR FROM ({sql})").fetchall()[0]
+    out = io.StringIO()
+    with duckflock.connect(str(tmp_path), ranks=2, transport="threads") as db:
+        db.sql(sql).show(console=Console(file=out, width=300))
+    cells = [c.strip() for c in out.getvalue().splitlines()[3].strip("│").split("│")]
+    assert cells == list(want)
+
+
+def test_polars_and_time_zones_as_duckdb_gives_them(tmp_path):
+    """``.pl()`` renames repeated columns as DuckDB's does; TIMESTAMPTZ values come in the session's
+    time zone, not the host's."""
+    make_table(tmp_path, "t", "SELECT i FROM range(3) r(i)", 2, "hash", ("i",))
+    sql = (
+        "SELECT i, i, 1 AS one, 2 AS \"ONE\", TIMESTAMPTZ '2020-01-01 00:00:01+00' + to_hours(i) AS ts FROM t"
+    )
+    want = oracle(tmp_path)
+    want.execute("SET TimeZone = 'Asia/Tokyo'")
+    with duckflock.connect(
+        str(tmp_path), ranks=2, transport="threads", config={"time_zone": "Asia/Tokyo"}
+    ) as db:
+        got = db.sql(sql + " ORDER BY 1")
+        assert got.pl().columns == want.sql(sql + " ORDER BY 1").pl().columns
+        df, want_df = got.df(), want.sql(sql + " ORDER BY 1").df()
+        assert list(df.dtypes) == list(want_df.dtypes) and df.astype(str).equals(want_df.astype(str))
 
 
 def test_queries_from_several_threads_take_turns(tmp_path):

@@ -6,7 +6,7 @@ import argparse
 import time
 
 import duckflock
-from duckflock.cli.output import print_profile, print_table, stdout_console
+from duckflock.cli.output import print_profile, stdout_console
 from duckflock.testing.compare import same_result
 from duckflock.testing.tables import oracle
 from duckflock.testing.tpch import SEED_ORDER, SEED_QUERY
@@ -30,7 +30,7 @@ def run_demo(args: argparse.Namespace) -> int:
         out.print(db.explain(SEED_QUERY), highlight=False, markup=False)
         db.sql(SEED_QUERY)  # warm-up: plan cache, file cache
         result = db.sql(SEED_QUERY, profile=True)
-    print_table(result.arrow(), max_rows=5, console=out)
+    result.show(max_rows=5, console=out)
     print_profile(result.stats, console=out)
 
     out.rule("3. Check against single-process DuckDB")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 
-import pyarrow as pa
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -18,16 +17,17 @@ def stdout_console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
-def print_table(table: pa.Table, max_rows: int = 20, console: Console | None = None) -> None:
+def print_rows(names: list[str], rows: list[tuple], total: int, console: Console | None = None) -> None:
+    """The first rows of a result (values already text, None for NULL) and how many there are."""
     console = console or Console()
     view = Table(show_header=True, header_style="bold")
-    for name in table.column_names:
+    for name in names:
         view.add_column(Text(name))
-    for row in table.slice(0, max_rows).to_pylist():
-        view.add_row(*(Text("NULL" if v is None else str(v)) for v in row.values()))
+    for row in rows:
+        view.add_row(*(Text("NULL" if v is None else str(v)) for v in row))
     console.print(view)
-    more = f" (showing {max_rows})" if table.num_rows > max_rows else ""
-    console.print(f"{table.num_rows} row{'' if table.num_rows == 1 else 's'}{more}")
+    more = f" (showing {len(rows)})" if total > len(rows) else ""
+    console.print(f"{total} row{'' if total == 1 else 's'}{more}")
 
 
 def print_profile(stats, console: Console | None = None) -> None:
