@@ -117,3 +117,25 @@ def test_a_stream_smaller_than_its_build_side_is_taken_whole(data, tmp_path, tra
         assert not any(s.streamed for s in result.stats)
         assert sum(s.exchange.bytes_spilled for s in result.stats) > 0
         assert not [p for p in base.rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize("transport", ["threads", "mpi"])
+def test_a_session_goes_on_after_queries_failing_mid_stream(tmp_path, transport):
+    """A stage that failed while DuckDB streamed its rows (orders sent into customer's partitions,
+    hot keys looked for, the last order failing) left that result open on its connection: the
+    session's next queries failed with 'connection has an open result' or 'Interrupted'."""
+    from duckflock.ingest.tpch import generate_tpch
+
+    generate_tpch(0.1, tmp_path, parts=4, progress=False)
+    bad = (
+        "SELECT c_custkey, o_orderkey FROM customer JOIN orders ON c_custkey = o_custkey "
+        "WHERE (CASE WHEN o_orderkey = 599975 THEN CAST('x' AS INT) ELSE 1 END) = 1"
+    )
+    good = "SELECT count(*) FROM orders JOIN lineitem ON o_orderkey = l_orderkey"
+    want = oracle(tmp_path).sql(good).to_arrow_table()
+    config = {**TIGHT, "exchange_memory_bytes": 1 << 20, "broadcast_max_bytes": -1, "skew_min_rows": 1000}
+    with duckflock.connect(str(tmp_path), ranks=2, transport=transport, config=config) as db:
+        for _ in range(4):
+            with pytest.raises(duckflock.ExecutionError, match="Could not convert"):
+                db.sql(bad)
+            assert_same(db.sql(good).arrow(), want)

@@ -231,7 +231,9 @@ class Mux:
             if channel == ERROR:
                 if q not in self._failures:
                     self._failures[q] = pickle.loads(view(payload))
-                    if self.on_failure is not None:
+                    # Not for a query this rank has finished: a rank's own notice (it sends it to
+                    # itself too) or another rank's can arrive after it, while the next query runs.
+                    if self.on_failure is not None and q not in self._finished:
                         self.on_failure(q)
             elif q not in self._finished or channel == CONTROL:
                 self._inbox.setdefault((q, channel), collections.deque()).append((src, payload))

@@ -110,6 +110,7 @@ class _StageRun:
     stats: StageStats
     registered: list[str] = field(default_factory=list)
     views: list[str] = field(default_factory=list)
+    readers: list[pa.RecordBatchReader] = field(default_factory=list)  # DuckDB results it streams
     hot: skew.HotKeys = field(default_factory=skew.HotKeys)  # the query's hot join keys (exec/skew.py)
     overlap: Overlap | None = None
     joins_as_written: bool = False  # it reads a stream through joins: plan them as written
@@ -146,6 +147,11 @@ class _StageRun:
         )
 
     def unregister_all(self) -> None:
+        # A result left open (a stage that failed while reading it) would refuse, or be interrupted
+        # with, the connection's next query.
+        for reader in self.readers:
+            with contextlib.suppress(Exception):
+                reader.close()
         for name in self.views:  # a view left behind would refuse the next query's of that name
             with contextlib.suppress(duckdb.Error):
                 self.con.execute(f"DROP VIEW IF EXISTS {name}")
@@ -460,7 +466,8 @@ def _sorted(run: _StageRun, spec: ExchangeSpec, sql: str) -> str | pa.Table:
 def _reader(run: _StageRun, routed: str | pa.Table) -> pa.RecordBatchReader:
     batch_rows = run.rt.config.batch_rows
     if isinstance(routed, str):
-        return run.con.sql(routed).to_arrow_reader(batch_rows)
+        run.readers.append(run.con.sql(routed).to_arrow_reader(batch_rows))
+        return run.readers[-1]
     # each batch is dropped once split, so the output is not held twice
     return pa.RecordBatchReader.from_batches(routed.schema, _drain(routed.to_batches(batch_rows)))
 
