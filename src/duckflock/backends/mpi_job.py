@@ -37,6 +37,8 @@ from duckflock.exec.progress import Follow, ProgressCallback
 from duckflock.exec.serve import AUTHKEY_ENV
 from duckflock.plan.stages import StagePlan
 
+_POLL_S = 0.2  # how soon a Ctrl-C is seen while waiting for the ranks
+
 
 class MpiJobBackend:
     def __init__(self, data: str, ranks: int, config_env: dict[str, str], start_timeout: float):
@@ -95,10 +97,10 @@ class MpiJobBackend:
         follow = Follow(progress)
         try:
             self._conn.send(request)
-            reply = self._conn.recv()
+            reply = self._recv()
             while isinstance(reply, ProgressReply):  # snapshots come ahead of the reply
                 follow(reply.progress)
-                reply = self._conn.recv()
+                reply = self._recv()
         except (EOFError, OSError):
             raise DuckflockError(self._ended()) from None
         except KeyboardInterrupt:
@@ -111,6 +113,14 @@ class MpiJobBackend:
             raise reply.error
         follow.raise_error()
         return reply
+
+    def _recv(self) -> SqlReply | PlanReply | ProgressReply | ErrorReply:
+        """The next message, waited for in short polls: a Ctrl-C the kernel hands to another thread
+        of this process (DuckDB's, Arrow's) does not end a blocking read, so the main thread would
+        never see its KeyboardInterrupt."""
+        while not self._conn.poll(_POLL_S):
+            pass
+        return self._conn.recv()
 
     def _ended(self) -> str:
         """Why the job ended under a call: the rank the OS killed, or mpiexec's exit code."""
