@@ -95,10 +95,16 @@ def test_failed_query_leaves_no_spill_files(data, tmp_path):
 
 
 def test_orphaned_spill_directory_is_removed(data, tmp_path):
+    """A pid that cannot exist: a rank killed earlier on this host; its directory goes. One of
+    another host (a temp_dir the nodes share) is left to that host."""
+    import socket
+
     base = tmp_path / "scratch"
-    dead = base / "duckflock-999999999-r0-abc"  # a pid that cannot exist: a rank killed earlier
-    (dead / "duckdb").mkdir(parents=True)
-    (dead / "exchange-1.arrow").write_bytes(b"x" * 100)
+    dead = base / f"duckflock-999999999-r0-{socket.gethostname()}-abc"
+    elsewhere = base / "duckflock-999999999-r0-another.host-abc"
+    for d in (dead, elsewhere):
+        (d / "duckdb").mkdir(parents=True)
+        (d / "exchange-1.arrow").write_bytes(b"x" * 100)
     with duckflock.connect(str(data), ranks=1, transport="threads", config={"temp_dir": str(base)}) as db:
         db.sql("SELECT 1").arrow()
-        assert not dead.exists()
+        assert not dead.exists() and elsewhere.exists()

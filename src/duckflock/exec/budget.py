@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -174,7 +175,7 @@ def make_spill_dir(config: Config, rank: int) -> Path:
     try:
         base.mkdir(parents=True, exist_ok=True)
         _remove_orphans(base)
-        path = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-r{rank}-", dir=base))
+        path = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-r{rank}-{_host()}-", dir=base))
     except OSError as e:
         raise DuckflockError(f"cannot make a spill directory in {base} (temp_dir): {e.strerror}") from None
     atexit.register(remove_spill_dir, path)  # also when the rank ends without closing its runtime
@@ -186,12 +187,17 @@ def remove_spill_dir(path: Path) -> None:
 
 
 def _remove_orphans(base: Path) -> None:
-    """Spill directories whose process is gone (killed before it could clean up)."""
-    for d in base.glob(f"{_PREFIX}*-r*-*"):
+    """Spill directories of this host whose process is gone (killed before it could clean up).
+    Another host's, in a temp_dir the nodes share, may belong to a live process there."""
+    for d in base.glob(f"{_PREFIX}*-r*-{_host()}-*"):
         pid = d.name[len(_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit() or pid_alive(int(pid)):
             continue
         shutil.rmtree(d, ignore_errors=True)
+
+
+def _host() -> str:
+    return socket.gethostname().replace("/", "_") or "host"
 
 
 def pid_alive(pid: int) -> bool:
