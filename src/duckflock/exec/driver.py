@@ -117,7 +117,7 @@ class Driver:
         parts_dir = str(prepare_directory(output).resolve()) if output and is_directory(output) else None
         threads = max(self.rt.threads, self.rt.driver_threads)
         result_file = (
-            ResultWriter(output, plan.output_schema, plan.output_types, threads)
+            ResultWriter(output, plan.output_schema, plan.output_types, threads, self.rt.spill_dir)
             if output and not parts_dir
             else None
         )
@@ -131,9 +131,9 @@ class Driver:
                 written = sum(s.exchange.rows_out for s in stats if s.sid == direct)
                 table = pa.Table.from_batches([], plan.output_schema)
             elif parts_dir:  # the driver finished the result: one part
-                result_file = ResultWriter(
-                    Path(parts_dir) / part_name(0), plan.output_schema, plan.output_types, threads
-                )
+                part = Path(parts_dir) / part_name(0)
+                schema, types = plan.output_schema, plan.output_types
+                result_file = ResultWriter(part, schema, types, threads, self.rt.spill_dir)
             assert table is not None
             _check_columns(table, plan)
             if result_file is not None:

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -42,9 +45,20 @@ class DuckdbCopy:
     ``names`` and DuckDB ``types``: batches in DuckDB's lossless Arrow types arrive exact; columns
     whose Arrow form DuckDB reads as another type are cast to the result's."""
 
-    def __init__(self, path: str, fmt: str, names: Sequence[str], types: Sequence[str], threads: int = 1):
+    def __init__(
+        self,
+        path: str,
+        fmt: str,
+        names: Sequence[str],
+        types: Sequence[str],
+        threads: int = 1,
+        temp_dir: Path | None = None,
+    ):
+        """``temp_dir``: where this DuckDB may spill (the rank's node-local spill directory), not
+        the working directory, DuckDB's default."""
         self._path, self._fmt, self._names, self._types = path, fmt, list(names), list(types)
-        self._con = duckdb.connect(config={"threads": threads})
+        self._spill = tempfile.mkdtemp(prefix="copy-", dir=temp_dir)
+        self._con = duckdb.connect(config={"threads": threads, "temp_directory": self._spill})
         self._queue: queue.Queue[object] = queue.Queue(_WAITING)
         self._thread: threading.Thread | None = None
         self._schema: pa.Schema | None = None
@@ -72,7 +86,7 @@ class DuckdbCopy:
             if self._error is not None:
                 raise self._failure()
         finally:
-            self._con.close()
+            self._close()
 
     def abort(self) -> None:
         if self._thread is not None:
@@ -84,7 +98,11 @@ class DuckdbCopy:
                 except queue.Full:
                     continue
                 self._thread.join()
+        self._close()
+
+    def _close(self) -> None:
         self._con.close()
+        shutil.rmtree(self._spill, ignore_errors=True)
 
     def _start(self, schema: pa.Schema) -> None:
         self._schema = schema

@@ -142,8 +142,9 @@ class _RankQuery:
 
     def run(self) -> None:
         if self.part_path is not None:
-            plan = self.plan
-            self.part = ResultWriter(self.part_path, plan.output_schema, plan.output_types, self.rt.threads)
+            plan, rt = self.plan, self.rt
+            schema, types = plan.output_schema, plan.output_types
+            self.part = ResultWriter(self.part_path, schema, types, rt.threads, rt.spill_dir)
         self.start_inputs()  # from the start, so rows sent while earlier stages run are taken in
         stages = self.plan.stages
         i = 0

@@ -65,8 +65,16 @@ class ResultWriter:
     """One result file, written batch by batch with the result's column names and types: Parquet
     and CSV by DuckDB's COPY (exec/duckdb_copy.py), Arrow IPC as DuckDB's .arrow() gives it."""
 
-    def __init__(self, path: str | Path, schema: pa.Schema, types: Sequence[str], threads: int = 1):
-        """``schema``: the result's as DuckDB's .arrow() gives it; ``types``: its DuckDB types."""
+    def __init__(
+        self,
+        path: str | Path,
+        schema: pa.Schema,
+        types: Sequence[str],
+        threads: int = 1,
+        temp_dir: Path | None = None,
+    ):
+        """``schema``: the result's as DuckDB's .arrow() gives it; ``types``: its DuckDB types.
+        ``threads`` and ``temp_dir`` (its spill files): of the DuckDB writing Parquet or CSV."""
         self.target = Path(path)
         self.schema = schema
         suffix = self.target.suffix.lower()
@@ -84,7 +92,7 @@ class ResultWriter:
         self.rows = 0
         self._writer: DuckdbCopy | pa.ipc.RecordBatchFileWriter
         if suffix != ".arrow":
-            self._writer = DuckdbCopy(self.tmp, suffix[1:], schema.names, types, threads)
+            self._writer = DuckdbCopy(self.tmp, suffix[1:], schema.names, types, threads, temp_dir)
             return
         try:
             self._writer = pa.ipc.new_file(self.tmp, schema)
