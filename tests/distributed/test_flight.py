@@ -179,6 +179,35 @@ def test_a_query_longer_than_the_idle_timeout_is_not_cut_off(tpch_dir, tmp_path)
         assert got == [oracle(tpch_dir).sql("SELECT count(*) FROM orders").fetchall()]
 
 
+def test_busy_workers_refuse_another_session_and_idle_ones_are_taken_over(tpch_dir, tmp_path):
+    """A second caller's session would have torn the workers out of the first one's query (which
+    then failed after 30 s): while a query runs, every worker refuses it, in either order of the
+    worker list; once the first session is idle, the second takes the workers over."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    sql = "SELECT count(*) FROM orders JOIN customer ON o_custkey = c_custkey"
+    with (
+        Workers(tpch_dir, 2, tmp_path) as w,
+        duckflock.connect(workers=w.addresses, token=w.token, config={"stage_gate_dir": str(gate)}) as first,
+    ):
+        got: list[object] = []
+        t = threading.Thread(target=lambda: got.append(first.sql(sql).fetchall()))
+        t.start()
+        for rank in (0, 1):
+            rank_at_gate(gate, rank, t.is_alive)
+        for order in (w.addresses, w.addresses[::-1]):
+            with pytest.raises(duckflock.DuckflockError, match="answering a query of another session"):
+                duckflock.connect(workers=order, token=w.token)
+        (gate / "hold").unlink()
+        t.join(BOUND_S)
+        assert got == [oracle(tpch_dir).sql(sql).fetchall()]
+        with duckflock.connect(workers=w.addresses, token=w.token) as second:
+            assert second.sql("SELECT count(*) FROM nation").fetchall() == [(25,)]
+        with pytest.raises(duckflock.DuckflockError, match="no session"):
+            first.sql("SELECT 1")
+
+
 def test_tls_workers(tpch_dir, tmp_path):
     """Workers serving grpc+tls: the caller trusts their certificate; a caller without it cannot talk."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"

@@ -47,19 +47,23 @@ def execute_on_rank(
 
     With ``cmd.parts_dir`` the ranks write the gathered rows to part files and return no result;
     with ``result_file`` (the driver) those rows stream into it as they arrive."""
+    rt.queries_running += 1
     try:
-        query = _RankQuery(rt, cmd, result_file)
-    except Exception as e:  # told to every rank like any failure, or they would wait for this one
-        rt.mux.fail(cmd.qid, None, describe_error(e))
-        raise ExecutionError(rt.rank, None, describe_error(e)) from None
-    try:
-        query.run()
-    except ExecutionError:
-        raise
-    except Exception as e:
-        raise query.failed(e) from None
+        try:
+            query = _RankQuery(rt, cmd, result_file)
+        except Exception as e:  # told to every rank like any failure, or they would wait for this one
+            rt.mux.fail(cmd.qid, None, describe_error(e))
+            raise ExecutionError(rt.rank, None, describe_error(e)) from None
+        try:
+            query.run()
+        except ExecutionError:
+            raise
+        except Exception as e:
+            raise query.failed(e) from None
+        finally:
+            query.close()
     finally:
-        query.close()
+        rt.queries_running -= 1
     return query.result, query.stats
 
 

@@ -48,6 +48,7 @@ class Runtime:
     driver_threads: int = 0
     budget: Budget | None = None
     spill_dir: Path | None = None  # this rank's own, on node-local storage; removed by close()
+    queries_running: int = 0  # this rank's part of a query under way (exec/rank_query.py)
     _driver_con: list[duckdb.DuckDBPyConnection] = field(default_factory=list)
     # Connections of stages running alongside another on this rank (plan/streaming.py), shared
     # by the copies of this Runtime like ``_driver_con``: a failure interrupts them too.

@@ -67,6 +67,11 @@ class _Session:
     running: int = 0  # queries being answered: a session is idle only between calls
 
 
+def _busy(s: _Session) -> bool:
+    """Whether the session has a query under way here (as its driver, or running stages)."""
+    return s.running > 0 or (s.runtime is not None and s.runtime.queries_running > 0)
+
+
 class Worker:
     """One worker process's sessions (one at a time), behind its Flight endpoint."""
 
@@ -118,7 +123,14 @@ class Worker:
                 self._teardown(s)
 
     def _prepare(self, msg: PrepareSession) -> Prepared:
-        self._teardown(self._session)
+        current = self._session
+        if current is not None and current.sid != msg.session and _busy(current):
+            # Taking the worker over would fail that query (its other workers wait on this one).
+            raise DuckflockError(
+                f"worker at {msg.peers[msg.rank]} is answering a query of another session; "
+                "try again when it has finished (an idle session is taken over)"
+            )
+        self._teardown(current)
         config = replace(Config.from_env(**msg.config), restrict_to_data_dir=True)
         hosts = [p.rsplit(":", 1)[0] for p in msg.peers]
         on_node = hosts.count(hosts[msg.rank])
