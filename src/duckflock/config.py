@@ -115,4 +115,9 @@ class Config:
 
                 kind = "a whole number" if f.type in ("int", int) else "a number"
                 raise DuckflockError(f"DUCKFLOCK_{f.name.upper()}={raw!r} is not {kind}") from None
-        return replace(cls(**values), **{k: v for k, v in overrides.items() if v is not None})
+        config = replace(cls(**values), **{k: v for k, v in overrides.items() if v is not None})
+        if config.time_zone:  # an unknown one fails here, once, not in every rank as it starts
+            from duckflock.local_duckdb import check_time_zone
+
+            check_time_zone(config.time_zone)
+        return config

@@ -13,7 +13,7 @@ import duckdb.sqltypes
 import pyarrow as pa
 
 from duckflock import duckdb_avg
-from duckflock.errors import DuckflockError
+from duckflock.errors import DuckflockError, duckdb_message
 from duckflock.sqltext import sql_literal
 
 
@@ -122,7 +122,30 @@ def set_time_zone(con: duckdb.DuckDBPyConnection, time_zone: str) -> None:
     """The database's TimeZone (its cursors' too); empty: leave this host's. Set after connecting:
     as a connect setting it would need the ICU extension loaded first."""
     if time_zone:
-        con.execute(f"SET GLOBAL TimeZone = {sql_literal(time_zone)}")
+        try:
+            con.execute(f"SET GLOBAL TimeZone = {sql_literal(time_zone)}")
+        except duckdb.Error as e:
+            raise DuckflockError(f"time_zone {time_zone!r}: {duckdb_message(e)}") from None
+
+
+def check_time_zone(time_zone: str) -> None:
+    """Raise DuckflockError where DuckDB does not know the zone."""
+    con = duckdb.connect()
+    try:
+        set_time_zone(con, time_zone)
+    finally:
+        con.close()
+
+
+def arrow_time_zone(schema: pa.Schema) -> str | None:
+    """The zone of a result's TIMESTAMPTZ columns (top-level or nested), if any: the session's."""
+
+    def zone(t: pa.DataType) -> str | None:
+        if pa.types.is_timestamp(t) and t.tz:
+            return t.tz
+        return next((z for i in range(t.num_fields) if (z := zone(t.field(i).type))), None)
+
+    return next((z for f in schema if (z := zone(f.type))), None)
 
 
 def local_time_zone() -> str:

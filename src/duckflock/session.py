@@ -14,7 +14,7 @@ from duckflock.backends.base import Backend
 from duckflock.exec.driver import QueryOutcome
 from duckflock.exec.progress import ProgressCallback
 from duckflock.exec.stage import StageStats
-from duckflock.local_duckdb import check_exact_from_arrow
+from duckflock.local_duckdb import arrow_time_zone, check_exact_from_arrow
 from duckflock.plan.explain import explain_plan
 from duckflock.sqltext import quote_ident as q
 from duckflock.sqltext import sql_literal
@@ -53,7 +53,7 @@ class Result:
         check_exact_from_arrow(table.column_names, types, "text" if as_text else "Python values")
         con = duckdb.connect()
         try:
-            zone = _time_zone(table.schema)  # the session's: TIMESTAMPTZ values are given in it
+            zone = arrow_time_zone(table.schema)  # the session's: TIMESTAMPTZ values are given in it
             if zone:
                 con.execute(f"SET TimeZone = {sql_literal(zone)}")
             con.register("result", table.rename_columns([f"c{i}" for i in range(table.num_columns)]))
@@ -85,18 +85,6 @@ class Result:
     def __repr__(self) -> str:
         t = self.outcome.table
         return f"<duckflock.Result {t.num_rows} rows x {t.num_columns} columns in {self.seconds:.3f} s>"
-
-
-def _time_zone(schema: pa.Schema) -> str | None:
-    """The zone of the result's TIMESTAMPTZ columns (top-level or nested), if any."""
-
-    def zone(t: pa.DataType) -> str | None:
-        if pa.types.is_timestamp(t) and t.tz:
-            return t.tz
-        children = [t.field(i).type for i in range(t.num_fields)] if t.num_fields else []
-        return next((z for c in children if (z := zone(c))), None)
-
-    return next((z for f in schema if (z := zone(f.type))), None)
 
 
 class Session:

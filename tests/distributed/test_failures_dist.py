@@ -128,6 +128,11 @@ def test_unreadable_file_names_rank_and_file(bad_dir):
             "DUCKFLOCK_MEMORY_LIMIT_BYTES='1GB' is not a whole number",
         ),
         ({"DUCKFLOCK_TEMP_DIR": "/proc/nowhere"}, [], "cannot make a spill directory in /proc/nowhere"),
+        (
+            {"DUCKFLOCK_TIME_ZONE": "Bad/Zone"},
+            [],
+            "time_zone 'Bad/Zone': Not implemented Error: Unknown TimeZone",
+        ),
         ({}, ["--output", "/proc/nowhere/x.parquet"], "cannot write /proc/nowhere/x.parquet"),
         ({}, ["--output", "/proc/nowhere/"], "cannot write into /proc/nowhere"),
     ],

@@ -95,6 +95,13 @@ def test_polars_and_time_zones_as_duckdb_gives_them(tmp_path):
         assert got.pl().columns == want.sql(sql + " ORDER BY 1").pl().columns
         df, want_df = got.df(), want.sql(sql + " ORDER BY 1").df()
         assert list(df.dtypes) == list(want_df.dtypes) and df.astype(str).equals(want_df.astype(str))
+        # A CSV file writes TIMESTAMPTZ (also nested) as text in the session's zone.
+        csv = "SELECT i, ts, [ts] AS l FROM (" + sql.replace("i, i, ", "i, ") + ") ORDER BY i"
+        db.sql(csv, output=str(tmp_path / "got.csv"))
+        want.execute(f"COPY ({csv}) TO '{tmp_path / 'want.csv'}'")
+        assert (tmp_path / "got.csv").read_text() == (tmp_path / "want.csv").read_text()
+    with pytest.raises(DuckflockError, match="time_zone 'Nowhere/Zone'"):
+        duckflock.connect(str(tmp_path), ranks=2, transport="threads", config={"time_zone": "Nowhere/Zone"})
 
 
 def test_queries_from_several_threads_take_turns(tmp_path):

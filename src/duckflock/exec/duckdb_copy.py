@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from duckflock.errors import DuckflockError
-from duckflock.local_duckdb import lossy_in_arrow
+from duckflock.local_duckdb import arrow_time_zone, lossy_in_arrow, set_time_zone
 from duckflock.sqltext import quote_ident, sql_literal
 
 _END = object()
@@ -106,6 +106,7 @@ class DuckdbCopy:
 
     def _start(self, schema: pa.Schema) -> None:
         self._schema = schema
+        set_time_zone(self._con, arrow_time_zone(schema) or "")  # CSV writes TIMESTAMPTZ in it
         self._con.register(_SOURCE, pa.RecordBatchReader.from_batches(schema, self._batches()))
         read = self._con.sql(f"SELECT * FROM {_SOURCE}").types  # binds; reads no batch
         cols = []
