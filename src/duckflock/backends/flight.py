@@ -50,6 +50,7 @@ class FlightBackend:
         # (docs/workers.md), as the CLI without --shared-data: assuming it, a worker read
         # partitions it does not hold (IO Error: No files found).
         config = {"shared_storage": False, **config, "time_zone": zone}
+        self.time_zone = str(zone)
         try:  # every worker knows the session before any connects to its peers
             prepared = []
             for client in self._clients:
@@ -107,7 +108,8 @@ class FlightBackend:
             reply.outcome.table = self._clients[0].fetch(ticket)
             return reply.outcome
         outcome = reply.outcome
-        writer = ResultWriter(output, outcome.plan.output_schema, outcome.plan.output_types)
+        plan = outcome.plan
+        writer = ResultWriter(output, plan.output_schema, plan.output_types, time_zone=self.time_zone)
         try:
             for batch in self._clients[0].stream_rows(ticket):
                 writer.write(batch)

@@ -115,12 +115,10 @@ class Driver:
         assert catalog is not None
         used = {n.table for s in plan.stages for n in walk(s.root) if isinstance(n, Scan)}
         parts_dir = str(prepare_directory(output).resolve()) if output and is_directory(output) else None
-        threads = max(self.rt.threads, self.rt.driver_threads)
-        result_file = (
-            ResultWriter(output, plan.output_schema, plan.output_types, threads, self.rt.spill_dir)
-            if output and not parts_dir
-            else None
-        )
+        # The DuckDB writing a file: every core of rank 0's, its spill directory, the session's zone.
+        how = (max(self.rt.threads, self.rt.driver_threads), self.rt.spill_dir, self.rt.config.time_zone)
+        schema, types = plan.output_schema, plan.output_types
+        result_file = ResultWriter(output, schema, types, *how) if output and not parts_dir else None
         cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile, parts_dir)
         follower = Follower(self.rt.mux, qid, plan, self.rt.size, progress) if progress else None
         try:
@@ -131,9 +129,7 @@ class Driver:
                 written = sum(s.exchange.rows_out for s in stats if s.sid == direct)
                 table = pa.Table.from_batches([], plan.output_schema)
             elif parts_dir:  # the driver finished the result: one part
-                part = Path(parts_dir) / part_name(0)
-                schema, types = plan.output_schema, plan.output_types
-                result_file = ResultWriter(part, schema, types, threads, self.rt.spill_dir)
+                result_file = ResultWriter(Path(parts_dir) / part_name(0), schema, types, *how)
             assert table is not None
             _check_columns(table, plan)
             if result_file is not None:

@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from duckflock.errors import DuckflockError
-from duckflock.local_duckdb import arrow_time_zone, lossy_in_arrow, set_time_zone
+from duckflock.local_duckdb import lossy_in_arrow, set_time_zone
 from duckflock.sqltext import quote_ident, sql_literal
 
 _END = object()
@@ -53,16 +53,20 @@ class DuckdbCopy:
         types: Sequence[str],
         threads: int = 1,
         temp_dir: Path | None = None,
+        time_zone: str = "",
     ):
         """``temp_dir``: where this DuckDB may spill (the rank's node-local spill directory), not
-        the working directory, DuckDB's default."""
+        the working directory, DuckDB's default. ``time_zone``: the session's (a CSV writes
+        TIMESTAMPTZ values as text in it); empty: this host's."""
         self._path, self._fmt, self._names, self._types = path, fmt, list(names), list(types)
         self._spill = tempfile.mkdtemp(prefix="copy-", dir=temp_dir)
         self._con = duckdb.connect(config={"threads": threads, "temp_directory": self._spill})
+        set_time_zone(self._con, time_zone)
         self._queue: queue.Queue[object] = queue.Queue(_WAITING)
         self._thread: threading.Thread | None = None
         self._schema: pa.Schema | None = None
         self._error: BaseException | None = None
+        self._closed = False
 
     def write(self, batch: pa.RecordBatch) -> None:
         # Renamed field by field: a field's metadata can name its type (VARIANT's does).
@@ -83,30 +87,34 @@ class DuckdbCopy:
             else:
                 self._put(_END)
                 self._thread.join()
-            if self._error is not None:
-                raise self._failure()
-        finally:
-            self._close()
+        except BaseException:  # e.g. Ctrl-C while COPY finishes: stop it, do not wait for it
+            self.abort()
+            raise
+        self._close()
+        if self._error is not None:
+            raise self._failure()
 
     def abort(self) -> None:
+        if self._closed:
+            return
         if self._thread is not None:
+            if self._thread.is_alive():
+                self._con.interrupt()  # COPY may be past reading the batches, writing the file
             while self._thread.is_alive():  # make room for the sentinel, then let COPY fail on it
                 with contextlib.suppress(queue.Empty):
                     self._queue.get_nowait()
-                try:
+                with contextlib.suppress(queue.Full):
                     self._queue.put_nowait(_Aborted())
-                except queue.Full:
-                    continue
-                self._thread.join()
+                self._thread.join(0.1)
         self._close()
 
     def _close(self) -> None:
+        self._closed = True
         self._con.close()
         shutil.rmtree(self._spill, ignore_errors=True)
 
     def _start(self, schema: pa.Schema) -> None:
         self._schema = schema
-        set_time_zone(self._con, arrow_time_zone(schema) or "")  # CSV writes TIMESTAMPTZ in it
         self._con.register(_SOURCE, pa.RecordBatchReader.from_batches(schema, self._batches()))
         read = self._con.sql(f"SELECT * FROM {_SOURCE}").types  # binds; reads no batch
         cols = []
@@ -124,7 +132,10 @@ class DuckdbCopy:
         self._thread.start()
 
     def _copy(self, query: str) -> None:
-        options = "FORMAT parquet" if self._fmt == "parquet" else "FORMAT csv, HEADER true"
+        # Straight into the file: the caller writes under a hidden temporary name and renames it
+        # when complete; DuckDB's own temporary file (tmp_<name>) would outlive a killed rank.
+        fmt = "FORMAT parquet" if self._fmt == "parquet" else "FORMAT csv, HEADER true"
+        options = f"{fmt}, USE_TMP_FILE false"
         try:
             self._con.execute(f"COPY ({query}) TO {sql_literal(self._path)} ({options})")
         except BaseException as e:

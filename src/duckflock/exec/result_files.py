@@ -6,7 +6,8 @@ itself, with no gather; when the rows are range-partitioned by ORDER BY, reading
 order gives the sorted result. ``_SUCCESS`` marks a directory whose query completed.
 
 Files are written under hidden temporary names and renamed when complete, so a failed query leaves
-no partial file behind.
+no partial file behind (in a directory, the complete parts of ranks that had finished stay, and no
+``_SUCCESS``).
 """
 
 from __future__ import annotations
@@ -72,9 +73,11 @@ class ResultWriter:
         types: Sequence[str],
         threads: int = 1,
         temp_dir: Path | None = None,
+        time_zone: str = "",
     ):
         """``schema``: the result's as DuckDB's .arrow() gives it; ``types``: its DuckDB types.
-        ``threads`` and ``temp_dir`` (its spill files): of the DuckDB writing Parquet or CSV."""
+        ``threads``, ``temp_dir`` (its spill files) and ``time_zone`` (the session's): of the DuckDB
+        writing Parquet or CSV."""
         self.target = Path(path)
         self.schema = schema
         suffix = self.target.suffix.lower()
@@ -92,7 +95,8 @@ class ResultWriter:
         self.rows = 0
         self._writer: DuckdbCopy | pa.ipc.RecordBatchFileWriter
         if suffix != ".arrow":
-            self._writer = DuckdbCopy(self.tmp, suffix[1:], schema.names, types, threads, temp_dir)
+            how = (threads, temp_dir, time_zone)
+            self._writer = DuckdbCopy(self.tmp, suffix[1:], schema.names, types, *how)
             return
         try:
             self._writer = pa.ipc.new_file(self.tmp, schema)
