@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import duckflock
-from support import BOUND_S, make_table, rank_at_gate
+from support import BOUND_S, make_table, oracle, rank_at_gate
 
 pytestmark = pytest.mark.dist
 
@@ -345,6 +345,37 @@ def test_interrupted_session_query_ends_the_job_and_says_so(bad_dir, tmp_path):
         db.close()
     with duckflock.connect(str(bad_dir), ranks=2, transport="mpi") as again:
         assert again.sql("SELECT count(*) FROM good").fetchall() == [(2000,)]
+
+
+def test_interrupted_query_on_thread_ranks_stops_every_rank(bad_dir, tmp_path):
+    """Ctrl-C while rank 0 (the caller's thread) waits and the other ranks hold at a stage gate:
+    the query raises KeyboardInterrupt at once and the other ranks are told, so the next query runs
+    (rank 1 had gone on with the old query and the next one waited behind it)."""
+    import signal
+    import threading
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    config = {"stage_gate_dir": str(gate)}
+    sql = "SELECT count(*) FROM good JOIN bad USING (k)"
+    with duckflock.connect(str(bad_dir), ranks=2, transport="threads", config=config) as db:
+
+        def interrupt_at_gate() -> None:
+            rank_at_gate(gate, 1, lambda: True)
+            os.kill(os.getpid(), signal.SIGINT)  # delivered to the main thread, inside db.sql
+
+        threading.Thread(target=interrupt_at_gate, daemon=True).start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            db.sql(sql)
+        assert time.monotonic() - t0 < BOUND_S
+        (gate / "hold").unlink()
+        got: list[object] = []
+        t = threading.Thread(target=lambda: got.append(db.sql("SELECT count(*) FROM good").fetchall()))
+        t.start()
+        t.join(BOUND_S)
+        assert got == [oracle(bad_dir).sql("SELECT count(*) FROM good").fetchall()]
 
 
 def _older_duckdb(tmp_path: Path) -> list[str]:

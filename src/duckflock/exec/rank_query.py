@@ -58,7 +58,11 @@ def execute_on_rank(
             query.run()
         except ExecutionError:
             raise
+        except KeyboardInterrupt:
+            raise query.interrupted() from None
         except Exception as e:
+            if _ctrl_c(e):
+                raise query.interrupted() from None
             raise query.failed(e) from None
         finally:
             query.close()
@@ -148,7 +152,8 @@ class _RankQuery:
         if self.part_path is not None:
             plan, rt = self.plan, self.rt
             schema, types = plan.output_schema, plan.output_types
-            self.part = ResultWriter(self.part_path, schema, types, rt.threads, rt.spill_dir)
+            how = (rt.threads, rt.spill_dir, rt.config.time_zone)
+            self.part = ResultWriter(self.part_path, schema, types, *how)
         self.start_inputs()  # from the start, so rows sent while earlier stages run are taken in
         stages = self.plan.stages
         i = 0
@@ -246,10 +251,21 @@ class _RankQuery:
         self.rt.mux.fail(self.cmd.qid, sid, cause)
         return ExecutionError(self.rt.rank, sid, cause)
 
+    def interrupted(self) -> KeyboardInterrupt:
+        """Ctrl-C here (ranks as threads, or an SPMD script's rank): the other ranks stop this
+        query too (or they would go on, or wait for this one, and the next query after them)."""
+        self.rt.mux.fail(self.cmd.qid, self.stage_id, "interrupted (Ctrl-C)")
+        return KeyboardInterrupt()
+
     def close(self) -> None:
         self.received.close()
         if self.part is not None:
             self.part.abort()
+
+
+def _ctrl_c(e: Exception) -> bool:
+    """DuckDB's Python client ends a query on Ctrl-C with this error, not KeyboardInterrupt."""
+    return type(e) is RuntimeError and str(e) == "Query interrupted"
 
 
 def describe_error(e: Exception) -> str:
