@@ -14,10 +14,9 @@ from duckflock.backends.base import Backend
 from duckflock.exec.driver import QueryOutcome
 from duckflock.exec.progress import ProgressCallback
 from duckflock.exec.stage import StageStats
-from duckflock.local_duckdb import arrow_time_zone, check_exact_from_arrow
+from duckflock.local_duckdb import arrow_time_zone, check_exact_from_arrow, set_time_zone
 from duckflock.plan.explain import explain_plan
 from duckflock.sqltext import quote_ident as q
-from duckflock.sqltext import sql_literal
 
 
 @dataclass
@@ -53,9 +52,8 @@ class Result:
         check_exact_from_arrow(table.column_names, types, "text" if as_text else "Python values")
         con = duckdb.connect()
         try:
-            zone = arrow_time_zone(table.schema)  # the session's: TIMESTAMPTZ values are given in it
-            if zone:
-                con.execute(f"SET TimeZone = {sql_literal(zone)}")
+            # The session's zone, which TIMESTAMPTZ values are given in.
+            set_time_zone(con, arrow_time_zone(table.schema) or "")
             con.register("result", table.rename_columns([f"c{i}" for i in range(table.num_columns)]))
             exprs = [f"CAST(c{i} AS {types[i]})" if types else f"c{i}" for i in range(table.num_columns)]
             if as_text:
