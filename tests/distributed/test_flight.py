@@ -199,6 +199,8 @@ def test_busy_workers_refuse_another_session_and_idle_ones_are_taken_over(tpch_d
         for order in (w.addresses, w.addresses[::-1]):
             with pytest.raises(duckflock.DuckflockError, match="answering a query of another session"):
                 duckflock.connect(workers=order, token=w.token)
+        with pytest.raises(duckflock.DuckflockError, match="listed more than once"):
+            duckflock.connect(workers=[w.addresses[0], w.addresses[0]], token=w.token)
         (gate / "hold").unlink()
         t.join(BOUND_S)
         assert got == [oracle(tpch_dir).sql(sql).fetchall()]

@@ -41,6 +41,9 @@ class FlightBackend:
     def __init__(self, workers: list[str], token: str, tls_root: bytes | None, config: dict[str, object]):
         scheme = "grpc+tls" if tls_root else "grpc+tcp"
         self.locations = [w if "://" in w else f"{scheme}://{w}" for w in workers]
+        twice = sorted({w for w in self.locations if self.locations.count(w) > 1})
+        if twice:  # one worker process serves one rank of a session
+            raise DuckflockError(f"worker {', '.join(twice)} is listed more than once")
         self.ranks = len(self.locations)
         self.sid = secrets.token_hex(8)
         self._clients = [WorkerClient(r, loc, token, tls_root) for r, loc in enumerate(self.locations)]
