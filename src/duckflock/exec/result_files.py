@@ -45,7 +45,8 @@ def prepare_directory(path: str) -> Path:
     try:
         target.mkdir(parents=True, exist_ok=True)
         ours = {*target.glob("part-*.parquet"), *target.glob(f".part-*{TEMP_SUFFIX}"), target / SUCCESS}
-        others = sorted(f.name for f in target.iterdir() if f not in ours)
+        # Hidden files (an NFS client's .nfs*, another tool's) are no part of a reader's result.
+        others = sorted(f.name for f in target.iterdir() if f not in ours and not f.name.startswith("."))
         if others:
             raise DuckflockError(
                 f"--output directory {target} holds other files ({', '.join(others[:3])}"
