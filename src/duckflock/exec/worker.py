@@ -165,7 +165,10 @@ class Worker:
     def _current(self, sid: str) -> _Session:
         s = self._session
         if s is None or s.sid != sid:
-            raise DuckflockError(f"no session {sid} here (it ended or never began)")
+            raise DuckflockError(
+                f"no session {sid} here: it ended (idle past the timeout, a lost worker, or another "
+                "caller took over the idle workers) or never began; connect again"
+            )
         s.last_call = time.monotonic()
         return s
 
