@@ -97,6 +97,8 @@ def _is_distinct(node: exp.Expr) -> bool:
     """Whether an aggregate call is DISTINCT, FILTER or not (a per-rank partial of a DISTINCT
     aggregate would count a value once on every rank holding it)."""
     call = node.this if isinstance(node, exp.Filter) else node
+    if isinstance(call, exp.Anonymous):  # a function sqlglot does not know: mean(DISTINCT x)
+        return any(isinstance(e, exp.Distinct) for e in call.expressions)
     return isinstance(call.this, exp.Distinct) or bool(call.args.get("distinct"))
 
 

@@ -15,6 +15,7 @@ from collections import Counter
 
 import duckdb
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
 
 from duckflock.sql.allowlist import unsupported
 
@@ -40,10 +41,12 @@ def check_round_trip(
 ) -> None:
     """Raise SqlError (unsupported) when sqlglot's DuckDB SQL for ``tree`` calls other functions
     than ``text`` does, or calls a function whose value depends on where it runs."""
+    try:
+        again = tree.sql(dialect="duckdb")
+    except SqlglotError as e:  # e.g. a call it parsed but cannot write back (encode(s))
+        raise unsupported(f"SQL the rewriter cannot write back ({str(e).splitlines()[0]})") from None
     # Both statements in one DuckDB query: each query costs about a millisecond of overhead.
-    both = con.execute(
-        "SELECT json_serialize_sql(?), json_serialize_sql(?)", [text, tree.sql(dialect="duckdb")]
-    )
+    both = con.execute("SELECT json_serialize_sql(?), json_serialize_sql(?)", [text, again])
     written, rewritten = (_calls(serialized, aliases) for serialized in both.fetchall()[0])
     if written is None:
         return  # DuckDB cannot serialize this statement; its binder has accepted it already
