@@ -81,6 +81,8 @@ def _distinct_split(nodes: list[exp.Expr], fresh) -> Split | None:
             return None
         if not isinstance(node.this, exp.Distinct) or len(node.this.expressions) != 1:
             return None
+        if isinstance(node, exp.Min | exp.Max) and node.args.get("count") is not None:
+            return None  # max(DISTINCT x, n): its n largest values, not one (rebuilt below without n)
         args.add(node.this.expressions[0].sql(dialect="duckdb"))
     if len(args) != 1:
         return None
