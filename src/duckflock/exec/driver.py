@@ -115,8 +115,7 @@ class Driver:
         assert catalog is not None
         used = {n.table for s in plan.stages for n in walk(s.root) if isinstance(n, Scan)}
         parts_dir = str(prepare_directory(output).resolve()) if output and is_directory(output) else None
-        # The DuckDB writing a file: every core of rank 0's, its spill directory, the session's zone.
-        how = (max(self.rt.threads, self.rt.driver_threads), self.rt.spill_dir, self.rt.config.time_zone)
+        how = self.rt.writer_settings(max(self.rt.threads, self.rt.driver_threads))  # rank 0's cores
         schema, types = plan.output_schema, plan.output_types
         result_file = ResultWriter(output, schema, types, *how) if output and not parts_dir else None
         cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile, parts_dir)

@@ -20,7 +20,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from duckflock.errors import DuckflockError
+from duckflock.errors import DuckflockError, duckdb_message
 from duckflock.local_duckdb import lossy_in_arrow, set_time_zone
 from duckflock.sqltext import quote_ident, sql_literal
 
@@ -54,14 +54,24 @@ class DuckdbCopy:
         threads: int = 1,
         temp_dir: Path | None = None,
         time_zone: str = "",
+        memory_bytes: int = 0,
     ):
         """``temp_dir``: where this DuckDB may spill (the rank's node-local spill directory), not
         the working directory, DuckDB's default. ``time_zone``: the session's (a CSV writes
-        TIMESTAMPTZ values as text in it); empty: this host's."""
+        TIMESTAMPTZ values as text in it); empty: this host's. ``memory_bytes``: its memory_limit
+        (a part of the rank's budget), 0 for DuckDB's default."""
         self._path, self._fmt, self._names, self._types = path, fmt, list(names), list(types)
         self._spill = tempfile.mkdtemp(prefix="copy-", dir=temp_dir)
-        self._con = duckdb.connect(config={"threads": threads, "temp_directory": self._spill})
-        set_time_zone(self._con, time_zone)
+        settings: dict[str, str | bool | int | float | list[str]] = {"threads": threads}
+        settings["temp_directory"] = self._spill
+        if memory_bytes:
+            settings["memory_limit"] = f"{memory_bytes}B"
+        self._con = duckdb.connect(config=settings)
+        try:
+            set_time_zone(self._con, time_zone)
+        except BaseException:
+            self._close()
+            raise
         self._queue: queue.Queue[object] = queue.Queue(_WAITING)
         self._thread: threading.Thread | None = None
         self._schema: pa.Schema | None = None
@@ -79,11 +89,15 @@ class DuckdbCopy:
         self._put(batch)
 
     def commit(self) -> None:
+        assert not self._closed, "committed after it failed or was aborted"
         try:
             if self._thread is None:  # no rows: the columns alone, in the result's types
                 typed = zip(self._names, self._types, strict=True)
                 cols = ", ".join(f"CAST(NULL AS {t}) AS {quote_ident(n)}" for n, t in typed)
-                self._copy(f"SELECT {cols} LIMIT 0")
+                try:
+                    self._copy(f"SELECT {cols} LIMIT 0")
+                except duckdb.Error as e:
+                    self._error = e
             else:
                 self._put(_END)
                 self._thread.join()
@@ -114,12 +128,15 @@ class DuckdbCopy:
         shutil.rmtree(self._spill, ignore_errors=True)
 
     def _start(self, schema: pa.Schema) -> None:
-        self._schema = schema
+        if len(schema) != len(self._names):  # columns that depend on the data, which planning missed
+            raise DuckflockError(
+                f"the query gave {len(schema)} columns where its plan has {len(self._names)}"
+            )
         self._con.register(_SOURCE, pa.RecordBatchReader.from_batches(schema, self._batches()))
         read = self._con.sql(f"SELECT * FROM {_SOURCE}").types  # binds; reads no batch
         cols = []
         for i, (got, name, want) in enumerate(zip(read, self._names, self._types, strict=True)):
-            col, wanted = quote_ident(f"c{i}"), duckdb.sqltype(want)
+            col, wanted = quote_ident(f"c{i}"), self._con.sqltype(want)
             if lossy_in_arrow(wanted) and not _extended(schema.field(i).type):
                 raise DuckflockError(
                     f"column {name!r} of type {want} cannot be written to a {self._fmt} file exactly from "
@@ -128,18 +145,25 @@ class DuckdbCopy:
             same = str(got) == str(wanted)
             cols.append(f"{col if same else f'CAST({col} AS {want})'} AS {quote_ident(name)}")
         query = f"SELECT {', '.join(cols)} FROM {_SOURCE}"
-        self._thread = threading.Thread(target=self._copy, args=(query,), name="duckflock-copy", daemon=True)
+        self._schema = schema
+        self._thread = threading.Thread(
+            target=self._copy_here, args=(query,), name="duckflock-copy", daemon=True
+        )
         self._thread.start()
+
+    def _copy_here(self, query: str) -> None:
+        """COPY on this (its own) thread: its error is kept for the writing side."""
+        try:
+            self._copy(query)
+        except BaseException as e:
+            self._error = e
 
     def _copy(self, query: str) -> None:
         # Straight into the file: the caller writes under a hidden temporary name and renames it
         # when complete; DuckDB's own temporary file (tmp_<name>) would outlive a killed rank.
         fmt = "FORMAT parquet" if self._fmt == "parquet" else "FORMAT csv, HEADER true"
         options = f"{fmt}, USE_TMP_FILE false"
-        try:
-            self._con.execute(f"COPY ({query}) TO {sql_literal(self._path)} ({options})")
-        except BaseException as e:
-            self._error = e
+        self._con.execute(f"COPY ({query}) TO {sql_literal(self._path)} ({options})")
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
         while (item := self._queue.get()) is not _END:
@@ -159,4 +183,6 @@ class DuckdbCopy:
                     raise self._failure() from None
 
     def _failure(self) -> DuckflockError:
-        return DuckflockError(f"the result cannot be written as {self._fmt}: {self._error}")
+        why = duckdb_message(self._error) if isinstance(self._error, Exception) else str(self._error)
+        why = why.split("\n\nLINE ")[0].split("\nLINE ")[0]  # not the internal COPY statement
+        return DuckflockError(f"the result cannot be written as {self._fmt}: {why}")

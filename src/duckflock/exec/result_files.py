@@ -75,10 +75,11 @@ class ResultWriter:
         threads: int = 1,
         temp_dir: Path | None = None,
         time_zone: str = "",
+        memory_bytes: int = 0,
     ):
         """``schema``: the result's as DuckDB's .arrow() gives it; ``types``: its DuckDB types.
-        ``threads``, ``temp_dir`` (its spill files) and ``time_zone`` (the session's): of the DuckDB
-        writing Parquet or CSV."""
+        ``threads``, ``temp_dir`` (its spill files), ``time_zone`` (the session's) and
+        ``memory_bytes`` (its memory_limit; 0: DuckDB's default): of the DuckDB writing Parquet or CSV."""
         self.target = Path(path)
         self.schema = schema
         suffix = self.target.suffix.lower()
@@ -96,8 +97,12 @@ class ResultWriter:
         self.rows = 0
         self._writer: DuckdbCopy | pa.ipc.RecordBatchFileWriter
         if suffix != ".arrow":
-            how = (threads, temp_dir, time_zone)
-            self._writer = DuckdbCopy(self.tmp, suffix[1:], schema.names, types, *how)
+            how = (threads, temp_dir, time_zone, memory_bytes)
+            try:
+                self._writer = DuckdbCopy(self.tmp, suffix[1:], schema.names, types, *how)
+            except BaseException:
+                Path(self.tmp).unlink(missing_ok=True)
+                raise
             return
         try:
             self._writer = pa.ipc.new_file(self.tmp, schema)

@@ -130,6 +130,13 @@ class Runtime:
             self._side_cons.remove(con)
             con.close()
 
+    def writer_settings(self, threads: int) -> tuple[int, Path | None, str, int]:
+        """How the DuckDB writing a result file runs here (exec/result_files.ResultWriter): ``threads``,
+        this rank's spill directory, the session's zone, and a memory_limit out of the rank's budget
+        (it runs next to the DuckDB producing the rows: the part received exchange data has)."""
+        memory = self.budget.exchange_bytes if self.budget is not None else 0
+        return threads, self.spill_dir, self.config.time_zone, memory
+
     def interrupt(self) -> None:
         # Called by the mux thread while a stage's side connection may be closing: a connection
         # already closed has nothing to interrupt (and the mux thread must not die of it).
