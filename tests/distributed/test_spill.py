@@ -102,9 +102,10 @@ def test_orphaned_spill_directory_is_removed(data, tmp_path):
     base = tmp_path / "scratch"
     dead = base / f"duckflock-999999999-r0-{socket.gethostname()}-abc"
     elsewhere = base / "duckflock-999999999-r0-another.host-abc"
-    for d in (dead, elsewhere):
+    suffixed = base / f"duckflock-999999999-r0-gpu-{socket.gethostname()}-abc"  # host gpu-<ours>
+    for d in (dead, elsewhere, suffixed):
         (d / "duckdb").mkdir(parents=True)
         (d / "exchange-1.arrow").write_bytes(b"x" * 100)
     with duckflock.connect(str(data), ranks=1, transport="threads", config={"temp_dir": str(base)}) as db:
         db.sql("SELECT 1").arrow()
-        assert not dead.exists() and elsewhere.exists()
+        assert not dead.exists() and elsewhere.exists() and suffixed.exists()

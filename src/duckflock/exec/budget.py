@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -189,9 +190,10 @@ def remove_spill_dir(path: Path) -> None:
 def _remove_orphans(base: Path) -> None:
     """Spill directories of this host whose process is gone (killed before it could clean up).
     Another host's, in a temp_dir the nodes share, may belong to a live process there."""
-    for d in base.glob(f"{_PREFIX}*-r*-{_host()}-*"):
-        pid = d.name[len(_PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit() or pid_alive(int(pid)):
+    for d in base.glob(f"{_PREFIX}*-r*-*"):
+        # duckflock-<pid>-r<rank>-<host>-<mkdtemp's suffix, no dash>; the host may hold dashes.
+        named = re.fullmatch(rf"{_PREFIX}(\d+)-r\d+-(.+)-[^-]+", d.name)
+        if named is None or named[2] != _host() or pid_alive(int(named[1])):
             continue
         shutil.rmtree(d, ignore_errors=True)
 
