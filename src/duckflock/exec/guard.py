@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _CAUSES = {
@@ -37,7 +38,8 @@ def main(argv: list[str]) -> int:
     job, program = Path(argv[0]), argv[1:]
     rank = next((os.environ[v] for v in ("PMI_RANK", "PMIX_RANK", "SLURM_PROCID") if v in os.environ), "?")
     # The rank inherits the launcher's descriptors (MPICH's PMI connection among them).
-    child = subprocess.Popen(program, close_fds=False, preexec_fn=_die_with(os.getpid()))
+    arm = _die_with(os.getpid()) if sys.platform.startswith("linux") else None
+    child = subprocess.Popen(program, close_fds=False, preexec_fn=arm)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, _f: child.send_signal(s))
     code = child.wait()
@@ -55,13 +57,13 @@ def main(argv: list[str]) -> int:
     return 128 - code
 
 
-def _die_with(guard: int):
+def _die_with(guard: int) -> Callable[[], None]:
     """The rank is killed when this guard dies: orphaned, it would keep the job's PMI connection
     open, and mpiexec would wait for it forever. Linux's parent-death signal; the stdlib has no
     wrapper for prctl, hence ctypes."""
 
     def arm() -> None:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL))
         if os.getppid() != guard:  # the guard died before the signal was armed
             os._exit(128 + signal.SIGKILL)
 

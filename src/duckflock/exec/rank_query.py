@@ -150,10 +150,8 @@ class _RankQuery:
 
     def run(self) -> None:
         if self.part_path is not None:
-            plan, rt = self.plan, self.rt
-            schema, types = plan.output_schema, plan.output_types
-            how = (rt.threads, rt.spill_dir, rt.config.time_zone)
-            self.part = ResultWriter(self.part_path, schema, types, *how)
+            schema, types = self.plan.output_schema, self.plan.output_types
+            self.part = ResultWriter(self.part_path, schema, types, *self.rt.writer_settings(self.rt.threads))
         self.start_inputs()  # from the start, so rows sent while earlier stages run are taken in
         stages = self.plan.stages
         i = 0
@@ -219,11 +217,24 @@ class _RankQuery:
             except Exception as e:  # no connection or thread for a stage: stop the ones started
                 errors.insert(0, self.failed(e, group[len(threads)].sid))
             finally:
-                for t in threads:
-                    t.join()
+                self._join(threads)  # before their connections close
         if errors:
             raise errors[0]
         self.stats.sort(key=lambda st: st.sid)
+
+    def _join(self, threads: list[threading.Thread]) -> None:
+        """Wait for the stage threads; on Ctrl-C meanwhile, tell every rank (which interrupts
+        these threads' queries) and still wait for them, then raise it."""
+        interrupted: KeyboardInterrupt | None = None
+        for t in threads:
+            while t.is_alive():
+                try:
+                    t.join()
+                except KeyboardInterrupt as e:
+                    interrupted = interrupted or e
+                    self.rt.mux.fail(self.cmd.qid, self.stage_id, "interrupted (Ctrl-C)")
+        if interrupted is not None:
+            raise interrupted
 
     def run_stage(self, stage: Stage, overlap: Overlap | None = None) -> None:
         self.stage_id = stage.sid

@@ -123,14 +123,15 @@ class Worker:
                 self._teardown(s)
 
     def _prepare(self, msg: PrepareSession) -> Prepared:
-        current = self._session
-        if current is not None and current.sid != msg.session and _busy(current):
-            # Taking the worker over would fail that query (its other workers wait on this one).
-            raise DuckflockError(
-                f"worker at {msg.peers[msg.rank]} is answering a query of another session; "
-                "try again when it has finished (an idle session is taken over)"
-            )
-        self._teardown(current)
+        with self._lock:  # no query of the current session starts between the check and teardown
+            current = self._session
+            if current is not None and current.sid != msg.session and _busy(current):
+                # Taking the worker over would fail that query (its other workers wait on this one).
+                raise DuckflockError(
+                    f"worker at {msg.peers[msg.rank]} is answering a query of another session; "
+                    "try again when it has finished (an idle session is taken over)"
+                )
+            self._teardown(current)
         config = replace(Config.from_env(**msg.config), restrict_to_data_dir=True)
         hosts = [p.rsplit(":", 1)[0] for p in msg.peers]
         on_node = hosts.count(hosts[msg.rank])
@@ -207,7 +208,11 @@ class Worker:
         send_progress: Callable[[ProgressReply], None] | None = None,
     ) -> SqlReply | PlanReply | ErrorReply:
         assert s.driver is not None
-        s.running += 1  # one query at a time per session (one driver): no lock needed
+        with self._lock:  # seen by a second caller's _prepare, which would tear the session down
+            if self._session is not s:
+                gone = f"no session {s.sid} here: another caller took over the workers"
+                return ErrorReply(DuckflockError(gone))
+            s.running += 1  # one query at a time per session (one driver)
         try:
             return s.driver.answer(request, lambda table: self._keep(s, table), send_progress)
         except TransportError as e:  # a peer is lost: this session cannot continue

@@ -44,7 +44,8 @@ def check_round_trip(
     try:
         again = tree.sql(dialect="duckdb")
     except SqlglotError as e:  # e.g. a call it parsed but cannot write back (encode(s))
-        raise unsupported(f"SQL the rewriter cannot write back ({str(e).splitlines()[0]})") from None
+        why = (str(e).splitlines() or [type(e).__name__])[0]
+        raise unsupported(f"SQL the rewriter cannot write back ({why})") from None
     # Both statements in one DuckDB query: each query costs about a millisecond of overhead.
     both = con.execute("SELECT json_serialize_sql(?), json_serialize_sql(?)", [text, again])
     written, rewritten = (_calls(serialized, aliases) for serialized in both.fetchall()[0])
