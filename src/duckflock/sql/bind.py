@@ -113,7 +113,9 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
         with _quiet_sqlglot():  # it logs a warning for statements it keeps as raw commands
             statements = sqlglot.parse(text, read="duckdb")
     except ParseError as e:
-        raise SqlError(f"cannot parse SQL: {e.errors[0]['description'] if e.errors else e}") from None
+        why = e.errors[0]["description"] if e.errors else str(e)
+        # DuckDB may well accept it (corr(DISTINCT x, y)): say whose parser gave up.
+        raise SqlError(f"cannot parse SQL (duckflock's SQL parser, sqlglot, cannot read it): {why}") from None
     if len(statements) != 1 or statements[0] is None:
         raise SqlError("expected exactly one SQL statement")
     tree = statements[0]
