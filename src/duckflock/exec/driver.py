@@ -15,6 +15,7 @@ import pyarrow as pa
 from duckflock.catalog import Catalog
 from duckflock.errors import ExecutionError
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
+from duckflock.exec.duckdb_copy import column_count_problem
 from duckflock.exec.messages import (
     PlanReply,
     PlanRequest,
@@ -202,10 +203,9 @@ class Driver:
 
 
 def _check_columns(table: pa.Table, plan: StagePlan) -> None:
-    planned = len(plan.output_schema)
-    if table.num_columns != planned:  # columns that depend on the data, which planning missed
-        got = table.num_columns
-        raise ExecutionError(0, None, f"the query gave {got} columns where its plan has {planned}")
+    wrong = column_count_problem(table.num_columns, len(plan.output_schema))
+    if wrong:
+        raise ExecutionError(0, None, wrong)
 
 
 def _as_duckdb_returns(table: pa.Table, plan: StagePlan) -> pa.Table:

@@ -36,6 +36,12 @@ def _extended(t: pa.DataType) -> bool:
     return any(_extended(t.field(i).type) for i in range(t.num_fields))
 
 
+def column_count_problem(got: int, planned: int) -> str | None:
+    """What is wrong when a result has other columns than its plan: ones that depend on the data,
+    which planning missed (the driver's whole result and a file's batches are checked alike)."""
+    return None if got == planned else f"the query gave {got} columns where its plan has {planned}"
+
+
 class _Aborted(Exception):
     """Ends COPY's read of the batches when the query failed."""
 
@@ -128,10 +134,9 @@ class DuckdbCopy:
         shutil.rmtree(self._spill, ignore_errors=True)
 
     def _start(self, schema: pa.Schema) -> None:
-        if len(schema) != len(self._names):  # columns that depend on the data, which planning missed
-            raise DuckflockError(
-                f"the query gave {len(schema)} columns where its plan has {len(self._names)}"
-            )
+        wrong = column_count_problem(len(schema), len(self._names))
+        if wrong:
+            raise DuckflockError(wrong)
         self._con.register(_SOURCE, pa.RecordBatchReader.from_batches(schema, self._batches()))
         read = self._con.sql(f"SELECT * FROM {_SOURCE}").types  # binds; reads no batch
         cols = []
