@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 from pathlib import Path
-
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from duckflock.catalog import Catalog, TableInfo
-from duckflock.cli.output import stdout_console
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
 from duckflock.spmd import spmd
 
-out = stdout_console()
-err = Console(stderr=True, soft_wrap=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+@functools.cache
+def _out() -> Console:
+    """The console results are printed on. rich is imported only by the rank that prints (rank 0):
+    4.5 MB of every other rank's memory."""
+    from duckflock.cli.output import stdout_console
+
+    return stdout_console()
 
 
 def _query(db, args: argparse.Namespace) -> int:
@@ -25,18 +33,18 @@ def _query(db, args: argparse.Namespace) -> int:
 
     try:
         if args.command == "explain":
-            out.print(db.explain(args.query, analyze=args.analyze), highlight=False, markup=False)
+            _out().print(db.explain(args.query, analyze=args.analyze), highlight=False, markup=False)
             return 0
         result = _run_query(db, args)
         if args.output:
-            out.print(f"wrote {result.outcome.rows_written} rows to {args.output}")
+            _out().print(f"wrote {result.outcome.rows_written} rows to {args.output}")
         else:
-            result.show(max_rows=args.max_rows, console=out)
-        out.print(f"{result.seconds:.3f} s on {db.ranks} ranks")
+            result.show(max_rows=args.max_rows, console=_out())
+        _out().print(f"{result.seconds:.3f} s on {db.ranks} ranks")
         if args.profile:
-            print_profile(result.stats, console=out)
+            print_profile(result.stats, console=_out())
     except DuckflockError as e:
-        print_error(err, str(e))
+        print_error(str(e))
         return 1
     return 0
 
@@ -115,7 +123,7 @@ def run_worker(args: argparse.Namespace) -> int:
         tls=tls,
         idle_timeout_s=args.idle_timeout,
     )
-    out.print(
+    _out().print(
         f"duckflock worker serving {args.data} on {scheme}://{host}:{worker.port}",
         highlight=False,
         soft_wrap=True,
@@ -141,7 +149,7 @@ def run_explain(args: argparse.Namespace) -> int:
     catalog = Catalog.load(args.data)
     config = with_derived_limits(Config.from_env(), args.ranks)  # as the ranks on this node would
     plan = plan_query(args.query, catalog, SchemaDB(catalog), args.ranks, config)
-    out.print(explain_plan(plan), highlight=False, markup=False)
+    _out().print(explain_plan(plan), highlight=False, markup=False)
     return 0
 
 
@@ -184,7 +192,7 @@ def run_load(args: argparse.Namespace) -> int:
         if rt.rank == 0:
             from duckflock.cli.errors_out import print_error
 
-            print_error(err, str(failure.error() if failure else e))
+            print_error(str(failure.error() if failure else e))
     finally:
         rt.close()
     return code
@@ -200,7 +208,7 @@ def _tables_to_repartition(args: argparse.Namespace, rank: int) -> list[str]:
     catalog = Catalog.load(args.data)
     names = [catalog.table(args.table).name] if args.table else stale_hash_tables(catalog)
     if not names and rank == 0:
-        out.print(f"every hash-partitioned table already matches DuckDB {duckdb.__version__}'s hash")
+        _out().print(f"every hash-partitioned table already matches DuckDB {duckdb.__version__}'s hash")
     return names
 
 
@@ -209,4 +217,6 @@ def _print_loaded(verb: str, info: TableInfo | None) -> None:
     if info is None:
         return
     on = f" on {', '.join(info.keys)}" if info.keys else ""
-    out.print(f"{verb} {info.name}: {info.rows} rows in {len(info.partitions)} partitions ({info.kind}{on})")
+    _out().print(
+        f"{verb} {info.name}: {info.rows} rows in {len(info.partitions)} partitions ({info.kind}{on})"
+    )

@@ -14,11 +14,9 @@ import subprocess
 import sys
 import tempfile
 
-from rich.console import Console
-
 from duckflock.cli.bench_args import add_bench_parsers
 from duckflock.cli.errors_out import print_error
-from duckflock.cli.progress import launch_env
+from duckflock.cli.terminal import launch_env
 from duckflock.errors import DuckflockError
 from duckflock.exec.launch import (
     job_outcome,
@@ -27,8 +25,6 @@ from duckflock.exec.launch import (
     relay_without_banner,
     under_mpi,
 )
-
-err = Console(stderr=True, soft_wrap=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -126,10 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         return _dispatch(args, argv)
     except DuckflockError as e:
         if launcher_rank() in (None, 0):  # one message per job, not one per rank
-            print_error(err, str(e))
+            print_error(str(e))
         return 1
     except KeyboardInterrupt:
-        err.print("interrupted")
+        print("interrupted", file=sys.stderr)
         return 130
 
 
@@ -156,7 +152,7 @@ def relaunch(ranks: int, argv: list[str]) -> int:
         death = job_outcome(job, code, banner)
     if death is None:
         return code
-    print_error(err, death)
+    print_error(death)
     return code or 1
 
 

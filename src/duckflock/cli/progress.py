@@ -1,16 +1,12 @@
 """The query's progress on stderr, while it runs: only on a terminal, and only for a query that takes
 longer than a moment, so piped, captured and quick runs print exactly what they did before.
 
-Under ``mpiexec`` rank 0's stderr is a pipe to the launcher even when the user's is a terminal, so
-the launching process tells its ranks (``launch_env``) that their stderr ends on a terminal, and of
-what width.
+Under ``mpiexec`` the launching process tells its ranks whether their stderr ends on a terminal
+(cli/terminal.py).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -19,25 +15,19 @@ from rich.console import Console
 from rich.live import Live
 from rich.spinner import Spinner
 
-if TYPE_CHECKING:  # the launcher imports this module for launch_env: it stays free of the engine
+from duckflock.cli.terminal import launcher_terminal_width
+
+if TYPE_CHECKING:
     from duckflock.exec.progress import Progress
 
 SHOW_AFTER_S = 0.5
-_TERMINAL_ENV = "DUCKFLOCK_CLI_TERMINAL_WIDTH"
-
-
-def launch_env() -> dict[str, str]:
-    """Environment for a relaunched job whose stderr is this process's terminal."""
-    if not sys.stderr.isatty():
-        return {}
-    return {_TERMINAL_ENV: str(shutil.get_terminal_size().columns)}
 
 
 def terminal_console() -> Console | None:
     """A console on stderr when it ends on a terminal, else None."""
-    width = os.environ.get(_TERMINAL_ENV)
+    width = launcher_terminal_width()
     if width:
-        return Console(stderr=True, force_terminal=True, width=int(width))
+        return Console(stderr=True, force_terminal=True, width=width)
     console = Console(stderr=True)
     return console if console.is_terminal else None
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import IO
@@ -45,7 +47,8 @@ def mpiexec_argv(ranks: int, python_args: list[str], job_dir: str | None = None)
         raise DuckflockError(f"--ranks must be at least 1, got {ranks}")
     # The guard runs by file path, not ``-m``: that would import the duckflock package (DuckDB,
     # Arrow, ...) into a process that only waits, 60 MB per rank.
-    guard = ["-I", str(Path(__file__).with_name("guard.py")), job_dir, sys.executable] if job_dir else []
+    guard_py = str(Path(__file__).with_name("guard.py"))
+    guard = ["-I", "-S", guard_py, job_dir, sys.executable] if job_dir else []
     return [mpiexec_path(), "-n", str(ranks), sys.executable, *guard, *python_args]
 
 
@@ -68,8 +71,6 @@ def relay_without_banner(source: IO[bytes], sink: IO[bytes]) -> bytes:
 
 def job_outcome(job_dir: str, code: int, banner: bytes) -> str | None:
     """The one message for a job whose rank died by a signal (None when no rank did)."""
-    from duckflock.exec.guard import describe_deaths
-
     death = describe_deaths(Path(job_dir))
     if death is not None:
         return death
@@ -78,3 +79,36 @@ def job_outcome(job_dir: str, code: int, banner: bytes) -> str | None:
         what = said.group(1).decode(errors="replace").strip() if said else f"exit code {code}"
         return f"a rank of the MPI job ended abnormally: {what}"
     return None
+
+
+_CAUSES = {
+    signal.SIGKILL: "most likely the kernel's out-of-memory killer: the rank needed more memory than "
+    "the node allows; give each rank less (DUCKFLOCK_MEMORY_LIMIT_BYTES), use fewer ranks per node or "
+    "more nodes",
+    signal.SIGSEGV: "a crash inside DuckDB or a native library",
+    signal.SIGBUS: "a crash reading a memory-mapped file (a file changed or a disk filled up)",
+    signal.SIGABRT: "an internal abort in a native library",
+    signal.SIGTERM: "stopped from outside (a scheduler time limit, or kill)",
+    signal.SIGINT: "interrupted (Ctrl-C)",
+}
+
+
+def describe_deaths(job: Path) -> str | None:
+    """One message for the first rank the OS killed in this job (``exec/guard.py`` records each),
+    None when none was."""
+    records = []
+    for f in job.glob("rank*.died"):
+        try:
+            records.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    if not records:
+        return None
+    first = min(records, key=lambda r: r["time"])
+    sig = first["signal"]
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    cause = _CAUSES.get(sig, "ended by the operating system")
+    return f"rank {first['rank']} was killed by signal {sig} ({name}): {cause}"
