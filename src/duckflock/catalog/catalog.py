@@ -90,7 +90,9 @@ class TableInfo:
             bounds = tuple(None if p.rows == 0 else (p.min, p.max) for p in self.partitions)
             if not _disjoint(bounds):  # a key in two partitions: equal keys would not meet
                 return Arbitrary()
-            if not _bounds_comparable(self.column_type(key)):
+            if not _bounds_comparable(self.column_type(key)) or not _bounds_exact(
+                self.column_type(key), bounds
+            ):
                 return Arbitrary()
             return Ranged(key, self.column_type(key), bounds)
         return Arbitrary()
@@ -254,11 +256,41 @@ class Catalog:
 
 # Key types whose partition bounds, kept in the catalog as JSON, do not read back as values DuckDB
 # orders the same way: BLOB bounds are Python's text of the bytes, INTERVAL ones Python's
-# timedelta text (DuckDB rejects it), nested values have no literal of ours. Such tables are
-# not routed by range.
-_UNORDERED_BOUNDS = ("BLOB", "BYTEA", "VARBINARY", "BIT", "INTERVAL", "STRUCT", "MAP", "UNION")
+# timedelta text (DuckDB rejects it), nested values have no literal of ours; nanosecond times
+# read back cut to Python's microseconds (a key just above a bound compares below it once cast),
+# and a TIMETZ in Python's terms does not order as DuckDB orders it. Such tables are not routed by
+# range.
+_UNORDERED_BOUNDS = (
+    "BLOB",
+    "BYTEA",
+    "VARBINARY",
+    "BIT",
+    "INTERVAL",
+    "STRUCT",
+    "MAP",
+    "UNION",
+    "TIMESTAMP_NS",
+    "TIME_NS",
+    "TIMETZ",
+    "TIME WITH TIME ZONE",
+)
 
 
 def _bounds_comparable(key_type: str) -> bool:
     t = key_type.upper()
     return not t.endswith("]") and not t.startswith(_UNORDERED_BOUNDS)
+
+
+def _bounds_exact(key_type: str, bounds: tuple[tuple[Any, Any] | None, ...]) -> bool:
+    """Whether date and timestamp bounds are the partitions' own keys. DuckDB's Python client
+    gives those outside Python's range (year 10000 on, BC) as text, which sorts otherwise, and
+    +-infinity as Python's first and last day (so those days are not trusted either)."""
+    if not key_type.upper().startswith(("DATE", "TIMESTAMP")):
+        return True
+    return all(_inside_python_range(v) for b in bounds if b is not None for v in b)
+
+
+def _inside_python_range(v: object) -> bool:
+    if isinstance(v, dt.datetime):
+        return dt.datetime.min < v.replace(tzinfo=None) < dt.datetime.max
+    return isinstance(v, dt.date) and dt.date.min < v < dt.date.max
