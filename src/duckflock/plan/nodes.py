@@ -5,6 +5,7 @@ Removing every Exchange leaves a valid single-node plan: exchanges only say wher
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 from duckflock.catalog.partitioning import Partitioning
@@ -143,6 +144,10 @@ class Join(Node):
         return f"Join {self.kind}{' lateral' if self.lateral else ''}{on}{how}"
 
 
+# An integer, maybe in parentheses or negated: what DuckDB takes for a position in GROUP BY.
+_POSITION = re.compile(r"[\s()+-]*\d+[\s()]*")
+
+
 @dataclass(frozen=True, eq=False)
 class Aggregate(Unary):
     groups: tuple[str, ...] = ()  # SQL of the group keys; output columns are groups then aggs
@@ -161,8 +166,21 @@ class Aggregate(Unary):
 
     def grouping_sets_sql(self) -> str:
         assert self.grouping_sets is not None
-        sets = ", ".join("(" + ", ".join(self.groups[i] for i in s) + ")" for s in self.grouping_sets)
+        keys = self.group_by_keys()
+        sets = ", ".join("(" + ", ".join(keys[i] for i in s) + ")" for s in self.grouping_sets)
         return f"GROUPING SETS ({sets})"
+
+    def group_by_sql(self) -> str:
+        """What follows GROUP BY ("" for none)."""
+        if self.grouping_sets is not None:
+            return self.grouping_sets_sql()
+        return ", ".join(self.group_by_keys())
+
+    def group_by_keys(self) -> list[str]:
+        """The groups as GROUP BY terms: DuckDB reads an integer there as a column position (a
+        constant grouped on, as ``sum(DISTINCT 2)`` groups by 2 in its partial phase), so such a
+        key becomes an expression of the same value and type."""
+        return [f"({g} + 0)" if _POSITION.fullmatch(g) else g for g in self.groups]
 
 
 @dataclass(frozen=True, eq=False)

@@ -149,9 +149,8 @@ def _(node: Join, source: ScanSource) -> str:
 @_render.register
 def _(node: Aggregate, source: ScanSource) -> str:
     items = ", ".join(f"{e} AS {q(c)}" for e, c in zip(node.groups + node.aggs, node.columns, strict=True))
-    group = f" GROUP BY {', '.join(node.groups)}" if node.groups else ""
-    if node.grouping_sets is not None:
-        group = f" GROUP BY {node.grouping_sets_sql()}"
+    by = node.group_by_sql()
+    group = f" GROUP BY {by}" if by else ""
     return f"SELECT {items} FROM {_sub(node.child, source)}{group}"
 
 
