@@ -53,6 +53,7 @@ from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
 from duckflock.sql.join_order import optimize_joins
+from duckflock.sql.order_all import order_by_all_written_out
 from duckflock.sql.positions import plain_positions
 from duckflock.sql.query_constants import check_introspection, fix_clock
 from duckflock.sql.rewrite_hazards import rules_to_skip
@@ -84,6 +85,7 @@ _KEPT = {
 }
 _RULES: tuple[OptimizerFn, ...] = (
     qualify,
+    order_by_all_written_out,
     order_by_input_columns,
     exists_to_semi_join,
     scalar_subqueries_to_joins,
@@ -191,7 +193,7 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
     try:
         tree = _normalize(tree, aggregates)
         tree = unshadow_nested_sources(tree)
-        skip = rules_to_skip(tree, schema_db.volatile_names)
+        skip = rules_to_skip(tree, schema_db.volatile_names, schema_db.describe)
         rules = tuple(r for r in _RULES if getattr(r, "__name__", "") not in skip)
         # isolate_tables (optimize's default) wraps each joined table in a derived table for
         # merge_subqueries to merge back; without that rule it would leave them there.
@@ -501,8 +503,11 @@ class _Builder:
         return node, selects, order_keys, having, qualify_
 
     def _is_unit(self, node: exp.Expr) -> bool:
-        """An aggregate call with its wrappers, used for grouping (not as a window function)."""
+        """An aggregate call with its wrappers, used for grouping (not as a window function, not
+        inside a subquery's stand-in)."""
         if isinstance(node.parent, WRAPPERS) and node.parent.this is node:
+            return False
+        if _in_query(node):
             return False
         if isinstance(node.parent, exp.Window) and node.parent.this is node:
             return False
@@ -777,7 +782,21 @@ class _Builder:
         finally:
             self._correlated_depth -= token in self.correlated
         placeholder = exp.select("*").from_(exp.to_identifier(token, quoted=True))
+        columns = self.subplans[token].columns
+        if isinstance(node, exp.Subquery) and len(columns) == 1 and self._one_row(body):
+            # The same single value, as an aggregate: DuckDB (2.0) gets a correlated IN / NOT IN
+            # wrong whose subquery reads a plain one-column scalar subquery (one outer row's NULL
+            # reaches the others), and right where that scalar subquery aggregates.
+            placeholder.set("expressions", [exp.func("any_value", _col(columns[0]))])
         return type(node)(this=placeholder)
+
+    def _one_row(self, body: exp.Expr) -> bool:
+        """Whether a query gives at most one row: it aggregates without GROUP BY."""
+        return (
+            isinstance(body, exp.Select)
+            and body.args.get("group") is None
+            and any(self.aggregates.units(e) for e in body.expressions)
+        )
 
     def reads_outer_row(self, e: exp.Expr) -> bool:
         """Whether ``e`` holds the token of a correlated subquery."""
@@ -894,6 +913,15 @@ def _first_arg(call: exp.Expr) -> str | None:
     if not isinstance(first, exp.Expr) or isinstance(first, exp.Star | exp.Order):
         return None
     return _sql(first)
+
+
+def _in_query(node: exp.Expr) -> bool:
+    p = node.parent
+    while p is not None:
+        if isinstance(p, exp.Query):
+            return True
+        p = p.parent
+    return False
 
 
 def _outer_aggregate(body: exp.Expr, aggregates: Aggregates) -> bool:

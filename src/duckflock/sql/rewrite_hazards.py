@@ -9,10 +9,12 @@
   inside it, including inside a subquery whose own FROM item has the same name
   (``(SELECT ...) x WHERE x.id IN (SELECT x.id FROM u AS x)``): such FROM items are renamed
   (sql/shadowing.py); a subquery's own CTE of such a name makes the query skip the rule.
-- The plan computes a CTE once per reference, DuckDB once for all of them: where its rows depend
-  on row order (LIMIT, a sample, DISTINCT ON, a window, first() and the like over ties), two
-  references could hold different rows. Such a CTE read more than once sends the query to the
-  driver.
+- The plan computes a CTE once per reference (and so a CTE another such CTE reads, once per
+  reference of that one), DuckDB once for all of them: where its rows depend on row order (LIMIT,
+  a sample, DISTINCT ON, a window, first() and the like over ties), two references could hold
+  different rows; where it sums floats (sum() of a DOUBLE, var_samp(), corr() and the like), their
+  last bits depend on the order partial results meet in, and the references' values may not be
+  equal. Such a CTE computed more than once sends the query to the driver.
 - It treats an ASOF join as an inner join: a WHERE conjunct on the right side moves into the ON
   clause, so it filters the candidates before the match instead of the matches after it. A query
   with an ASOF join skips the rule (the plan's own pushdown keeps such filters above the join).
@@ -20,8 +22,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlglot import exp
 
+from duckflock.errors import DuckflockError
 from duckflock.sql.allowlist import unsupported
 from duckflock.sql.functions import function_name
 from duckflock.sql.scopes import query_of
@@ -37,19 +42,30 @@ _ORDER_DEPENDENT = frozenset(
         "arg_max_null", "mode", "fsum", "sumkahan", "kahan_sum", "reservoir_quantile", "approx_quantile",
     }
 )  # fmt: skip
+# Aggregates that sum or multiply in DOUBLE whatever their input, and those that do for a float input.
+_FLOAT_STATE = frozenset(
+    {
+        "var_samp", "var_pop", "variance", "stddev", "stddev_samp", "stddev_pop", "corr", "covar_samp",
+        "covar_pop", "regr_avgx", "regr_avgy", "regr_intercept", "regr_r2", "regr_slope", "regr_sxx",
+        "regr_sxy", "regr_syy", "skewness", "kurtosis", "kurtosis_pop", "sem", "favg",
+    }
+)  # fmt: skip
+_FLOAT_INPUT = frozenset({"sum", "avg", "mean", "product", "sum_no_overflow"})
+# (name, type) of a query's result columns (SchemaDB.describe).
+Describe = Callable[[str], list[tuple[str, str]]]
 
 
-def rules_to_skip(tree: exp.Expr, volatile: frozenset[str]) -> set[str]:
+def rules_to_skip(tree: exp.Expr, volatile: frozenset[str], describe: Describe) -> set[str]:
     """The rule names to leave out for ``tree`` (before qualify); raises SqlError (so that the
     driver answers the query as written) for volatile functions below the outermost query."""
     for call in tree.find_all(exp.Func):
         name = function_name(call)
         if name in volatile and name not in _VOLATILE_KEEP and _copied(call, tree):
             raise unsupported(f"a volatile function ({name}) in a derived table's or CTE's columns")
-    for cte in tree.find_all(exp.CTE):
-        what = _order_dependent(cte.this)
-        if what and _references(tree, cte.alias_or_name) > 1:
-            raise unsupported(f"a CTE read more than once whose rows depend on row order ({what})")
+    for cte in _computed_repeatedly(tree):
+        what = _order_dependent(cte.this) or _float_sum(cte, describe)
+        if what:
+            raise unsupported(f"a CTE computed more than once whose rows depend on row order ({what})")
     if any(is_asof(j) for j in tree.find_all(exp.Join)):
         return {_PUSHDOWN}
     derived = _derived_names(tree)
@@ -90,6 +106,57 @@ def _order_dependent(body: exp.Expr) -> str | None:
         if name in _ORDER_DEPENDENT:
             return f"{name}()"
     return None
+
+
+def _computed_repeatedly(tree: exp.Expr) -> list[exp.CTE]:
+    """The CTEs the plan computes more than once: read more than once, or read by one that is."""
+    ctes = list(tree.find_all(exp.CTE))
+    repeated = [c for c in ctes if _references(tree, c.alias_or_name) > 1]
+    grew = True
+    while grew:
+        grew = False
+        for cte in ctes:
+            if all(cte is not r for r in repeated) and any(
+                _references(r.this, cte.alias_or_name) for r in repeated
+            ):
+                repeated.append(cte)
+                grew = True
+    return repeated
+
+
+def _float_sum(cte: exp.CTE, describe: Describe) -> str | None:
+    """An aggregate of the CTE that sums floats (its input's type asked of DuckDB), if any."""
+    for call in cte.this.find_all(exp.Func):
+        name = function_name(call)
+        if name in _FLOAT_STATE:
+            return f"{name}()"
+        if name in _FLOAT_INPUT and _float_input(cte, call, describe):
+            return f"{name}() of a float"
+    return None
+
+
+def _float_input(cte: exp.CTE, call: exp.Func, describe: Describe) -> bool:
+    """Whether ``call``'s first argument is a float (or, where that cannot be told, may be)."""
+    arg = call.args.get("this")
+    if not isinstance(arg, exp.Expr):
+        arg = call.expressions[0] if call.expressions else None
+    if isinstance(arg, exp.Distinct):
+        arg = arg.expressions[0] if arg.expressions else None
+    select = query_of(call)
+    if arg is None or not isinstance(select, exp.Select):
+        return True
+    probe = select.copy()
+    for clause in ("group", "having", "qualify", "order", "limit", "offset", "distinct", "windows"):
+        probe.set(clause, None)
+    probe.set("expressions", [arg.copy()])
+    with_ = cte.parent
+    if isinstance(with_, exp.With) and not probe.args.get("with_"):
+        probe.set("with_", with_.copy())
+    try:
+        types = describe(probe.sql(dialect="duckdb"))
+    except DuckflockError:
+        return True
+    return not types or types[0][1].upper().startswith(("DOUBLE", "FLOAT", "REAL"))
 
 
 def _references(tree: exp.Expr, name: str) -> int:
