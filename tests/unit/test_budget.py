@@ -53,9 +53,9 @@ def test_stages_at_once_fit_what_duckdb_and_exchanges_leave(
     rank_mib, ranks, batch_rows, at_once, chunk_mib, monkeypatch
 ):
     """Streaming runs several stages at once only where each one's batch and the chunks it holds
-    for every target fit (exec/budget.py); chunks shrink where that room is tight."""
+    for every target fit (exec/budget.py); chunks (4 MiB configured) shrink where that room is tight."""
     monkeypatch.setattr(budget, "own_anon_bytes", lambda: 100 << 20)
-    config = Config(memory_limit_bytes=rank_mib << 20, batch_rows=batch_rows)
+    config = Config(memory_limit_bytes=rank_mib << 20, batch_rows=batch_rows, chunk_bytes=4 << 20)
     got = budget.Budget.of_rank(config, 1, ranks)
     assert (got.stages_at_once, got.chunk_bytes >> 20) == (at_once, chunk_mib)
     room = int((got.rank_bytes - (100 << 20)) * budget.REST_PART)

@@ -32,7 +32,7 @@ from duckflock.exchange.spill import QuerySpill
 _END = object()
 _names = itertools.count()
 
-MEMORY_BYTES = 32 << 20  # a stream's batches waiting in memory: a few chunks from each sender
+MEMORY_BYTES = 8 << 20  # a stream's batches waiting in memory: a few chunks from each sender
 FILE_BYTES = 32 << 20  # a spill file is handed to the reader once this full (or at the end)
 
 
