@@ -65,7 +65,7 @@ def rules_to_skip(tree: exp.Expr, volatile: frozenset[str], describe: Describe) 
     for cte in _computed_repeatedly(tree):
         what = _order_dependent(cte.this) or _float_sum(cte, describe)
         if what:
-            raise unsupported(f"a CTE computed more than once whose rows depend on row order ({what})")
+            raise unsupported(f"a CTE computed more than once whose result depends on row order ({what})")
     if any(is_asof(j) for j in tree.find_all(exp.Join)):
         return {_PUSHDOWN}
     derived = _derived_names(tree)
