@@ -160,6 +160,10 @@ def _check_names(node: exp.Expr) -> None:
     alias = node.args.get("alias") if named else None
     if isinstance(alias, exp.TableAlias) and alias.args.get("columns"):
         raise unsupported("column aliases on a table (t AS a(x, y))")
+    # A dot in a FROM item's name: "x.y" with column v and x with column "y.v" would both be "x.y.v"
+    # (with no dot there, the first dot of such a name ends the item's).
+    if isinstance(node, exp.Table | exp.Subquery | exp.CTE) and "." in node.alias_or_name:
+        raise unsupported("a table, alias or CTE name with a dot in it")
 
 
 def _check_lateral(lateral: exp.Lateral) -> None:

@@ -55,6 +55,7 @@ from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
 from duckflock.sql.join_order import optimize_joins
 from duckflock.sql.order_all import order_by_all_written_out
 from duckflock.sql.positions import plain_positions
+from duckflock.sql.pushdown import pushdown_predicates
 from duckflock.sql.query_constants import check_introspection, fix_clock
 from duckflock.sql.rewrite_hazards import rules_to_skip
 from duckflock.sql.round_trip import check_round_trip
@@ -66,7 +67,8 @@ from duckflock.sql.using_joins import check_using_joins
 from duckflock.sqltext import quote_ident as q
 
 # sqlglot's rewrites that keep DuckDB semantics; its type annotation, canonicalization and
-# simplification are left out because DuckDB, not sqlglot, decides types and constant folding.
+# simplification (also the one pushdown_predicates runs: sql/pushdown.py) are left out because
+# DuckDB, not sqlglot, decides types and constant folding.
 # sqlglot's subquery unnesting is left out too: it turns IN / ANY / correlated subqueries into
 # joins that lose their NULL and empty-set semantics. Ours rewrite only the shapes that are exact
 # (EXISTS -> semi/anti join, a NULL-strict correlated scalar in WHERE -> join on grouped keys);
@@ -83,6 +85,8 @@ _KEPT = {
     "eliminate_ctes",
     "quote_identifiers",
 }
+# sqlglot's rules we run in a version of our own (sql/join_order.py, sql/pushdown.py).
+_OURS: dict[str, OptimizerFn] = {"optimize_joins": optimize_joins, "pushdown_predicates": pushdown_predicates}
 _RULES: tuple[OptimizerFn, ...] = (
     qualify,
     order_by_all_written_out,
@@ -90,7 +94,7 @@ _RULES: tuple[OptimizerFn, ...] = (
     exists_to_semi_join,
     scalar_subqueries_to_joins,
     *(
-        optimize_joins if getattr(rule, "__name__", "") == "optimize_joins" else rule
+        _OURS.get(getattr(rule, "__name__", ""), rule)
         for rule in RULES
         if getattr(rule, "__name__", "") in _KEPT
     ),

@@ -28,6 +28,10 @@ def _candidate(sub: exp.Expr) -> exp.Select | None:
         return None
     if any(True for _ in sub.find_all(exp.Subquery, exp.Exists, exp.AggFunc, exp.Window)):
         return None
+    # unnest() in the SELECT list sets how many rows each scanned row gives (none for an empty
+    # list): the subquery may be empty where its filtered scan is not.
+    if any(True for e in sub.expressions for _ in e.find_all(exp.Explode, exp.Unnest)):
+        return None
     return sub
 
 
