@@ -106,10 +106,7 @@ def run_on_workers(args: argparse.Namespace) -> int:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    from duckflock.exec.memory import map_large_blocks
     from duckflock.exec.worker import Worker
-
-    map_large_blocks()  # this process serves as a rank
 
     if (args.tls_cert is None) != (args.tls_key is None):
         raise DuckflockError("--tls-cert and --tls-key go together")

@@ -38,30 +38,15 @@ class _MallInfo2(ctypes.Structure):
 def _glibc():
     try:
         libc = ctypes.CDLL(None)  # this process's symbols, libc's included (no ldconfig lookup)
-        trim, info, opt = libc.malloc_trim, libc.mallinfo2, libc.mallopt
+        trim, info = libc.malloc_trim, libc.mallinfo2
     except (OSError, AttributeError):  # not glibc (2.33+): nothing to trim
-        return None, None, None
+        return None, None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     info.argtypes, info.restype = [], _MallInfo2
-    opt.argtypes, opt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return trim, info, opt
+    return trim, info
 
 
-_malloc_trim, _mallinfo2, _mallopt = _glibc()
-_M_MMAP_THRESHOLD = -3
-# Blocks from this size up are mapped of their own and unmapped when freed.
-MMAP_THRESHOLD_BYTES = 128 << 10
-
-
-def map_large_blocks() -> None:
-    """Have glibc map every large block (received messages, the split's gathered columns) of its
-    own, for the rest of this process. By default glibc raises that threshold to the size of the
-    largest block freed so far (up to 32 MB), after which blocks of a chunk's size come from the
-    heap, and freed ones stay resident there under blocks still in use: the skewed join at SF 10 on
-    2 ranks (shuffled) peaked at 605 instead of 685 MB summed Pss with the threshold fixed. Only
-    for processes that are ranks: it is process-wide, and a caller's own process is not ours."""
-    if _mallopt is not None:
-        _mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+_malloc_trim, _mallinfo2 = _glibc()
 
 
 def release_free_memory() -> None:

@@ -158,10 +158,7 @@ def mpi_runtime(catalog: Catalog | None, config: Config) -> Runtime:
     """The runtime of this process inside an MPI job (mpiexec or srun)."""
     from mpi4py import MPI
 
-    from duckflock.exec.memory import map_large_blocks
     from duckflock.transport.mpi import MpiTransport
-
-    map_large_blocks()  # this process is a rank of ours
 
     node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
     ranks_on_node = node.Get_size()
