@@ -24,12 +24,10 @@ class Config:
     # the join at SF 1 on 2 ranks peaks at 576 instead of 667 MB, summed Pss; TPC-H SF 1
     # and that join at SF 10 took no longer).
     batch_rows: int = 64 * 1024
-    # Bytes buffered per target before a chunk is serialized and sent. Large enough for full
-    # bandwidth per message, small because every chunk is held several times over (split off,
-    # serialized, in flight, received): 1 instead of 4 MiB, with streams holding 8 instead of 32 MiB
-    # (exchange/stream.py), took the join at SF 1 on 2 ranks from 490 to 430 MB of summed
-    # anonymous memory, 6% slower; at SF 10 1.95 -> 1.89 GB in the same time.
-    chunk_bytes: int = 1024 * 1024
+    # Bytes buffered per target before a chunk is serialized and sent (at most: a rank with little
+    # room outside DuckDB takes smaller chunks, exec/budget.py). 1 MiB chunks held 20 MB less
+    # (summed over 2 ranks, the join at SF 1 and SF 10) but took 6% longer at SF 10.
+    chunk_bytes: int = 4 * 1024 * 1024
     # Bytes a rank may have in flight (queued or sending) before the producer waits: back-pressure.
     max_inflight_bytes: int = 64 * 1024 * 1024
     # A full ORDER BY (no LIMIT) over more than this many estimated bytes is sorted in parallel:

@@ -55,7 +55,7 @@ class Budget:
     exchange_bytes: int  # received exchange data held in memory per stage before it spills
     inflight_bytes: int  # sent bytes not yet delivered before the producer waits
     stages_at_once: int = 1  # stages that may run at the same time (streaming, plan/streaming.py)
-    chunk_bytes: int = 1 << 20  # rows split off for one target are sent once they reach this
+    chunk_bytes: int = 4 << 20  # rows split off for one target are sent once they reach this
 
     @classmethod
     def of_rank(cls, config: Config, ranks_on_node: int, ranks: int) -> Budget:
