@@ -15,6 +15,8 @@
   different rows; where it sums floats (sum() of a DOUBLE, var_samp(), corr() and the like), their
   last bits depend on the order partial results meet in, and the references' values may not be
   equal. Such a CTE computed more than once sends the query to the driver.
+- normalize rewrites an OR over ANDs in conjunctive form, which evaluates a cast on rows the AND
+  before it kept DuckDB from casting: a query with such a cast skips that rule.
 - It treats an ASOF join as an inner join: a WHERE conjunct on the right side moves into the ON
   clause, so it filters the candidates before the match instead of the matches after it. A query
   with an ASOF join skips the rule (the plan's own pushdown keeps such filters above the join).
@@ -32,6 +34,7 @@ from duckflock.sql.functions import function_name
 from duckflock.sql.scopes import query_of
 
 _PUSHDOWN = "pushdown_predicates"
+_NORMALIZE = "normalize"
 # DuckDB's VOLATILE functions whose value differs per call (not error(), which only raises).
 _VOLATILE_KEEP = frozenset({"error"})
 # Aggregates whose value depends on the order rows arrive in (among ties, or floats summed in turn).
@@ -66,10 +69,24 @@ def rules_to_skip(tree: exp.Expr, volatile: frozenset[str], describe: Describe) 
         what = _order_dependent(cte.this) or _float_sum(cte, describe)
         if what:
             raise unsupported(f"a CTE computed more than once whose result depends on row order ({what})")
+    skip = {_NORMALIZE} if _guarded_failures(tree) else set()
     if any(is_asof(j) for j in tree.find_all(exp.Join)):
-        return {_PUSHDOWN}
+        return skip | {_PUSHDOWN}
     derived = _derived_names(tree)
-    return {_PUSHDOWN} if derived and _nested_cte_named(tree, set(derived)) else set()
+    return skip | ({_PUSHDOWN} if derived and _nested_cte_named(tree, set(derived)) else set())
+
+
+def _guarded_failures(tree: exp.Expr) -> bool:
+    """Whether an OR over ANDs holds a cast that may fail: DuckDB evaluates an AND's terms on the
+    rows the earlier ones kept, so ``(s SIMILAR TO '[0-9]+' AND CAST(s AS INT) > 5) OR g = 1``
+    casts only digits; normalize's conjunctive form ``(... OR g = 1) AND (CAST(s AS INT) > 5 OR
+    g = 1)`` casts every row the first term keeps, and fails where DuckDB answers."""
+    for node in tree.find_all(exp.Or):
+        casts = [c for c in node.find_all(exp.Cast) if not isinstance(c, exp.TryCast)]
+        # a cast of constants fails on every row or on none
+        if any(True for _ in node.find_all(exp.And)) and any(c.find(exp.Column) for c in casts):
+            return True
+    return False
 
 
 def is_asof(join: exp.Join) -> bool:
