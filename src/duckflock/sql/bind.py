@@ -186,7 +186,7 @@ def _check_plan(plan: Node, described: list[tuple[str, str]], schema_db: SchemaD
 
 
 def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaDB) -> Node:
-    check_round_trip(schema_db.con, schema_db.function_aliases, text, tree)
+    check_round_trip(schema_db.con, schema_db.function_aliases, text, tree, schema_db.type_aliases)
     tree = fix_clock(tree, schema_db)
     tree = distinct_on_as_qualify(plain_positions(tree))
     check_supported(tree)

@@ -49,6 +49,13 @@ class SchemaDB:
         ).fetchall()
         return {a.lower(): b.lower() for a, b in rows}
 
+    @functools.cached_property
+    def type_aliases(self) -> dict[str, str]:
+        """DuckDB's type names to the types they stand for, lower-case (text -> VARCHAR); JSON is
+        kept apart from the VARCHAR it is stored as."""
+        rows = self.con.execute("SELECT DISTINCT type_name, logical_type FROM duckdb_types()").fetchall()
+        return {n.lower(): t for n, t in rows if n.lower() != "json"}
+
     def describe(self, sql: str) -> list[tuple[str, str]]:
         """(name, type) of the query's result columns, or the binder's error as SqlError/CatalogError."""
         try:
