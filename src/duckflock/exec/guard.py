@@ -8,8 +8,8 @@ message naming the rank, the signal and the likely cause (``exec.launch.describe
 
 ``python -I -S .../exec/guard.py JOB_DIR PROGRAM ARGS...`` — run by path and without ``site``, so
 that it imports neither duckflock nor DuckDB: it only waits. One runs per rank, so it imports as
-little as it can (3 MB instead of 6 MB): ``_signal``, not ``signal`` (which loads ``enum``), and
-fork/exec/waitpid, not ``subprocess``.
+little as it can (4 MB instead of 6 MB of its own memory): ``_signal``, not ``signal`` (which
+loads ``enum``), and fork/exec/waitpid, not ``subprocess``.
 """
 
 import _signal

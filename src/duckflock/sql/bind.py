@@ -511,7 +511,7 @@ class _Builder:
         inside a subquery's stand-in)."""
         if isinstance(node.parent, WRAPPERS) and node.parent.this is node:
             return False
-        if _in_query(node):
+        if query_of(node) is not None:  # the expression is a detached copy: any query is a stand-in
             return False
         if isinstance(node.parent, exp.Window) and node.parent.this is node:
             return False
@@ -917,15 +917,6 @@ def _first_arg(call: exp.Expr) -> str | None:
     if not isinstance(first, exp.Expr) or isinstance(first, exp.Star | exp.Order):
         return None
     return _sql(first)
-
-
-def _in_query(node: exp.Expr) -> bool:
-    p = node.parent
-    while p is not None:
-        if isinstance(p, exp.Query):
-            return True
-        p = p.parent
-    return False
 
 
 def _outer_aggregate(body: exp.Expr, aggregates: Aggregates) -> bool:
