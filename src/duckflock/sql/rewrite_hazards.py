@@ -15,8 +15,9 @@
   different rows; where it sums floats (sum() of a DOUBLE, var_samp(), corr() and the like), their
   last bits depend on the order partial results meet in, and the references' values may not be
   equal. Such a CTE computed more than once sends the query to the driver.
-- normalize rewrites an OR over ANDs in conjunctive form, which evaluates a cast on rows the AND
-  before it kept DuckDB from casting: a query with such a cast skips that rule.
+- normalize rewrites an OR over ANDs in conjunctive form, which evaluates a cast, a remainder or
+  another computation that may raise on rows the AND before it kept DuckDB from evaluating it on:
+  a query with such a computation in an OR over ANDs skips that rule.
 - It treats an ASOF join as an inner join: a WHERE conjunct on the right side moves into the ON
   clause, so it filters the candidates before the match instead of the matches after it. A query
   with an ASOF join skips the rule (the plan's own pushdown keeps such filters above the join).
@@ -77,16 +78,28 @@ def rules_to_skip(tree: exp.Expr, volatile: frozenset[str], describe: Describe) 
 
 
 def _guarded_failures(tree: exp.Expr) -> bool:
-    """Whether an OR over ANDs holds a cast that may fail: DuckDB evaluates an AND's terms on the
-    rows the earlier ones kept, so ``(s SIMILAR TO '[0-9]+' AND CAST(s AS INT) > 5) OR g = 1``
-    casts only digits; normalize's conjunctive form ``(... OR g = 1) AND (CAST(s AS INT) > 5 OR
-    g = 1)`` casts every row the first term keeps, and fails where DuckDB answers."""
+    """Whether an OR over ANDs computes from a column something that may raise: DuckDB evaluates
+    an AND's terms on the rows the earlier ones kept, so ``(b <> 0 AND a % b = 0) OR g = 1`` takes
+    the remainder only where ``b`` is not 0; normalize's conjunctive form ``(b <> 0 OR g = 1) AND
+    (a % b = 0 OR g = 1)`` takes it on every row the first term keeps, and fails where DuckDB
+    answers. Casts, integer arithmetic (overflow, division by zero) and function calls other than
+    a few that never raise count; a computation of constants fails on every row or on none."""
     for node in tree.find_all(exp.Or):
-        casts = [c for c in node.find_all(exp.Cast) if not isinstance(c, exp.TryCast)]
-        # a cast of constants fails on every row or on none
-        if any(True for _ in node.find_all(exp.And)) and any(c.find(exp.Column) for c in casts):
+        if any(True for _ in node.find_all(exp.And)) and any(
+            isinstance(n, _MAY_RAISE) and not isinstance(n, _NEVER_RAISE) and n.find(exp.Column)
+            for n in node.walk()
+        ):
             return True
     return False
+
+
+_MAY_RAISE = (exp.Cast, exp.Func, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Pow, exp.Neg)
+# Functions (as sqlglot parses them) that raise for no value of their arguments; their arguments
+# are looked at on their own.
+_NEVER_RAISE = (
+    exp.TryCast, exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Lower, exp.Upper, exp.Length,
+    exp.Substring, exp.Concat, exp.Trim,
+)  # fmt: skip
 
 
 def is_asof(join: exp.Join) -> bool:
