@@ -319,30 +319,40 @@ def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path):
         assert again.sql("SELECT count(*) FROM good").fetchall() == [(2000,)]
 
 
-def test_interrupted_session_query_ends_the_job_and_says_so(bad_dir, tmp_path):
-    """Ctrl-C in the caller while every rank holds at a stage gate: the query raises
-    KeyboardInterrupt, the job ends (its ranks would otherwise answer the next request with this
-    query's reply), the next query says to open a new session, and a new one works."""
+def _raise_timeout(*_) -> None:
+    raise TimeoutError("the caller's own deadline")
+
+
+@pytest.mark.parametrize(
+    "signame, raised", [("SIGINT", KeyboardInterrupt), ("SIGUSR1", TimeoutError)], ids=["ctrl-c", "handler"]
+)
+def test_interrupted_session_query_ends_the_job_and_says_so(bad_dir, tmp_path, signame, raised):
+    """Ctrl-C, or an exception a signal handler raises (a caller's timeout), in the caller while
+    every rank holds at a stage gate: the query raises it, the job ends (its ranks would otherwise
+    answer the next request with this query's reply: each later query got the one before's rows),
+    the next query says to open a new session, and a new one works."""
     import signal
     import threading
 
     gate = tmp_path / "gate"
     gate.mkdir()
     (gate / "hold").touch()
+    previous = signal.signal(signal.SIGUSR1, _raise_timeout)
     db = duckflock.connect(str(bad_dir), ranks=2, transport="mpi", config={"stage_gate_dir": str(gate)})
     try:
 
         def interrupt_at_gate() -> None:
             rank_at_gate(gate, 1, lambda: True)
-            os.kill(os.getpid(), signal.SIGINT)  # delivered to the main thread, inside db.sql
+            os.kill(os.getpid(), getattr(signal, signame))  # handled in the main thread, inside db.sql
 
         threading.Thread(target=interrupt_at_gate, daemon=True).start()
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(raised):
             db.sql("SELECT count(*) FROM good")
         with pytest.raises(duckflock.DuckflockError, match="open a new session"):
-            db.sql("SELECT count(*) FROM good")
+            db.sql("SELECT 'next' AS q")
     finally:
         db.close()
+        signal.signal(signal.SIGUSR1, previous)
     with duckflock.connect(str(bad_dir), ranks=2, transport="mpi") as again:
         assert again.sql("SELECT count(*) FROM good").fetchall() == [(2000,)]
 

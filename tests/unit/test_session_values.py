@@ -113,3 +113,24 @@ def test_queries_from_several_threads_take_turns(tmp_path):
     with duckflock.connect(str(tmp_path), ranks=2, transport="threads") as db, ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda k: db.sql(queries[k % 2]).fetchall(), range(8)))
     assert got == [want[k % 2] for k in range(8)]
+
+
+def test_plans_holding_the_clock_or_reading_files_are_not_reused(tmp_path):
+    """A plan is reused for the same text: not one that holds the instant it was made at (each
+    query reads the clock anew, as DuckDB's does), nor one over a file whose columns changed."""
+    import duckdb
+
+    make_table(tmp_path, "t", "SELECT i FROM range(3) r(i)", 2, "hash", ("i",))
+    file = tmp_path / "f.parquet"
+    duckdb.sql(f"COPY (SELECT 1 AS a, 2 AS b) TO '{file}'")
+    with duckflock.connect(str(tmp_path), ranks=2, transport="threads") as db:
+        clock = "SELECT max(epoch_us(now())) AS n FROM t"
+        first = db.sql(clock).fetchall()
+        # the clock's microseconds: a later transaction reads a later one
+        while duckdb.sql("SELECT epoch_us(now())").fetchall()[0][0] <= first[0][0]:
+            pass
+        assert db.sql(clock).fetchall() > first
+        read = f"SELECT * FROM read_parquet('{file}')"
+        assert db.sql(read).arrow().to_pylist() == [{"a": 1, "b": 2}]
+        duckdb.sql(f"COPY (SELECT 2 AS b, 1 AS a) TO '{file}'")
+        assert db.sql(read).arrow().to_pylist() == [{"b": 2, "a": 1}]

@@ -93,7 +93,10 @@ class MpiJobBackend:
         self, request: SqlRequest | PlanRequest, progress: ProgressCallback | None = None
     ) -> SqlReply | PlanReply:
         if self._interrupted:
-            raise DuckflockError("the session's job was stopped by an interrupt; open a new session to go on")
+            raise DuckflockError(
+                "the session's job was stopped when a query was interrupted (by Ctrl-C or an "
+                "exception raised meanwhile); open a new session to go on"
+            )
         follow = Follow(progress)
         try:
             self._conn.send(request)
@@ -101,11 +104,12 @@ class MpiJobBackend:
             while isinstance(reply, ProgressReply):  # snapshots come ahead of the reply
                 follow(reply.progress)
                 reply = self._recv()
-        except (EOFError, OSError):
+        except (EOFError, ConnectionError):  # not any OSError: a caller's TimeoutError is one
             raise DuckflockError(self._ended()) from None
-        except KeyboardInterrupt:
-            # The ranks would go on with the query, and its reply would answer the next request
-            # (the next query hung): the job ends with the interrupted query.
+        except BaseException:
+            # A Ctrl-C, or any exception raised in this thread meanwhile (a signal handler's): the
+            # ranks would go on with the query, and its reply would answer the next request (each
+            # later query got the one before's rows). The job ends with the interrupted query.
             self._interrupted = True
             self._stop_job()
             raise

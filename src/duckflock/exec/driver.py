@@ -37,7 +37,7 @@ from duckflock.exec.result_files import (
 )
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.stage import StageStats
-from duckflock.plan.nodes import Scan, walk
+from duckflock.plan.nodes import DriverQuery, FunctionScan, Scan, walk
 from duckflock.plan.stages import StagePlan
 
 _LAST_REPORTS_S = 10.0
@@ -83,7 +83,9 @@ class Driver:
         return self.rt.catalog
 
     def plan(self, sql: str) -> StagePlan:
-        """Plans are cached per query text until the catalog changes (like prepared statements)."""
+        """Plans are cached per query text until the catalog changes (like prepared statements),
+        those that depend on nothing else: not one holding the clock's instant, nor one reading
+        files or running the query on the driver (the files' columns may have changed since)."""
         catalog = self.catalog()
         assert self._schema_db is not None
         key = (sql, self._catalog_stamp)
@@ -91,8 +93,13 @@ class Driver:
         if plan is None:
             # The planner (sqlglot) is imported by the driver only: worker ranks never load it.
             from duckflock.plan.planner import plan_query
+            from duckflock.sql.query_constants import reads_clock
 
             plan = plan_query(sql, catalog, self._schema_db, self.rt.size, self.rt.config)
+            if reads_clock(sql) or any(
+                isinstance(n, FunctionScan | DriverQuery) for s in plan.stages for n in walk(s.root)
+            ):
+                return plan
             if len(self._plans) >= 256:
                 self._plans.pop(next(iter(self._plans)))
             self._plans[key] = plan

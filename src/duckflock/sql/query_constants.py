@@ -12,6 +12,8 @@ current_setting(), are answered on the driver: sql/round_trip.py.)
 
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 
 from duckflock.errors import SqlError
@@ -71,6 +73,15 @@ def fix_clock(tree: exp.Expr, schema_db: SchemaDB) -> exp.Expr:
         value, typ = row[2 * i], row[2 * i + 1]
         call.replace(exp.cast(exp.Literal.string(value), exp.DataType.build(typ, dialect="duckdb")))
     return tree
+
+
+def reads_clock(sql: str) -> bool:
+    """Whether the query's text may call the transaction's clock (a name of it as a word: a column
+    so named counts too). A plan then holds the instant it was made at and must not be reused."""
+    return _CLOCK_WORD.search(sql) is not None
+
+
+_CLOCK_WORD = re.compile(r"\b(" + "|".join(sorted(_CLOCK)) + r")\b", re.IGNORECASE)
 
 
 def _name(node: exp.Expr) -> str:
