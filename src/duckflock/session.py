@@ -11,6 +11,7 @@ import duckdb
 import pyarrow as pa
 
 from duckflock.backends.base import Backend
+from duckflock.errors import DuckflockError
 from duckflock.exec.driver import QueryOutcome
 from duckflock.exec.progress import ProgressCallback
 from duckflock.exec.stage import StageStats
@@ -93,10 +94,13 @@ class Session:
     def __init__(self, backend: Backend):
         self._backend = backend
         self._turn = threading.Lock()
+        self._closed = False
 
     def sql(
         self,
         query: str,
+        params: object = None,
+        *,
         profile: bool = False,
         progress: ProgressCallback | None = None,
         output: str | None = None,
@@ -105,8 +109,12 @@ class Session:
         running, rows and bytes moved) while it runs, possibly from another thread: keep it quick.
         With ``output`` the result is written there instead of returned: one file (.parquet, .csv,
         .arrow), streamed as it arrives; or, for a directory (trailing slash or existing), a Parquet
-        part file written by every rank (exec/result_files.py)."""
+        part file written by every rank (exec/result_files.py). Query parameters (``params``, as
+        DuckDB's ``sql(query, params)`` takes them) are refused: write the values into the query."""
+        if params is not None:
+            raise DuckflockError("query parameters are not supported: write the values into the query text")
         with self._turn:
+            self._check_open()
             return Result(self._backend.run(query, profile=profile, progress=progress, output=output))
 
     @property
@@ -116,6 +124,7 @@ class Session:
     def explain(self, query: str, analyze: bool = False) -> str:
         """The stage plan; with ``analyze`` the query runs and each stage shows what it really did."""
         with self._turn:
+            self._check_open()
             if not analyze:
                 return explain_plan(self._backend.plan(query))
             outcome = self._backend.run(query, profile=True)
@@ -124,7 +133,13 @@ class Session:
 
     def close(self) -> None:
         with self._turn:
-            self._backend.close()
+            if not self._closed:
+                self._closed = True
+                self._backend.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DuckflockError("the session is closed: open a new one with duckflock.connect()")
 
     def __enter__(self) -> Session:
         return self
@@ -151,7 +166,6 @@ def connect(
     ``"threads"`` as threads of this process. ``config`` overrides Config fields (e.g.
     ``{"broadcast_threshold_bytes": 0}``). Use as a context manager, or call ``close()``.
     """
-    from duckflock.errors import DuckflockError
 
     if workers is not None:
         if not token:

@@ -134,3 +134,18 @@ def test_plans_holding_the_clock_or_reading_files_are_not_reused(tmp_path):
         assert db.sql(read).arrow().to_pylist() == [{"a": 1, "b": 2}]
         duckdb.sql(f"COPY (SELECT 2 AS b, 1 AS a) TO '{file}'")
         assert db.sql(read).arrow().to_pylist() == [{"b": 2, "a": 1}]
+
+
+def test_statement_punctuation_parameters_and_a_closed_session(tmp_path):
+    """A comment after the statement or an empty statement before it is DuckDB's one statement;
+    query parameters and a closed session get a message saying so, not a misleading one."""
+    make_table(tmp_path, "t", "SELECT i FROM range(3) r(i)", 2, "hash", ("i",))
+    db = duckflock.connect(str(tmp_path), ranks=2, transport="threads")
+    for sql in ("SELECT count(*) FROM t; -- c", "SELECT count(*) FROM t; /* c */", ";SELECT count(*) FROM t"):
+        assert db.sql(sql).fetchall() == [(3,)]
+    with pytest.raises(DuckflockError, match="parameters are not supported"):
+        db.sql("SELECT count(*) FROM t WHERE i = ?", [1])
+    db.close()
+    db.close()
+    with pytest.raises(DuckflockError, match="the session is closed"):
+        db.sql("SELECT 1")

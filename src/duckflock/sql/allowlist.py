@@ -13,6 +13,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from duckflock.errors import SqlError
+from duckflock.sql.functions import function_name
 from duckflock.sql.scopes import query_of
 
 # Node kind -> the arguments the binder reads. Any other argument that is set is refused.
@@ -108,7 +109,9 @@ def check_supported(tree: exp.Expr) -> None:
         if isinstance(node, exp.Lateral):
             _check_lateral(node)
         _check_names(node)
-        if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.ENUM:
+        if (isinstance(node, exp.DataType) and node.this == exp.DataType.Type.ENUM) or (
+            isinstance(node, exp.Func) and function_name(node) == "union_tag"  # an ENUM of the tags
+        ):
             # Arrow carries an ENUM as a dictionary of strings: after an exchange it would sort and
             # compare as VARCHAR, not in the ENUM's order.
             raise unsupported("ENUM values")

@@ -122,7 +122,9 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
         why = e.errors[0]["description"] if e.errors else str(e)
         # DuckDB may well accept it (corr(DISTINCT x, y)): say whose parser gave up.
         raise SqlError(f"cannot parse SQL (duckflock's SQL parser, sqlglot, cannot read it): {why}") from None
-    if len(statements) != 1 or statements[0] is None:
+    # Empty statements (";SELECT 1"), and a comment after the last one (a Semicolon to sqlglot).
+    statements = [s for s in statements if s is not None and not isinstance(s, exp.Semicolon)]
+    if len(statements) != 1:
         raise SqlError("expected exactly one SQL statement")
     tree = statements[0]
     if isinstance(tree, exp.Pivot):  # a PIVOT / UNPIVOT statement: a query, run as one
@@ -148,7 +150,7 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
             raise SqlError(
                 "PIVOT ... ON a column without IN (...): its columns depend on the data; list the values"
             )
-    check_introspection(tree)
+    check_introspection(tree, catalog.tables)
     described = schema_db.describe(text)  # DuckDB's binder: names the missing table or column
     try:
         plan = _distributed(text, tree, catalog, schema_db)

@@ -13,6 +13,7 @@ current_setting(), are answered on the driver: sql/round_trip.py.)
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from sqlglot import exp
 
@@ -38,27 +39,69 @@ _CLOCK = frozenset(
     }
 )
 _CATALOG_SCHEMAS = frozenset({"information_schema", "pg_catalog"})
+# DuckDB's views of its own catalog that need no schema name (duckdb_*() ones as views, too).
+_CATALOG_VIEWS = frozenset(
+    {
+        "sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema", "pg_am",
+        "pg_attrdef", "pg_attribute", "pg_class", "pg_collation", "pg_constraint", "pg_database",
+        "pg_depend", "pg_description", "pg_enum", "pg_index", "pg_indexes", "pg_namespace",
+        "pg_prepared_statements", "pg_proc", "pg_sequence", "pg_sequences", "pg_settings", "pg_tables",
+        "pg_tablespace", "pg_type", "pg_views",
+    }
+)  # fmt: skip
+# Table functions that run SQL text of their own: on a rank it would read none of the catalog's tables.
+_RUNS_TEXT = frozenset({"query", "query_table"})
 # The query's text and ids as the engine ran it: each rank runs another text, in its own transaction.
 _OF_THE_RUN = frozenset(
     {"current_query", "current_query_id", "current_connection_id", "current_transaction_id", "txid_current"}
 )
+# The seed of the connection's random numbers: every rank's would draw the same ones from then on.
+_SEEDS = frozenset({"setseed"})
 
 
-def check_introspection(tree: exp.Expr) -> None:
-    """Refuse what would describe the ranks' or the driver's DuckDB instead of duckflock's data."""
+def check_introspection(tree: exp.Expr, tables: Collection[str]) -> None:
+    """Refuse what would describe the ranks' or the driver's DuckDB instead of duckflock's data
+    (``tables``: the catalog's, which may have such names)."""
     for node in tree.walk():
         if isinstance(node, exp.Table):
             table_fn = node.this if isinstance(node.this, exp.Func) else None
-            name = _name(table_fn) if table_fn is not None else ""
-            if (node.args.get("db") and node.text("db").lower() in _CATALOG_SCHEMAS) or name.startswith(
-                ("duckdb_", "pragma_")
+            name = _name(table_fn) if table_fn is not None else node.name.lower()
+            catalog_view = (
+                table_fn is None
+                and not node.args.get("db")
+                and name not in tables
+                and (name in _CATALOG_VIEWS or name.startswith("duckdb_"))
+            )
+            if (
+                (node.args.get("db") and node.text("db").lower() in _CATALOG_SCHEMAS)
+                or (table_fn is not None and name.startswith(("duckdb_", "pragma_")))
+                or catalog_view
             ):
                 raise SqlError(
                     f"{node.sql(dialect='duckdb')} describes a DuckDB instance, not duckflock's catalog: "
                     "use SHOW TABLES and DESCRIBE"
                 )
+            if table_fn is not None and name in _RUNS_TEXT:
+                raise SqlError(f"{name}() is not supported: the SQL text it runs is not planned by duckflock")
+            if _statement_in_query(node):
+                raise SqlError(f"{node.name} is supported as a statement of its own, not inside a query")
+        elif isinstance(node, exp.Show) and node is not tree:  # WITH x AS (SHOW TABLES)
+            raise SqlError("SHOW is supported as a statement of its own, not inside a query")
         elif isinstance(node, exp.Func) and _name(node) in _OF_THE_RUN:
             raise SqlError(f"{_name(node)}() is not supported: the query runs as other queries on every rank")
+        elif isinstance(node, exp.Func) and _name(node) in _SEEDS:
+            raise SqlError(f"{_name(node)}() is not supported: every rank draws random numbers of its own")
+
+
+def _statement_in_query(table: exp.Table) -> bool:
+    """``(SHOW TABLES)`` or ``(PRAGMA ...)`` in FROM, which sqlglot reads as a table named SHOW."""
+    ident = table.this
+    return (
+        isinstance(ident, exp.Identifier)
+        and not ident.quoted
+        and ident.name.upper() in ("SHOW", "PRAGMA")
+        and isinstance(table.parent, exp.Subquery)
+    )
 
 
 def fix_clock(tree: exp.Expr, schema_db: SchemaDB) -> exp.Expr:
