@@ -93,6 +93,13 @@ def test_directory_replaces_earlier_parts_and_csv_streams(data, tmp_path):
         (directory / "notes.txt").write_text("not a part")  # read back, it would join the result
         with pytest.raises(duckflock.DuckflockError, match="holds other files"):
             db.sql(sql, output=str(directory))
+        # Another tool's parts (Spark's), or a table's own files, are not ours to replace.
+        spark = tmp_path / "spark"
+        spark.mkdir()
+        (spark / "part-00000-1b2c.snappy.parquet").write_bytes(b"someone else's")
+        with pytest.raises(duckflock.DuckflockError, match="holds other files"):
+            db.sql(sql, output=str(spark))
+        assert (spark / "part-00000-1b2c.snappy.parquet").read_bytes() == b"someone else's"
         with pytest.raises(duckflock.ExecutionError):
             db.sql("SELECT CAST('x' || k AS INTEGER) AS n FROM f", output=str(tmp_path / "bad.parquet"))
         with pytest.raises(duckflock.ExecutionError):

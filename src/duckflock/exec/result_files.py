@@ -13,6 +13,7 @@ no partial file behind (in a directory, the complete parts of ranks that had fin
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,9 @@ from duckflock.exec.duckdb_copy import DuckdbCopy
 SUFFIXES = (".parquet", ".csv", ".arrow")
 SUCCESS = "_SUCCESS"
 TEMP_SUFFIX = ".tmp"  # of a file being written, hidden (a leading dot) until it is complete
+# A part (part_name) or the temporary file of one being written (ResultWriter; mkstemp's own
+# characters between the name and the suffix).
+_OURS = re.compile(r"part-\d{5}-\d{5}\.parquet|\.part-\d{5}-\d{5}\.parquet\.\w+" + re.escape(TEMP_SUFFIX))
 
 
 def is_directory(output: str) -> bool:
@@ -44,7 +48,8 @@ def prepare_directory(path: str) -> Path:
     target = Path(path)
     try:
         target.mkdir(parents=True, exist_ok=True)
-        ours = {*target.glob("part-*.parquet"), *target.glob(f".part-*{TEMP_SUFFIX}"), target / SUCCESS}
+        # Only names part_name() gives: a Spark job's or a table's own part-*.parquet are others.
+        ours = {f for f in target.iterdir() if _OURS.fullmatch(f.name)} | {target / SUCCESS}
         # Hidden files (an NFS client's .nfs*, another tool's) are no part of a reader's result.
         others = sorted(f.name for f in target.iterdir() if f not in ours and not f.name.startswith("."))
         if others:
