@@ -73,12 +73,9 @@ def common_hash_type(left: str, right: str) -> str:
     """The hash type for a join key pair of possibly different types: the type DuckDB compares
     them in, or one that maps values equal in it to equal values."""
     a, b = canonical_hash_type(left), canonical_hash_type(right)
-    floats = [t.upper() in _FLOATS for t in (left, right)]
-    other = (right if floats[0] else left).upper()
-    if any(floats) and {a, b} <= _NUMERIC | {"UHUGEINT"} and other not in ("DOUBLE", *_FLOATS):
-        # DuckDB compares a FLOAT with an integer or DECIMAL as FLOAT: the other side rounds to
-        # it (16777217 meets 16777216.0, DECIMAL 0.1 meets FLOAT 0.1).
-        return "FLOAT"
+    numbers = _number_pair_type(left.upper(), right.upper(), a, b)
+    if numbers:
+        return numbers
     if a == b:
         return a
     if "VARCHAR" in (a, b):
@@ -104,6 +101,43 @@ def common_hash_type(left: str, right: str) -> str:
     if "BOOLEAN" in (a, b) and (a in _NUMERIC or b in _NUMERIC):
         return "DOUBLE" if "DOUBLE" in (a, b) else "BIGINT"
     return "VARCHAR"
+
+
+def _number_pair_type(left: str, right: str, a: str, b: str) -> str | None:
+    """The hash type of two number types (``a``, ``b``: their canonical ones) that DuckDB compares
+    otherwise than as DOUBLEs, if they are such a pair.
+
+    A FLOAT with an integer or DECIMAL: as FLOAT, the other side rounds to it (16777217 meets
+    16777216.0, DECIMAL 0.1 meets FLOAT 0.1). A DECIMAL with another DECIMAL type or an integer:
+    DECIMAL(38, the larger scale), as DuckDB compares them exactly, while their DOUBLE forms need
+    not meet (a DECIMAL(38,0) or HUGEINT converts to DOUBLE otherwise than a DECIMAL(38,2) or
+    BIGINT of the same value). A value that does not fit fails DuckDB's comparison cast too."""
+    floats = [t in _FLOATS for t in (left, right)]
+    other = right if floats[0] else left
+    if any(floats) and {a, b} <= _NUMERIC | {"UHUGEINT"} and other not in ("DOUBLE", *_FLOATS):
+        return "FLOAT"
+    if left == right or not (_is_decimal(left) or _is_decimal(right)):
+        return None
+    if not all(t in _EXACT_INTS or _is_decimal(t) for t in (left, right)):
+        return None
+    return f"DECIMAL(38,{max(_decimal_scale(left), _decimal_scale(right))})"
+
+
+_EXACT_INTS = _SMALL_INTS | _BIG_INTS
+
+
+def _is_decimal(t: str) -> bool:
+    return t.startswith(("DECIMAL", "NUMERIC"))
+
+
+def _decimal_scale(t: str) -> int:
+    """The scale of DECIMAL(w,s) (0 for DECIMAL(w), an integer type); DECIMAL alone is (18,3)."""
+    if not _is_decimal(t):
+        return 0
+    if "(" not in t:
+        return 3
+    inside = t[t.index("(") + 1 : t.index(")")].split(",")
+    return int(inside[1]) if len(inside) > 1 else 0
 
 
 @functools.lru_cache(maxsize=256)
