@@ -209,7 +209,7 @@ def _variance(
     # d = mean - c for a shift c shared by all ranks (the least mean: the differences are exact,
     # and 0 where all ranks' means are one DOUBLE), M2 = sum(M2_i) + sum(n_i d_i^2) - (sum(n_i d_i))^2 / N.
     # Unshifted, means near 9.2e18 (BIGINTs) or 1e12 left rounding errors of their own magnitude.
-    n, mean, m2, shift = fresh("p"), fresh("p"), fresh("p"), fresh("w")
+    n, mean, m2, odd, shift = fresh("p"), fresh("p"), fresh("p"), fresh("p"), fresh("w")
     partial = [
         (n, f"COUNT({arg}){where}"),
         # A rank's constant values have that value as their mean exactly (as DuckDB's running
@@ -220,14 +220,16 @@ def _variance(
             f"ELSE AVG({arg}){where} END",
         ),
         (m2, f"VAR_POP({arg}){where} * COUNT({arg}){where}"),
+        (odd, f"COUNT(CASE WHEN NOT isfinite(CAST({arg} AS DOUBLE)) THEN 1 END){where}"),
     ]
     windows = [(shift, f"MIN({q(mean)}) {over}")]
-    big_n, big_s1, big_s2 = fresh("f"), fresh("f"), fresh("f")
+    big_n, big_s1, big_s2, big_odd = fresh("f"), fresh("f"), fresh("f"), fresh("f")
     dev = f"({q(mean)} - {q(shift)})"
     final = [
         (big_n, f"SUM({q(n)})"),
         (big_s1, f"SUM({q(n)} * {dev})"),
         (big_s2, f"SUM(COALESCE({q(m2)}, 0) + {q(n)} * {dev} ** 2)"),
+        (big_odd, f"SUM({q(odd)})"),
     ]
     # An overflowing sum is infinite, as DuckDB's is (inf - inf would be NaN).
     s2 = f"COALESCE({q(big_s2)}, 0)"
@@ -240,4 +242,9 @@ def _variance(
         if pop == "pop"
         else f"CASE WHEN {q(big_n)} > 1 THEN {m2_sql} / ({q(big_n)} - 1) END"
     )
+    # DuckDB's running update leaves one value's M2 at 0, NaN or infinite as it is; a second value
+    # makes it NaN (inf - inf): so do the ranks' (n, mean, M2) here, whatever their order.
+    one = "0" if pop == "pop" else "NULL"
+    odd_var = f"CASE WHEN {q(big_n)} > 1 THEN CAST('nan' AS DOUBLE) ELSE {one} END"
+    var = f"CASE WHEN {q(big_odd)} > 0 THEN ({odd_var}) ELSE {var} END"
     return partial, final, windows, f"SQRT({var})" if kind == "sd" else var
