@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from duckflock import duckdb_avg
 from duckflock.errors import DuckflockError, duckdb_message
+from duckflock.sqltext import quote_ident as q
 from duckflock.sqltext import sql_literal
 
 
@@ -80,6 +81,31 @@ def check_exact_from_arrow(names: Sequence[str], types: Sequence[str], what: str
             )
 
 
+def arrow_exact(con: duckdb.DuckDBPyConnection, sql: str) -> str:
+    """``sql``, failing with a message where DuckDB's Arrow form of a value would be wrong: an
+    INTERVAL's time part goes to Arrow in nanoseconds, multiplied without an overflow check, and
+    past 2,562,047 hours it wraps around silently (a value of a LIST or STRUCT is not checked)."""
+    rel = con.sql(sql)  # bound, not run
+    intervals = [c for c, t in zip(rel.columns, rel.types, strict=True) if str(t) == "INTERVAL"]
+    if not intervals:
+        return sql
+    checks = []
+    for c in intervals:
+        v = q(c)
+        micros = (
+            f"datepart('hour', {v}) * 3600000000 + datepart('minute', {v}) * 60000000"
+            f" + datepart('microseconds', {v})"
+        )
+        checks.append(
+            f"CASE WHEN abs({micros}) > {_ARROW_MAX_MICROS} THEN error({_TOO_LONG}) ELSE {v} END AS {v}"
+        )
+    return f"SELECT * REPLACE ({', '.join(checks)}) FROM ({sql})"
+
+
+_ARROW_MAX_MICROS = (2**63 - 1) // 1000  # nanoseconds in an int64
+_TOO_LONG = sql_literal("an INTERVAL of over 2562047 hours cannot be exchanged exactly (as Arrow)")
+
+
 def fetch_as_duckdb_returns(con: duckdb.DuckDBPyConnection, sql: str, keep_order: bool = False) -> pa.Table:
     """A result for the user: Arrow types as single-process DuckDB gives them (not the lossless
     ones ranks exchange); ``keep_order`` for rows that already arrive in their final order."""
@@ -87,7 +113,7 @@ def fetch_as_duckdb_returns(con: duckdb.DuckDBPyConnection, sql: str, keep_order
     if keep_order:
         con.execute("SET preserve_insertion_order = true")
     try:
-        return con.sql(sql).to_arrow_table()
+        return con.sql(arrow_exact(con, sql)).to_arrow_table()
     finally:
         con.execute("SET arrow_lossless_conversion = true")
         if keep_order:
