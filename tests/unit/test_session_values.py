@@ -134,6 +134,9 @@ def test_plans_holding_the_clock_or_reading_files_are_not_reused(tmp_path):
         assert db.sql(read).arrow().to_pylist() == [{"a": 1, "b": 2}]
         duckdb.sql(f"COPY (SELECT 2 AS b, 1 AS a) TO '{file}'")
         assert db.sql(read).arrow().to_pylist() == [{"b": 2, "a": 1}]
+        # a file named in FROM with an alias, joined with a table: DuckDB reads it on the driver
+        aliased = f"SELECT x.a, t.i FROM '{file}' AS x JOIN t ON x.a = t.i"
+        assert db.sql(aliased).fetchall() == [(1, 1)]
 
 
 def test_statement_punctuation_parameters_and_a_closed_session(tmp_path):

@@ -683,7 +683,9 @@ class _Builder:
                 return self.query(body.copy(), prefix=alias)
             finally:
                 self.ctes = here
-        info = self.catalog.table(item.name)
+        info = self.catalog.find(item.name)
+        if info is None:  # DuckDB's binder took it: a file ('x.parquet' AS x) read by name
+            raise unsupported(f"{item.name!r}, which is not a table of the catalog")
         used = []
         for c in _scope_find(s, exp.Column):
             if c.table == alias and c.name not in used:
