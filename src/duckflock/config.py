@@ -117,8 +117,35 @@ class Config:
                 kind = "a whole number" if f.type in ("int", int) else "a number"
                 raise DuckflockError(f"DUCKFLOCK_{f.name.upper()}={raw!r} is not {kind}") from None
         config = replace(cls(**values), **{k: v for k, v in overrides.items() if v is not None})
+        _check_values(config)
         if config.time_zone:  # an unknown one fails here, once, not in every rank as it starts
             from duckflock.local_duckdb import check_time_zone
 
             check_time_zone(config.time_zone)
         return config
+
+
+_COMPRESSIONS = ("none", "lz4", "zstd")
+# Fields that must be positive, and those that may be 0 (its meaning above) but not negative.
+_POSITIVE = ("batch_rows", "chunk_bytes", "max_inflight_bytes", "peer_timeout_s")
+_NOT_NEGATIVE = (
+    "broadcast_threshold_bytes", "range_sort_threshold_bytes", "threads", "memory_limit_bytes",
+    "exchange_memory_bytes", "max_temp_bytes", "busy_poll_s", "gil_switch_interval_s",
+    "skew_min_rows", "stream_min_bytes",
+)  # fmt: skip
+
+
+def _check_values(config: Config) -> None:
+    """One clear message at the start for a value no rank could use (else each rank failed on it)."""
+    from duckflock.errors import DuckflockError
+
+    if config.compression not in _COMPRESSIONS:
+        raise DuckflockError(
+            f"compression must be one of {', '.join(_COMPRESSIONS)}, not {config.compression!r}"
+        )
+    for name in _POSITIVE:
+        if getattr(config, name) <= 0:
+            raise DuckflockError(f"{name} must be positive, not {getattr(config, name)!r}")
+    for name in _NOT_NEGATIVE:
+        if getattr(config, name) < 0:
+            raise DuckflockError(f"{name} must not be negative, not {getattr(config, name)!r}")

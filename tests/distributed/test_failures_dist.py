@@ -128,6 +128,8 @@ def test_unreadable_file_names_rank_and_file(bad_dir):
             "DUCKFLOCK_MEMORY_LIMIT_BYTES='1GB' is not a whole number",
         ),
         ({"DUCKFLOCK_TEMP_DIR": "/proc/nowhere"}, [], "cannot make a spill directory in /proc/nowhere"),
+        ({"DUCKFLOCK_COMPRESSION": "gzip"}, [], "compression must be one of none, lz4, zstd, not 'gzip'"),
+        ({"DUCKFLOCK_THREADS": "-3"}, [], "threads must not be negative, not -3"),
         (
             {"DUCKFLOCK_TIME_ZONE": "Bad/Zone"},
             [],
