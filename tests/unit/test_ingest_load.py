@@ -15,7 +15,7 @@ from duckflock.config import Config
 from duckflock.errors import CatalogError, ExecutionError
 from duckflock.exec.runtime import Runtime
 from duckflock.ingest.load import load_table
-from duckflock.plan.sql_text import read_files
+from duckflock.plan.sql_text import read_files, read_table_files
 from duckflock.transport.inproc import InProcTransport
 
 QID = 7
@@ -260,3 +260,48 @@ def test_bad_arguments(tmp_path, inputs):
     for kw, text in cases:
         _, errors = run_ranks(1, lambda rt, kw=kw: load_table(rt, QID, tmp_path, "t", files, **kw))
         assert isinstance(errors[0], CatalogError) and text in str(errors[0]), (kw, errors[0])
+
+
+def _rows_as_read(root: Path, info: TableInfo) -> list[tuple]:
+    """All rows of a loaded table, sorted, read the way the executor reads its files."""
+    files = [root / f for p in info.partitions for f in p.files]
+    return sorted(duckdb.connect().execute(f"SELECT * FROM {read_table_files(info, files)}").fetchall())
+
+
+def _duckdb_rows(source: str) -> list[tuple]:
+    return sorted(duckdb.connect().execute(f"SELECT * FROM {source}").fetchall())
+
+
+@pytest.mark.parametrize("partition_by", [None, ["id"]])
+def test_file_names_with_glob_characters_are_read_literally(tmp_path, partition_by):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    con = duckdb.connect()
+    for i, name in enumerate(["x1", "x[1]", "y*", "y?"]):
+        con.execute(f"COPY (SELECT {i} AS id, '{name}' AS src) TO '{raw / name}.parquet'")
+    parts = {"partitions": 2} if partition_by else {}
+    info = load(2, tmp_path / "d", "t", [str(raw / "*.parquet")], partition_by=partition_by, **parts)
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_parquet('{raw}/*.parquet')")
+
+
+def test_hidden_files_match_a_glob_as_in_duckdb(tmp_path):
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT 1 AS id) TO '{tmp_path}/a.parquet'")
+    con.execute(f"COPY (SELECT 2 AS id) TO '{tmp_path}/.b.parquet'")
+    info = load(1, tmp_path / "d", "t", [str(tmp_path / "*.parquet")])
+    assert (
+        _rows_as_read(tmp_path / "d", info)
+        == _duckdb_rows(f"read_parquet('{tmp_path}/*.parquet')")
+        == [
+            (1,),
+            (2,),
+        ]
+    )
+
+
+@pytest.mark.parametrize("partition_by", [None, ["id"]])
+def test_a_file_named_twice_is_read_twice(tmp_path, inputs, partition_by):
+    _, files = inputs
+    info = load(2, tmp_path, "t", [files[1], files[1]], partition_by=partition_by)
+    assert info.rows == 2 * 600
+    assert _rows_as_read(tmp_path, info) == _duckdb_rows(f"read_parquet({[files[1], files[1]]})")

@@ -22,7 +22,6 @@ by a DuckDB whose ``hash()`` differs from this one's (see ``catalog.hash_canary`
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import re
 import shutil
@@ -41,7 +40,9 @@ from duckflock.ingest.widths import with_widths
 from duckflock.plan.sql_text import (
     copy_partitioned,
     copy_schema_probe,
+    files_sql,
     hash_sql,
+    literal_path,
     range_partition_sql,
     read_files,
 )
@@ -51,6 +52,7 @@ DEFAULT_PARTITIONS = 12
 _PART_COLUMN = "__duckflock_part"
 _PART_FILE = re.compile(r"part-\d+-r\d+(-\d+)?\.parquet")
 _STAGING_PREFIX = ".load-"
+_GLOB_CHARS = re.compile(r"[*?\[]")  # what makes DuckDB treat a path as a glob pattern
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 _CSV_SUFFIXES = tuple(s + c for s in (".csv", ".tsv", ".txt") for c in ("", ".gz", ".zst"))
@@ -79,7 +81,7 @@ def parquet_stats(
     """
     if not paths:
         return []
-    files = sql_literal(paths)
+    files = files_sql(paths)
     rows = dict(con.execute(f"SELECT file_name, num_rows FROM parquet_file_metadata({files})").fetchall())
     if key is None:
         return [(int(rows[p]), None, None) for p in paths]
@@ -107,7 +109,7 @@ def parquet_stats(
             out.append((n, meta[p][0], meta[p][1]))
         else:
             k = quote_ident(key)
-            mn, mx = con.execute(f"SELECT min({k}), max({k}) FROM read_parquet({sql_literal(p)})").fetchall()[
+            mn, mx = con.execute(f"SELECT min({k}), max({k}) FROM read_parquet({files_sql([p])})").fetchall()[
                 0
             ]
             out.append((n, mn, mx))
@@ -117,13 +119,18 @@ def parquet_stats(
 # ---- inputs -------------------------------------------------------------------------------------
 
 
-def expand_files(patterns: list[str]) -> list[Path]:
-    """Absolute paths of the input files; glob patterns allowed. Raises CatalogError naming the file."""
+def expand_files(con: duckdb.DuckDBPyConnection, patterns: list[str]) -> list[Path]:
+    """Absolute paths of the input files, in the order and number DuckDB's readers take them from
+    these names: globs are expanded by DuckDB's own ``glob()`` (which, unlike Python's, matches
+    hidden files), and a file named twice is read twice. Raises CatalogError naming the file."""
     out: list[Path] = []
     for pattern in patterns:
         pattern = os.path.expanduser(str(pattern))
-        if glob.has_magic(pattern):
-            matches = sorted(m for m in glob.glob(pattern, recursive=True) if os.path.isfile(m))
+        if _GLOB_CHARS.search(pattern):
+            try:
+                matches = [r[0] for r in con.execute("SELECT file FROM glob(?)", [pattern]).fetchall()]
+            except duckdb.Error as e:
+                raise CatalogError(f"cannot expand {pattern!r}: {e}") from e
             if not matches:
                 raise CatalogError(f"no input file matches {pattern!r}")
         else:
@@ -137,9 +144,7 @@ def expand_files(patterns: list[str]) -> list[Path]:
         for m in matches:
             if not os.access(m, os.R_OK):
                 raise CatalogError(f"input file {m} is not readable")
-            path = Path(m).resolve()
-            if path not in out:
-                out.append(path)
+            out.append(Path(m).resolve())
     if not out:
         raise CatalogError("no input files given")
     return out
@@ -176,7 +181,7 @@ def sniff_csv(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict[str, obj
     try:
         row = con.execute(
             "SELECT Delimiter, Quote, Escape, HasHeader, Columns, DateFormat, TimestampFormat "
-            f"FROM sniff_csv({sql_literal(str(path))})"
+            f"FROM sniff_csv({sql_literal(literal_path(path))})"
         ).fetchall()[0]
     except duckdb.Error as e:
         raise CatalogError(f"cannot read CSV file {path}: {e}") from e
@@ -423,7 +428,7 @@ def _load(
     root = Path(catalog_dir).resolve()
     con = rt.con
     # Every rank checks all names (cheap), so a missing file fails every rank alike, without messages.
-    paths = expand_files(files)
+    paths = expand_files(con, files)
     fmt = detect_format(paths, fmt)
     if fmt == "csv":
         source = Input(fmt, *sniff_csv(con, paths[0]))

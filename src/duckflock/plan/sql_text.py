@@ -5,6 +5,7 @@ that exec/, ingest/ and catalog/ call functions instead of formatting SQL themse
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,19 @@ KEY_HASH_COLUMN = "__khash"  # a row's join key hash, just before the target (ex
 
 # ---- reading files ---------------------------------------------------------------------------------
 
+_GLOB_CHAR = re.compile(r"([*?\[])")
+
+
+def literal_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as a DuckDB glob pattern matching only itself: DuckDB globs every path it reads, so
+    a file named ``x[1].parquet`` would read ``x1.parquet``. Each glob character goes in brackets."""
+    return _GLOB_CHAR.sub(r"[\1]", str(path))
+
+
+def files_sql(paths: Iterable[str | os.PathLike[str]]) -> str:
+    """A SQL list of ``paths``, each matched literally by DuckDB's file readers."""
+    return sql_literal([literal_path(p) for p in paths])
+
 
 def read_files(
     fmt: str,
@@ -32,7 +46,7 @@ def read_files(
     CSV is read with the dialect ``csv_options`` and the column names and types ``columns``, the
     way the executor reads a CSV table of the catalog.
     """
-    files = sql_literal([str(p) for p in paths])
+    files = files_sql(paths)
     if fmt == "parquet":
         return f"read_parquet({files})"
     cols = f", columns = {sql_literal(dict(columns))}" if columns else ""
