@@ -305,3 +305,28 @@ def test_a_file_named_twice_is_read_twice(tmp_path, inputs, partition_by):
     info = load(2, tmp_path, "t", [files[1], files[1]], partition_by=partition_by)
     assert info.rows == 2 * 600
     assert _rows_as_read(tmp_path, info) == _duckdb_rows(f"read_parquet({[files[1], files[1]]})")
+
+
+@pytest.mark.parametrize("partition_by", [None, ["g"]])
+def test_a_data_directory_under_a_key_value_path_adds_no_column(tmp_path, partition_by):
+    f = tmp_path / "f.parquet"
+    duckdb.connect().execute(f"COPY (SELECT range AS id, range % 3 AS g FROM range(30)) TO '{f}'")
+    root = tmp_path / "run=1" / "d"
+    info = load(2, root, "t", [str(f)], partition_by=partition_by)
+    assert [n for n, _ in info.columns] == ["id", "g"]
+    assert _rows_as_read(root, info) == _duckdb_rows(f"'{f}'")
+    assert Catalog.load(root).table("t").hive == ()
+
+
+@pytest.mark.parametrize("partition_by", [None, ["id"]])
+def test_hive_partitioned_inputs_keep_their_columns_as_duckdb_reads_them(tmp_path, partition_by):
+    con = duckdb.connect()
+    con.execute(
+        "COPY (SELECT range AS id, CASE WHEN range % 4 = 0 THEN NULL ELSE range % 3 END AS k FROM range(20)) "
+        f"TO '{tmp_path}/hive' (FORMAT parquet, PARTITION_BY (k))"
+    )
+    pattern = f"{tmp_path}/hive/*/*.parquet"
+    info = load(2, tmp_path / "d", "h", [pattern], partition_by=partition_by)
+    expect = con.execute(f"DESCRIBE SELECT * FROM read_parquet('{pattern}')").fetchall()
+    assert info.columns == tuple((r[0], r[1]) for r in expect)
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_parquet('{pattern}')")

@@ -49,6 +49,10 @@ class TableInfo:
     kind: str = "none"  # "hash", "range" or "none"
     keys: tuple[str, ...] = ()
     csv_options: dict[str, object] = field(default_factory=dict, compare=False)
+    # Hive partition columns DuckDB adds from the paths of files registered as they are, with their
+    # types (also in ``columns``); () reads the files without hive partitioning (a data directory
+    # under a key=value path adds none). None: catalogs written before, DuckDB's auto-detection.
+    hive: tuple[tuple[str, str], ...] | None = field(default=None, compare=False)
     # Hash tables: the canary of the DuckDB hash that placed the rows, and that DuckDB's version.
     hash_canary: int | None = field(default=None, compare=False)
     duckdb_version: str = field(default="", compare=False)
@@ -122,6 +126,7 @@ class TableInfo:
                 ),
             },
             "csv_options": self.csv_options,
+            **({"hive": dict(self.hive)} if self.hive is not None else {}),
             **({"widths": dict(self.widths)} if self.widths else {}),
             "partitions": [
                 {"files": list(p.files), "rows": p.rows, "min": _enc(p.min), "max": _enc(p.max)}
@@ -143,6 +148,7 @@ class TableInfo:
             kind=part.get("kind", "none"),
             keys=tuple(part.get("keys", ())),
             csv_options=data.get("csv_options", {}),
+            hive=tuple(data["hive"].items()) if "hive" in data else None,
             hash_canary=part.get("hash_canary"),
             duckdb_version=part.get("duckdb", ""),
             widths=tuple((c, int(w)) for c, w in data.get("widths", {}).items()),

@@ -206,9 +206,19 @@ class Input:
     fmt: str
     csv_options: dict[str, object]
     columns: Columns
+    hive: Columns | None = ()  # hive partition columns of the input paths (see TableInfo.hive)
 
     def scan(self, paths: Iterable[str | os.PathLike[str]]) -> str:
-        return read_files(self.fmt, paths, self.csv_options, self.columns if self.fmt == "csv" else None)
+        columns = self.columns if self.fmt == "csv" else None
+        return read_files(self.fmt, paths, self.csv_options, columns, self.hive)
+
+
+def _hive_schema(con: duckdb.DuckDBPyConnection, fmt: str, paths: list[Path]) -> tuple[Columns, Columns]:
+    """The columns DuckDB reads from all ``paths``, and of those the hive partition columns it adds
+    (with the types it gives them over all paths): a rank reading a few of the files is told them."""
+    columns = describe(con, read_files(fmt, paths, hive=None))
+    plain = {n for n, _ in describe(con, read_files(fmt, paths, hive=()))}
+    return columns, tuple(c for c in columns if c[0] not in plain)
 
 
 def _check_readable(con: duckdb.DuckDBPyConnection, source: Input, path: Path) -> None:
@@ -326,7 +336,7 @@ def _output_columns(con: duckdb.DuckDBPyConnection, source: str, staging: Path, 
     probe = staging / f"schema-r{rank}.parquet"
     try:
         con.execute(copy_schema_probe(source, str(probe)))
-        return describe(con, read_files("parquet", [probe]))
+        return describe(con, read_files("parquet", [probe]))  # without hive columns of DIR's path
     finally:
         probe.unlink(missing_ok=True)
 
@@ -431,10 +441,10 @@ def _load(
     paths = expand_files(con, files)
     fmt = detect_format(paths, fmt)
     if fmt == "csv":
-        source = Input(fmt, *sniff_csv(con, paths[0]))
+        source = Input(fmt, *sniff_csv(con, paths[0]), hive=None)
     else:
         try:
-            source = Input(fmt, {}, describe(con, read_files(fmt, [paths[0]])))
+            source = Input(fmt, {}, *_hive_schema(con, fmt, paths))
         except duckdb.Error as e:
             raise CatalogError(f"cannot read input file {paths[0]}: {e}") from e
     keys, scheme, count = _plan(source.columns, partition_by, partitions, scheme)
@@ -455,7 +465,7 @@ def _repartition_stored(rt: Runtime, qid: int, root: Path, name: str) -> TableIn
     if not old:  # no rows: every placement is right, only the canary is stale
         emptied = replace(info, hash_canary=None).stamped()
         return _publish(rt, root, emptied, [], set()) if rt.rank == 0 else None
-    source = Input(info.format, info.csv_options, info.columns)
+    source = Input(info.format, info.csv_options, info.columns, info.hive)
     new = _staged(rt, qid, root, info.name, source, old, info.keys, "hash", len(info.partitions), keep=set())
     if new is not None:  # rank 0, after the catalog names only the new files: the old ones go
         current = {(root / f).resolve() for p in new.partitions for f in p.files}
@@ -524,6 +534,7 @@ def _register(
         columns=source.columns,
         partitions=tuple(PartitionInfo((_rel(root, p),), rows[i]) for i, p in enumerate(paths)),
         csv_options=source.csv_options,
+        hive=source.hive,
     )
     return _publish(rt, root, info, [], set(paths))
 
@@ -579,7 +590,7 @@ def _repartition(
     kind = scheme
     if scheme == "range" and any(p.rows and p.min is None for p in infos):
         kind = "none"  # a partition of only NULL keys has no interval; do not claim range bounds
-    info = TableInfo(table, "parquet", out_columns, tuple(infos), kind, keys).stamped()
+    info = TableInfo(table, "parquet", out_columns, tuple(infos), kind, keys, hive=()).stamped()
     moves = [(staging / fname, root / table / fname) for part in parts for fname, *_ in part]
     return _publish(rt, root, info, moves, keep)
 

@@ -40,23 +40,34 @@ def read_files(
     paths: Iterable[str | os.PathLike[str]],
     csv_options: dict[str, object] | None = None,
     columns: Sequence[tuple[str, str]] | None = None,
+    hive: Sequence[tuple[str, str]] | None = (),
 ) -> str:
     """The DuckDB table function reading ``paths``, e.g. ``read_parquet(['a.parquet'])``.
 
     CSV is read with the dialect ``csv_options`` and the column names and types ``columns``, the
-    way the executor reads a CSV table of the catalog.
+    way the executor reads a CSV table of the catalog. ``hive``: the hive partition columns the
+    paths give, with their types; () reads none, None leaves it to DuckDB's auto-detection.
     """
     files = files_sql(paths)
+    opts = _hive_options(hive)
     if fmt == "parquet":
-        return f"read_parquet({files})"
+        return f"read_parquet({files}{opts})"
     cols = f", columns = {sql_literal(dict(columns))}" if columns else ""
-    opts = "".join(f", {k} = {sql_literal(v)}" for k, v in (csv_options or {}).items())
+    opts += "".join(f", {k} = {sql_literal(v)}" for k, v in (csv_options or {}).items())
     return f"read_csv({files}{cols}{opts})"
+
+
+def _hive_options(hive: Sequence[tuple[str, str]] | None) -> str:
+    if hive is None:
+        return ""
+    if not hive:
+        return ", hive_partitioning = false"
+    return f", hive_partitioning = true, hive_types = {sql_literal(dict(hive))}"
 
 
 def read_table_files(info: TableInfo, paths: Iterable[str | os.PathLike[str]]) -> str:
     """The DuckDB table function reading ``paths`` of the catalog table ``info``, as ranks read it."""
-    return read_files(info.format, paths, info.csv_options, info.columns)
+    return read_files(info.format, paths, info.csv_options, info.columns, info.hive)
 
 
 def no_rows(relation: str) -> str:
