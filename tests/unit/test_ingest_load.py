@@ -172,8 +172,8 @@ def test_csv_input(tmp_path, inputs, n):
     whole = load(n, tmp_path, "c", [str(tmp_path / "src" / "*.csv")])
     assert (whole.format, whole.kind, whole.rows) == ("csv", "none", ROWS)
     assert [p.files for p in whole.partitions] == [(f"src/in{i}.csv",) for i in range(len(csvs))]
-    assert dict(whole.columns)["id"] == "BIGINT" and whole.csv_options["header"] is True
-    # Read back the way the executor reads a CSV table: the catalog's columns plus its dialect options.
+    assert dict(whole.columns)["id"] == "BIGINT"
+    # Read back the way the executor reads a CSV table: the catalog's columns plus its options.
     assert "columns" not in whole.csv_options
     back = read_files(
         "csv", [tmp_path / f for p in whole.partitions for f in p.files], whole.csv_options, whole.columns
@@ -187,13 +187,20 @@ def test_csv_input(tmp_path, inputs, n):
 
 
 @pytest.mark.parametrize("partition_by", [None, ["id"]])
-def test_csv_files_naming_the_columns_in_another_order_are_refused(tmp_path, partition_by):
-    # Read by position, the second file's v would become id and id v.
+def test_csv_files_naming_the_columns_in_another_order_are_matched_by_name(tmp_path, partition_by):
     (tmp_path / "a.csv").write_text("id,v\n1,10\n2,20\n")
     (tmp_path / "b.csv").write_text("v,id\n30,3\n40,4\n")
     files = [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
-    _, errors = run_ranks(1, lambda rt: load_table(rt, QID, tmp_path, "t", files, partition_by, None, None))
-    assert isinstance(errors[0], CatalogError) and "header ['v', 'id']" in str(errors[0])
+    info = load(2, tmp_path / "d", "t", files, partition_by=partition_by)
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_csv({files})")
+
+
+def test_csv_files_with_other_columns_are_refused(tmp_path):
+    (tmp_path / "a.csv").write_text("id,v\n1,10\n")
+    (tmp_path / "b.csv").write_text("id,w\n3,30\n")
+    files = [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
+    _, errors = run_ranks(2, lambda rt: load_table(rt, QID, tmp_path, "t", files))
+    assert any(isinstance(e, CatalogError) and "b.csv has the columns ['id', 'w']" in str(e) for e in errors)
 
 
 @pytest.mark.parametrize("n", [1, 3])
@@ -330,3 +337,65 @@ def test_hive_partitioned_inputs_keep_their_columns_as_duckdb_reads_them(tmp_pat
     expect = con.execute(f"DESCRIBE SELECT * FROM read_parquet('{pattern}')").fetchall()
     assert info.columns == tuple((r[0], r[1]) for r in expect)
     assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_parquet('{pattern}')")
+
+
+CSV_AS_DUCKDB_READS_IT = {
+    "comment": "name,n\nalice,1\n# note, x\nbob,2\n#d,y\ncarl,3\n",
+    "preamble": "exported by tool v1\nid,name\n1,a\n",
+    "unquoted": 'id,name\n1,"big" deal\n',
+    "spaces": "id, name\n1, a\n",
+    "trailing": "id,name,\n1,a,\n",
+    "dupcase": "a,A\n1,2\n",
+    "semicolons": "x;y\n1;2,5\n",
+}
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+@pytest.mark.parametrize("case", sorted(CSV_AS_DUCKDB_READS_IT))
+def test_csv_is_read_as_duckdb_reads_it(tmp_path, case, partitioned):
+    f = tmp_path / "in.csv"
+    f.write_text(CSV_AS_DUCKDB_READS_IT[case])
+    expect = _duckdb_columns(f"read_csv('{f}')")
+    key = [expect[0][0]] if partitioned else None
+    info = load(1, tmp_path / "d", "t", [str(f)], partition_by=key)
+    assert info.columns == expect
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_csv('{f}')")
+
+
+@pytest.mark.parametrize("partition_by", [None, ["id"]])
+def test_csv_types_are_unified_over_all_files(tmp_path, partition_by):
+    for name, text in [("f1", "id,v,w\n1,,10\n2,,20\n"), ("f2", "id,v,w\n3,10,1.5\n4,9,2\n")]:
+        (tmp_path / f"{name}.csv").write_text(text)
+    pattern = str(tmp_path / "f*.csv")
+    info = load(2, tmp_path / "d", "t", [pattern], partition_by=partition_by)
+    expect = _duckdb_columns(f"read_csv('{pattern}')")
+    assert info.columns == expect and [t for _, t in expect] == ["BIGINT", "BIGINT", "DOUBLE"]
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_csv('{pattern}')")
+
+
+def test_csv_files_of_different_dialects(tmp_path):
+    (tmp_path / "a.csv").write_text("id,v\n1,2\n")
+    (tmp_path / "b.csv").write_text("id;v\n3;4.5\n")
+    pattern = str(tmp_path / "*.csv")
+    info = load(2, tmp_path / "d", "t", [pattern])
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_csv('{pattern}')")
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+@pytest.mark.parametrize("header", [True, False])
+def test_csv_in_hive_directories(tmp_path, header, partitioned):
+    for g in (1, 2):
+        (tmp_path / "hv" / f"g={g}").mkdir(parents=True)
+        (tmp_path / "hv" / f"g={g}" / "f.csv").write_text(("id,v\n" if header else "") + f"{g},a{g}\n")
+    pattern = str(tmp_path / "hv" / "*" / "*.csv")
+    expect = _duckdb_columns(f"read_csv('{pattern}')")
+    key = [expect[0][0]] if partitioned else None
+    info = load(2, tmp_path / "d", "t", [pattern], partition_by=key)
+    assert info.columns == expect
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_csv('{pattern}')")
+
+
+def _duckdb_columns(source: str) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (r[0], r[1]) for r in duckdb.connect().execute(f"DESCRIBE SELECT * FROM {source}").fetchall()
+    )

@@ -42,11 +42,10 @@ from duckflock.plan.sql_text import (
     copy_schema_probe,
     files_sql,
     hash_sql,
-    literal_path,
     range_partition_sql,
     read_files,
 )
-from duckflock.sqltext import quote_ident, sql_literal
+from duckflock.sqltext import quote_ident
 
 DEFAULT_PARTITIONS = 12
 _PART_COLUMN = "__duckflock_part"
@@ -169,36 +168,6 @@ def detect_format(paths: list[Path], fmt: str | None) -> str:
     return found.pop()
 
 
-def sniff_csv(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict[str, object], Columns]:
-    """read_csv options fixing the dialect, and the columns with their types, sniffed from one file.
-
-    The options are what the catalog keeps as ``csv_options``; the columns are passed separately
-    (as ``columns``) by every reader, from the table's schema.
-
-    Every rank sniffs the same file and then reads its own files with these options, so all ranks
-    agree on the schema (sniffing each rank's files separately could give different types).
-    """
-    try:
-        row = con.execute(
-            "SELECT Delimiter, Quote, Escape, HasHeader, Columns, DateFormat, TimestampFormat "
-            f"FROM sniff_csv({sql_literal(literal_path(path))})"
-        ).fetchall()[0]
-    except duckdb.Error as e:
-        raise CatalogError(f"cannot read CSV file {path}: {e}") from e
-    delim, quote, escape, header, columns, date_format, ts_format = row
-    opts: dict[str, object] = {"auto_detect": False, "delim": delim, "header": bool(header)}
-    # The sniffer reports "(empty)" when the file shows no quoting; DuckDB's defaults then apply.
-    if len(quote) == 1:
-        opts["quote"] = quote
-    if len(escape) == 1:
-        opts["escape"] = escape
-    if date_format:
-        opts["dateformat"] = date_format
-    if ts_format:
-        opts["timestampformat"] = ts_format
-    return opts, tuple((c["name"], c["type"]) for c in columns)
-
-
 @dataclass(frozen=True)
 class Input:
     """How to read the input files: format, CSV dialect and the schema every rank agrees on."""
@@ -222,28 +191,21 @@ def _hive_schema(con: duckdb.DuckDBPyConnection, fmt: str, paths: list[Path]) ->
 
 
 def _check_readable(con: duckdb.DuckDBPyConnection, source: Input, path: Path) -> None:
-    """A Parquet file must open and have the first file's schema; a CSV file with a header must
-    name the first file's columns in its order (its values are checked as they are read): read
-    by position, a file listing them in another order would fill each column with another's."""
-    if source.fmt == "csv":
-        if not source.csv_options.get("header"):
-            return
-        first = [n for n, _ in source.columns]
-        as_text = [(f"c{i}", "VARCHAR") for i in range(len(first))]
-        header = read_files("csv", [path], {**source.csv_options, "header": False}, as_text)
-        try:
-            row = con.execute(f"SELECT * FROM {header} LIMIT 1").fetchall()
-        except duckdb.Error as e:
-            raise CatalogError(f"cannot read input file {path}: {e}") from e
-        names = list(row[0]) if row else []
-        if names != first:
-            raise CatalogError(f"input file {path} has the header {names}, but the first file has {first}")
-        return
+    """A Parquet file must open and have the first file's schema. A CSV file, read alone as DuckDB
+    reads it, must have the columns DuckDB found in all the files (it matches them by name)."""
+    columns = source.columns if source.fmt == "parquet" else None
     try:
-        got = describe(con, source.scan([path]))
+        got = describe(con, read_files(source.fmt, [path], source.csv_options, columns, source.hive))
     except duckdb.Error as e:
         raise CatalogError(f"cannot read input file {path}: {e}") from e
-    if got != source.columns:
+    if source.fmt == "csv":
+        names, expect = [n for n, _ in got], [n for n, _ in source.columns]
+        if sorted(names) != sorted(expect):
+            raise CatalogError(
+                f"input file {path} has the columns {names}, but DuckDB reads the other input files "
+                f"with {expect}: load them as separate tables"
+            )
+    elif got != source.columns:
         raise CatalogError(
             f"input file {path} has columns {list(got)}, but the first file has {list(source.columns)}"
         )
@@ -440,13 +402,11 @@ def _load(
     # Every rank checks all names (cheap), so a missing file fails every rank alike, without messages.
     paths = expand_files(con, files)
     fmt = detect_format(paths, fmt)
-    if fmt == "csv":
-        source = Input(fmt, *sniff_csv(con, paths[0]), hive=None)
-    else:
-        try:
-            source = Input(fmt, {}, *_hive_schema(con, fmt, paths))
-        except duckdb.Error as e:
-            raise CatalogError(f"cannot read input file {paths[0]}: {e}") from e
+    try:
+        source = Input(fmt, {}, *_hive_schema(con, fmt, paths))
+    except duckdb.Error as e:
+        what = f"input file {paths[0]}" if len(paths) == 1 else "the input files together"
+        raise CatalogError(f"cannot read {what}: {e}") from e
     keys, scheme, count = _plan(source.columns, partition_by, partitions, scheme)
     mine = list(range(rt.rank, len(paths), rt.size))
     for i in mine:

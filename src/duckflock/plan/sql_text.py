@@ -44,7 +44,7 @@ def read_files(
 ) -> str:
     """The DuckDB table function reading ``paths``, e.g. ``read_parquet(['a.parquet'])``.
 
-    CSV is read with the dialect ``csv_options`` and the column names and types ``columns``, the
+    CSV is read with the options ``csv_options`` and the column names and types ``columns``, the
     way the executor reads a CSV table of the catalog. ``hive``: the hive partition columns the
     paths give, with their types; () reads none, None leaves it to DuckDB's auto-detection.
     """
@@ -52,9 +52,21 @@ def read_files(
     opts = _hive_options(hive)
     if fmt == "parquet":
         return f"read_parquet({files}{opts})"
-    cols = f", columns = {sql_literal(dict(columns))}" if columns else ""
     opts += "".join(f", {k} = {sql_literal(v)}" for k, v in (csv_options or {}).items())
-    return f"read_csv({files}{cols}{opts})"
+    if not columns:
+        return f"read_csv({files}{opts})"
+    if (csv_options or {}).get("auto_detect") is False:  # a dialect fixed by catalogs written before
+        return f"read_csv({files}, columns = {sql_literal(dict(columns))}{opts})"
+    return _sniffed_csv(files, opts, columns, hive)
+
+
+def _sniffed_csv(files: str, opts: str, columns: Sequence[tuple[str, str]], hive: Sequence | None) -> str:
+    """CSV files read as DuckDB reads them together: each file's dialect and header sniffed, its
+    columns matched by name and cast to the types DuckDB chose over all the files."""
+    partition_columns = {n for n, _ in hive or ()}
+    types = {n: t for n, t in columns if n not in partition_columns}
+    select = ", ".join(q(n) for n, _ in columns)
+    return f"(SELECT {select} FROM read_csv({files}, types = {sql_literal(types)}{opts}))"
 
 
 def _hive_options(hive: Sequence[tuple[str, str]] | None) -> str:
