@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 from collections.abc import Callable
 from itertools import pairwise
@@ -399,3 +400,24 @@ def _duckdb_columns(source: str) -> tuple[tuple[str, str], ...]:
     return tuple(
         (r[0], r[1]) for r in duckdb.connect().execute(f"DESCRIBE SELECT * FROM {source}").fetchall()
     )
+
+
+def _load_alone(root: Path, name: str, files: list[str]) -> None:
+    _, errors = run_ranks(1, lambda rt: load_table(rt, QID, root, name, files, ["k"], 3))
+    assert errors == [None]
+
+
+def test_loads_into_one_directory_at_the_same_time_keep_every_table(tmp_path, inputs):
+    _, files = inputs
+    names = [f"t{i}" for i in range(6)]
+    ctx = multiprocessing.get_context("fork")  # separate processes, as separate `duckflock load` runs
+    procs = [ctx.Process(target=_load_alone, args=(tmp_path, n, files[1:2])) for n in names]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0] * len(names)
+    catalog = Catalog.load(tmp_path)
+    assert sorted(catalog.tables) == names
+    assert all(catalog.table(n).rows == 600 for n in names)
+    assert not [d for n in names for d in (tmp_path / n).iterdir() if d.is_dir()]  # no staging left

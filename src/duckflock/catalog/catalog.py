@@ -6,11 +6,14 @@ File paths are relative to the data directory, so the directory can be moved or 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import itertools
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -28,6 +31,7 @@ from duckflock.catalog.partitioning import (
 from duckflock.errors import CatalogError
 
 CATALOG_FILE = "duckflock_catalog.json"
+LOCK_FILE = ".duckflock_catalog.lock"
 _TYPE_WIDTH = {"BIGINT": 8, "INTEGER": 4, "DATE": 4, "DOUBLE": 8, "BOOLEAN": 1, "SMALLINT": 2, "TINYINT": 1}
 
 
@@ -222,6 +226,19 @@ class Catalog:
     @classmethod
     def open_or_create(cls, root: str | os.PathLike[str]) -> Catalog:
         return cls.load(root) if (Path(root) / CATALOG_FILE).is_file() else cls(root)
+
+    @classmethod
+    @contextlib.contextmanager
+    def updating(cls, root: str | os.PathLike[str]) -> Iterator[Catalog]:
+        """The catalog of ``root`` to change, saved when the block ends without error. Read and
+        written under an exclusive lock: two processes changing it at once would each save their
+        own copy, and the last would drop the other's tables."""
+        Path(root).mkdir(parents=True, exist_ok=True)
+        with open(Path(root) / LOCK_FILE, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            catalog = cls.open_or_create(root)
+            yield catalog
+            catalog.save()
 
     def find(self, name: str) -> TableInfo | None:
         """The table of that SQL name: case-insensitive, as in DuckDB's catalog."""

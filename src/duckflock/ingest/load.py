@@ -25,6 +25,7 @@ import contextlib
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -449,10 +450,11 @@ def _staged(
     """Repartition ``paths`` into ``table`` through a staging directory, which a failure cleans up.
     ``keep``: files of the table's directory that stay even when the new table does not list them."""
     mine = list(range(rt.rank, len(paths), rt.size))
-    staging = root / table / f"{_STAGING_PREFIX}{qid}"
+    # Named by rank 0 for all ranks, so that loads running at the same time never share one.
+    staging = root / table / f"{_STAGING_PREFIX}{rt.mux.allgather(qid, uuid.uuid4().hex)[0]}"
     staging.mkdir(parents=True, exist_ok=True)
     try:
-        return _repartition(rt, qid, root, table, source, paths, mine, keys, scheme, count, keep)
+        return _repartition(rt, qid, root, table, source, paths, mine, keys, scheme, count, keep, staging)
     except BaseException:
         # Remove what this rank staged; the previous version of the table stays as it was.
         own = re.compile(rf"part-\d+-r{rt.rank}(-\d+)?\.parquet")
@@ -460,6 +462,8 @@ def _staged(
             if own.fullmatch(f.name):
                 f.unlink(missing_ok=True)
         shutil.rmtree(staging / f"r{rt.rank}", ignore_errors=True)
+        with contextlib.suppress(OSError):  # the last rank out removes the emptied directory
+            staging.rmdir()
         raise
 
 
@@ -511,8 +515,8 @@ def _repartition(
     scheme: str,
     count: int,
     keep: set[Path],
+    staging: Path,
 ) -> TableInfo | None:
-    staging = root / table / f"{_STAGING_PREFIX}{qid}"
     scan = source.scan([paths[i] for i in mine]) if mine else None
     out_columns = _output_columns(rt.con, source.scan([paths[0]]), staging, rt.rank)
     types = dict(out_columns)
@@ -552,7 +556,7 @@ def _repartition(
         kind = "none"  # a partition of only NULL keys has no interval; do not claim range bounds
     info = TableInfo(table, "parquet", out_columns, tuple(infos), kind, keys, hive=()).stamped()
     moves = [(staging / fname, root / table / fname) for part in parts for fname, *_ in part]
-    return _publish(rt, root, info, moves, keep)
+    return _publish(rt, root, info, moves, keep, staging)
 
 
 def _merge(prefix: str, files: list[tuple[str, int, Any, Any]]) -> PartitionInfo:
@@ -568,25 +572,30 @@ def _merge(prefix: str, files: list[tuple[str, int, Any, Any]]) -> PartitionInfo
 
 
 def _publish(
-    rt: Runtime, root: Path, info: TableInfo, moves: list[tuple[Path, Path]], inputs: set[Path]
+    rt: Runtime,
+    root: Path,
+    info: TableInfo,
+    moves: list[tuple[Path, Path]],
+    inputs: set[Path],
+    staging: Path | None = None,
 ) -> TableInfo:
     """On rank 0 after every rank succeeded: move staged files in, drop the old table's files, save
     (with its string widths measured); what was saved. ``inputs``: files to keep although the table
-    does not list them (the load's own input files)."""
-    tdir = root / info.name
-    for src, dst in moves:
-        os.replace(src, dst)
-    keep = {(root / f).resolve() for p in info.partitions for f in p.files} | inputs
-    if tdir.is_dir():
-        for f in tdir.iterdir():
-            if _PART_FILE.fullmatch(f.name) and f.resolve() not in keep:
-                f.unlink(missing_ok=True)
-            elif f.name.startswith(_STAGING_PREFIX) and f.is_dir():
-                shutil.rmtree(f, ignore_errors=True)
-    info = with_widths(rt.con, info, root)
-    catalog = Catalog.open_or_create(root)
-    catalog.put(info)
-    catalog.save()
+    does not list them (the load's own input files). Under the catalog's lock, so that loads into
+    one directory at the same time each keep their table."""
+    with Catalog.updating(root) as catalog:
+        tdir = root / info.name
+        for src, dst in moves:
+            os.replace(src, dst)
+        keep = {(root / f).resolve() for p in info.partitions for f in p.files} | inputs
+        if tdir.is_dir():
+            for f in tdir.iterdir():
+                if _PART_FILE.fullmatch(f.name) and f.resolve() not in keep:
+                    f.unlink(missing_ok=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        info = with_widths(rt.con, info, root)
+        catalog.put(info)
     if rt.catalog is not None and rt.catalog.root == root:
         rt.catalog.put(info)
     return info
