@@ -176,3 +176,9 @@ def test_repartition_takes_no_inputs_and_load_needs_them(tmp_path):
     assert proc.returncode == 1 and "give no input files" in proc.stderr, proc.stderr
     proc = cli("load", "--data", str(tmp_path), "x.parquet")
     assert proc.returncode == 1 and "load needs --table" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("option", [["--scheme", "range"], ["--scheme", "hash"], ["--partitions", "4"]])
+def test_partitioning_options_without_partition_by_are_refused(tmp_path, option):
+    proc = cli("load", "--data", str(tmp_path), "--table", "t", "x.parquet", *option)
+    assert proc.returncode == 1 and "need --partition-by" in proc.stderr, proc.stderr

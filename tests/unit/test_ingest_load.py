@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 from collections.abc import Callable
 from itertools import pairwise
@@ -15,7 +16,7 @@ from duckflock.config import Config
 from duckflock.errors import CatalogError, ExecutionError
 from duckflock.exec.runtime import Runtime
 from duckflock.ingest.load import load_table
-from duckflock.plan.sql_text import read_files
+from duckflock.plan.sql_text import read_files, read_table_files
 from duckflock.transport.inproc import InProcTransport
 
 QID = 7
@@ -172,8 +173,8 @@ def test_csv_input(tmp_path, inputs, n):
     whole = load(n, tmp_path, "c", [str(tmp_path / "src" / "*.csv")])
     assert (whole.format, whole.kind, whole.rows) == ("csv", "none", ROWS)
     assert [p.files for p in whole.partitions] == [(f"src/in{i}.csv",) for i in range(len(csvs))]
-    assert dict(whole.columns)["id"] == "BIGINT" and whole.csv_options["header"] is True
-    # Read back the way the executor reads a CSV table: the catalog's columns plus its dialect options.
+    assert dict(whole.columns)["id"] == "BIGINT"
+    # Read back the way the executor reads a CSV table: the catalog's columns plus its options.
     assert "columns" not in whole.csv_options
     back = read_files(
         "csv", [tmp_path / f for p in whole.partitions for f in p.files], whole.csv_options, whole.columns
@@ -187,13 +188,20 @@ def test_csv_input(tmp_path, inputs, n):
 
 
 @pytest.mark.parametrize("partition_by", [None, ["id"]])
-def test_csv_files_naming_the_columns_in_another_order_are_refused(tmp_path, partition_by):
-    # Read by position, the second file's v would become id and id v.
+def test_csv_files_naming_the_columns_in_another_order_are_matched_by_name(tmp_path, partition_by):
     (tmp_path / "a.csv").write_text("id,v\n1,10\n2,20\n")
     (tmp_path / "b.csv").write_text("v,id\n30,3\n40,4\n")
     files = [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
-    _, errors = run_ranks(1, lambda rt: load_table(rt, QID, tmp_path, "t", files, partition_by, None, None))
-    assert isinstance(errors[0], CatalogError) and "header ['v', 'id']" in str(errors[0])
+    info = load(2, tmp_path / "d", "t", files, partition_by=partition_by)
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_csv({files})")
+
+
+def test_csv_files_with_other_columns_are_refused(tmp_path):
+    (tmp_path / "a.csv").write_text("id,v\n1,10\n")
+    (tmp_path / "b.csv").write_text("id,w\n3,30\n")
+    files = [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
+    _, errors = run_ranks(2, lambda rt: load_table(rt, QID, tmp_path, "t", files))
+    assert any(isinstance(e, CatalogError) and "b.csv has the columns ['id', 'w']" in str(e) for e in errors)
 
 
 @pytest.mark.parametrize("n", [1, 3])
@@ -260,3 +268,156 @@ def test_bad_arguments(tmp_path, inputs):
     for kw, text in cases:
         _, errors = run_ranks(1, lambda rt, kw=kw: load_table(rt, QID, tmp_path, "t", files, **kw))
         assert isinstance(errors[0], CatalogError) and text in str(errors[0]), (kw, errors[0])
+
+
+def _rows_as_read(root: Path, info: TableInfo) -> list[tuple]:
+    """All rows of a loaded table, sorted, read the way the executor reads its files."""
+    files = [root / f for p in info.partitions for f in p.files]
+    return sorted(duckdb.connect().execute(f"SELECT * FROM {read_table_files(info, files)}").fetchall())
+
+
+def _duckdb_rows(source: str) -> list[tuple]:
+    return sorted(duckdb.connect().execute(f"SELECT * FROM {source}").fetchall())
+
+
+@pytest.mark.parametrize("partition_by", [None, ["id"]])
+def test_file_names_with_glob_characters_are_read_literally(tmp_path, partition_by):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    con = duckdb.connect()
+    for i, name in enumerate(["x1", "x[1]", "y*", "y?"]):
+        con.execute(f"COPY (SELECT {i} AS id, '{name}' AS src) TO '{raw / name}.parquet'")
+    parts = {"partitions": 2} if partition_by else {}
+    info = load(2, tmp_path / "d", "t", [str(raw / "*.parquet")], partition_by=partition_by, **parts)
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_parquet('{raw}/*.parquet')")
+
+
+def test_hidden_files_match_a_glob_as_in_duckdb(tmp_path):
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT 1 AS id) TO '{tmp_path}/a.parquet'")
+    con.execute(f"COPY (SELECT 2 AS id) TO '{tmp_path}/.b.parquet'")
+    info = load(1, tmp_path / "d", "t", [str(tmp_path / "*.parquet")])
+    assert (
+        _rows_as_read(tmp_path / "d", info)
+        == _duckdb_rows(f"read_parquet('{tmp_path}/*.parquet')")
+        == [
+            (1,),
+            (2,),
+        ]
+    )
+
+
+@pytest.mark.parametrize("partition_by", [None, ["id"]])
+def test_a_file_named_twice_is_read_twice(tmp_path, inputs, partition_by):
+    _, files = inputs
+    info = load(2, tmp_path, "t", [files[1], files[1]], partition_by=partition_by)
+    assert info.rows == 2 * 600
+    assert _rows_as_read(tmp_path, info) == _duckdb_rows(f"read_parquet({[files[1], files[1]]})")
+
+
+@pytest.mark.parametrize("partition_by", [None, ["g"]])
+def test_a_data_directory_under_a_key_value_path_adds_no_column(tmp_path, partition_by):
+    f = tmp_path / "f.parquet"
+    duckdb.connect().execute(f"COPY (SELECT range AS id, range % 3 AS g FROM range(30)) TO '{f}'")
+    root = tmp_path / "run=1" / "d"
+    info = load(2, root, "t", [str(f)], partition_by=partition_by)
+    assert [n for n, _ in info.columns] == ["id", "g"]
+    assert _rows_as_read(root, info) == _duckdb_rows(f"'{f}'")
+    assert Catalog.load(root).table("t").hive == ()
+
+
+@pytest.mark.parametrize("partition_by", [None, ["id"]])
+def test_hive_partitioned_inputs_keep_their_columns_as_duckdb_reads_them(tmp_path, partition_by):
+    con = duckdb.connect()
+    con.execute(
+        "COPY (SELECT range AS id, CASE WHEN range % 4 = 0 THEN NULL ELSE range % 3 END AS k FROM range(20)) "
+        f"TO '{tmp_path}/hive' (FORMAT parquet, PARTITION_BY (k))"
+    )
+    pattern = f"{tmp_path}/hive/*/*.parquet"
+    info = load(2, tmp_path / "d", "h", [pattern], partition_by=partition_by)
+    expect = con.execute(f"DESCRIBE SELECT * FROM read_parquet('{pattern}')").fetchall()
+    assert info.columns == tuple((r[0], r[1]) for r in expect)
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_parquet('{pattern}')")
+
+
+CSV_AS_DUCKDB_READS_IT = {
+    "comment": "name,n\nalice,1\n# note, x\nbob,2\n#d,y\ncarl,3\n",
+    "preamble": "exported by tool v1\nid,name\n1,a\n",
+    "unquoted": 'id,name\n1,"big" deal\n',
+    "spaces": "id, name\n1, a\n",
+    "trailing": "id,name,\n1,a,\n",
+    "dupcase": "a,A\n1,2\n",
+    "semicolons": "x;y\n1;2,5\n",
+}
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+@pytest.mark.parametrize("case", sorted(CSV_AS_DUCKDB_READS_IT))
+def test_csv_is_read_as_duckdb_reads_it(tmp_path, case, partitioned):
+    f = tmp_path / "in.csv"
+    f.write_text(CSV_AS_DUCKDB_READS_IT[case])
+    expect = _duckdb_columns(f"read_csv('{f}')")
+    key = [expect[0][0]] if partitioned else None
+    info = load(1, tmp_path / "d", "t", [str(f)], partition_by=key)
+    assert info.columns == expect
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_csv('{f}')")
+
+
+@pytest.mark.parametrize("partition_by", [None, ["id"]])
+def test_csv_types_are_unified_over_all_files(tmp_path, partition_by):
+    for name, text in [("f1", "id,v,w\n1,,10\n2,,20\n"), ("f2", "id,v,w\n3,10,1.5\n4,9,2\n")]:
+        (tmp_path / f"{name}.csv").write_text(text)
+    pattern = str(tmp_path / "f*.csv")
+    info = load(2, tmp_path / "d", "t", [pattern], partition_by=partition_by)
+    expect = _duckdb_columns(f"read_csv('{pattern}')")
+    assert info.columns == expect and [t for _, t in expect] == ["BIGINT", "BIGINT", "DOUBLE"]
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_csv('{pattern}')")
+
+
+def test_csv_files_of_different_dialects(tmp_path):
+    (tmp_path / "a.csv").write_text("id,v\n1,2\n")
+    (tmp_path / "b.csv").write_text("id;v\n3;4.5\n")
+    pattern = str(tmp_path / "*.csv")
+    info = load(2, tmp_path / "d", "t", [pattern])
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_csv('{pattern}')")
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+@pytest.mark.parametrize("header", [True, False])
+def test_csv_in_hive_directories(tmp_path, header, partitioned):
+    for g in (1, 2):
+        (tmp_path / "hv" / f"g={g}").mkdir(parents=True)
+        (tmp_path / "hv" / f"g={g}" / "f.csv").write_text(("id,v\n" if header else "") + f"{g},a{g}\n")
+    pattern = str(tmp_path / "hv" / "*" / "*.csv")
+    expect = _duckdb_columns(f"read_csv('{pattern}')")
+    key = [expect[0][0]] if partitioned else None
+    info = load(2, tmp_path / "d", "t", [pattern], partition_by=key)
+    assert info.columns == expect
+    assert _rows_as_read(tmp_path / "d", info) == _duckdb_rows(f"read_csv('{pattern}')")
+
+
+def _duckdb_columns(source: str) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (r[0], r[1]) for r in duckdb.connect().execute(f"DESCRIBE SELECT * FROM {source}").fetchall()
+    )
+
+
+def _load_alone(root: Path, name: str, files: list[str]) -> None:
+    _, errors = run_ranks(1, lambda rt: load_table(rt, QID, root, name, files, ["k"], 3))
+    assert errors == [None]
+
+
+def test_loads_into_one_directory_at_the_same_time_keep_every_table(tmp_path, inputs):
+    _, files = inputs
+    names = [f"t{i}" for i in range(6)]
+    ctx = multiprocessing.get_context("fork")  # separate processes, as separate `duckflock load` runs
+    procs = [ctx.Process(target=_load_alone, args=(tmp_path, n, files[1:2])) for n in names]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0] * len(names)
+    catalog = Catalog.load(tmp_path)
+    assert sorted(catalog.tables) == names
+    assert all(catalog.table(n).rows == 600 for n in names)
+    assert not [d for n in names for d in (tmp_path / n).iterdir() if d.is_dir()]  # no staging left

@@ -6,11 +6,14 @@ File paths are relative to the data directory, so the directory can be moved or 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import itertools
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -28,6 +31,7 @@ from duckflock.catalog.partitioning import (
 from duckflock.errors import CatalogError
 
 CATALOG_FILE = "duckflock_catalog.json"
+LOCK_FILE = ".duckflock_catalog.lock"
 _TYPE_WIDTH = {"BIGINT": 8, "INTEGER": 4, "DATE": 4, "DOUBLE": 8, "BOOLEAN": 1, "SMALLINT": 2, "TINYINT": 1}
 
 
@@ -49,6 +53,10 @@ class TableInfo:
     kind: str = "none"  # "hash", "range" or "none"
     keys: tuple[str, ...] = ()
     csv_options: dict[str, object] = field(default_factory=dict, compare=False)
+    # Hive partition columns DuckDB adds from the paths of files registered as they are, with their
+    # types (also in ``columns``); () reads the files without hive partitioning (a data directory
+    # under a key=value path adds none). None: catalogs written before, DuckDB's auto-detection.
+    hive: tuple[tuple[str, str], ...] | None = field(default=None, compare=False)
     # Hash tables: the canary of the DuckDB hash that placed the rows, and that DuckDB's version.
     hash_canary: int | None = field(default=None, compare=False)
     duckdb_version: str = field(default="", compare=False)
@@ -122,6 +130,7 @@ class TableInfo:
                 ),
             },
             "csv_options": self.csv_options,
+            **({"hive": dict(self.hive)} if self.hive is not None else {}),
             **({"widths": dict(self.widths)} if self.widths else {}),
             "partitions": [
                 {"files": list(p.files), "rows": p.rows, "min": _enc(p.min), "max": _enc(p.max)}
@@ -143,6 +152,7 @@ class TableInfo:
             kind=part.get("kind", "none"),
             keys=tuple(part.get("keys", ())),
             csv_options=data.get("csv_options", {}),
+            hive=tuple(data["hive"].items()) if "hive" in data else None,
             hash_canary=part.get("hash_canary"),
             duckdb_version=part.get("duckdb", ""),
             widths=tuple((c, int(w)) for c, w in data.get("widths", {}).items()),
@@ -216,6 +226,19 @@ class Catalog:
     @classmethod
     def open_or_create(cls, root: str | os.PathLike[str]) -> Catalog:
         return cls.load(root) if (Path(root) / CATALOG_FILE).is_file() else cls(root)
+
+    @classmethod
+    @contextlib.contextmanager
+    def updating(cls, root: str | os.PathLike[str]) -> Iterator[Catalog]:
+        """The catalog of ``root`` to change, saved when the block ends without error. Read and
+        written under an exclusive lock: two processes changing it at once would each save their
+        own copy, and the last would drop the other's tables."""
+        Path(root).mkdir(parents=True, exist_ok=True)
+        with open(Path(root) / LOCK_FILE, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            catalog = cls.open_or_create(root)
+            yield catalog
+            catalog.save()
 
     def find(self, name: str) -> TableInfo | None:
         """The table of that SQL name: case-insensitive, as in DuckDB's catalog."""

@@ -178,7 +178,7 @@ def run_load(args: argparse.Namespace) -> int:
                 args.files,
                 keys,
                 args.partitions,
-                args.scheme if keys else None,
+                args.scheme,
                 args.format,
             )
             _print_loaded("loaded", info)

@@ -56,7 +56,10 @@ def _add_load(sub: argparse._SubParsersAction) -> None:
     ld.add_argument("files", nargs="*", help="input files or glob patterns")
     ld.add_argument("--partition-by", default=None, help="key column(s), comma separated")
     ld.add_argument("--partitions", type=int, default=None, help="number of partitions (default 12)")
-    ld.add_argument("--scheme", choices=["hash", "range"], default="hash")
+    # No default here, so a scheme given without --partition-by can be refused rather than ignored.
+    ld.add_argument(
+        "--scheme", choices=["hash", "range"], default=None, help="with --partition-by (default hash)"
+    )
     ld.add_argument("--format", choices=["parquet", "csv"], default=None)
     ld.add_argument("--ranks", type=int, default=2, help="ranks that load in parallel (default 2)")
     ld.add_argument(
@@ -181,13 +184,15 @@ def _end_group(proc: subprocess.Popen) -> None:
 
 def _check_load_args(args: argparse.Namespace) -> None:
     if args.repartition:
-        if args.files or args.partition_by or args.partitions is not None or args.format:
+        if args.files or args.partition_by or args.partitions is not None or args.scheme or args.format:
             raise DuckflockError(
                 "--repartition rewrites stored tables as they are partitioned: "
-                "give no input files, --partition-by, --partitions or --format"
+                "give no input files, --partition-by, --partitions, --scheme or --format"
             )
     elif not args.table or not args.files:
         raise DuckflockError("load needs --table and input files (or --repartition)")
+    elif not args.partition_by and (args.scheme or args.partitions is not None):
+        raise DuckflockError("--scheme and --partitions need --partition-by: the key columns to partition by")
 
 
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:

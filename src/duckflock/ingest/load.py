@@ -22,10 +22,10 @@ by a DuckDB whose ``hash()`` differs from this one's (see ``catalog.hash_canary`
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,16 +41,18 @@ from duckflock.ingest.widths import with_widths
 from duckflock.plan.sql_text import (
     copy_partitioned,
     copy_schema_probe,
+    files_sql,
     hash_sql,
     range_partition_sql,
     read_files,
 )
-from duckflock.sqltext import quote_ident, sql_literal
+from duckflock.sqltext import quote_ident
 
 DEFAULT_PARTITIONS = 12
 _PART_COLUMN = "__duckflock_part"
 _PART_FILE = re.compile(r"part-\d+-r\d+(-\d+)?\.parquet")
 _STAGING_PREFIX = ".load-"
+_GLOB_CHARS = re.compile(r"[*?\[]")  # what makes DuckDB treat a path as a glob pattern
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 _CSV_SUFFIXES = tuple(s + c for s in (".csv", ".tsv", ".txt") for c in ("", ".gz", ".zst"))
@@ -79,7 +81,7 @@ def parquet_stats(
     """
     if not paths:
         return []
-    files = sql_literal(paths)
+    files = files_sql(paths)
     rows = dict(con.execute(f"SELECT file_name, num_rows FROM parquet_file_metadata({files})").fetchall())
     if key is None:
         return [(int(rows[p]), None, None) for p in paths]
@@ -107,7 +109,7 @@ def parquet_stats(
             out.append((n, meta[p][0], meta[p][1]))
         else:
             k = quote_ident(key)
-            mn, mx = con.execute(f"SELECT min({k}), max({k}) FROM read_parquet({sql_literal(p)})").fetchall()[
+            mn, mx = con.execute(f"SELECT min({k}), max({k}) FROM read_parquet({files_sql([p])})").fetchall()[
                 0
             ]
             out.append((n, mn, mx))
@@ -117,13 +119,18 @@ def parquet_stats(
 # ---- inputs -------------------------------------------------------------------------------------
 
 
-def expand_files(patterns: list[str]) -> list[Path]:
-    """Absolute paths of the input files; glob patterns allowed. Raises CatalogError naming the file."""
+def expand_files(con: duckdb.DuckDBPyConnection, patterns: list[str]) -> list[Path]:
+    """Absolute paths of the input files, in the order and number DuckDB's readers take them from
+    these names: globs are expanded by DuckDB's own ``glob()`` (which, unlike Python's, matches
+    hidden files), and a file named twice is read twice. Raises CatalogError naming the file."""
     out: list[Path] = []
     for pattern in patterns:
         pattern = os.path.expanduser(str(pattern))
-        if glob.has_magic(pattern):
-            matches = sorted(m for m in glob.glob(pattern, recursive=True) if os.path.isfile(m))
+        if _GLOB_CHARS.search(pattern):
+            try:
+                matches = [r[0] for r in con.execute("SELECT file FROM glob(?)", [pattern]).fetchall()]
+            except duckdb.Error as e:
+                raise CatalogError(f"cannot expand {pattern!r}: {e}") from e
             if not matches:
                 raise CatalogError(f"no input file matches {pattern!r}")
         else:
@@ -137,9 +144,7 @@ def expand_files(patterns: list[str]) -> list[Path]:
         for m in matches:
             if not os.access(m, os.R_OK):
                 raise CatalogError(f"input file {m} is not readable")
-            path = Path(m).resolve()
-            if path not in out:
-                out.append(path)
+            out.append(Path(m).resolve())
     if not out:
         raise CatalogError("no input files given")
     return out
@@ -164,36 +169,6 @@ def detect_format(paths: list[Path], fmt: str | None) -> str:
     return found.pop()
 
 
-def sniff_csv(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict[str, object], Columns]:
-    """read_csv options fixing the dialect, and the columns with their types, sniffed from one file.
-
-    The options are what the catalog keeps as ``csv_options``; the columns are passed separately
-    (as ``columns``) by every reader, from the table's schema.
-
-    Every rank sniffs the same file and then reads its own files with these options, so all ranks
-    agree on the schema (sniffing each rank's files separately could give different types).
-    """
-    try:
-        row = con.execute(
-            "SELECT Delimiter, Quote, Escape, HasHeader, Columns, DateFormat, TimestampFormat "
-            f"FROM sniff_csv({sql_literal(str(path))})"
-        ).fetchall()[0]
-    except duckdb.Error as e:
-        raise CatalogError(f"cannot read CSV file {path}: {e}") from e
-    delim, quote, escape, header, columns, date_format, ts_format = row
-    opts: dict[str, object] = {"auto_detect": False, "delim": delim, "header": bool(header)}
-    # The sniffer reports "(empty)" when the file shows no quoting; DuckDB's defaults then apply.
-    if len(quote) == 1:
-        opts["quote"] = quote
-    if len(escape) == 1:
-        opts["escape"] = escape
-    if date_format:
-        opts["dateformat"] = date_format
-    if ts_format:
-        opts["timestampformat"] = ts_format
-    return opts, tuple((c["name"], c["type"]) for c in columns)
-
-
 @dataclass(frozen=True)
 class Input:
     """How to read the input files: format, CSV dialect and the schema every rank agrees on."""
@@ -201,34 +176,37 @@ class Input:
     fmt: str
     csv_options: dict[str, object]
     columns: Columns
+    hive: Columns | None = ()  # hive partition columns of the input paths (see TableInfo.hive)
 
     def scan(self, paths: Iterable[str | os.PathLike[str]]) -> str:
-        return read_files(self.fmt, paths, self.csv_options, self.columns if self.fmt == "csv" else None)
+        columns = self.columns if self.fmt == "csv" else None
+        return read_files(self.fmt, paths, self.csv_options, columns, self.hive)
+
+
+def _hive_schema(con: duckdb.DuckDBPyConnection, fmt: str, paths: list[Path]) -> tuple[Columns, Columns]:
+    """The columns DuckDB reads from all ``paths``, and of those the hive partition columns it adds
+    (with the types it gives them over all paths): a rank reading a few of the files is told them."""
+    columns = describe(con, read_files(fmt, paths, hive=None))
+    plain = {n for n, _ in describe(con, read_files(fmt, paths, hive=()))}
+    return columns, tuple(c for c in columns if c[0] not in plain)
 
 
 def _check_readable(con: duckdb.DuckDBPyConnection, source: Input, path: Path) -> None:
-    """A Parquet file must open and have the first file's schema; a CSV file with a header must
-    name the first file's columns in its order (its values are checked as they are read): read
-    by position, a file listing them in another order would fill each column with another's."""
-    if source.fmt == "csv":
-        if not source.csv_options.get("header"):
-            return
-        first = [n for n, _ in source.columns]
-        as_text = [(f"c{i}", "VARCHAR") for i in range(len(first))]
-        header = read_files("csv", [path], {**source.csv_options, "header": False}, as_text)
-        try:
-            row = con.execute(f"SELECT * FROM {header} LIMIT 1").fetchall()
-        except duckdb.Error as e:
-            raise CatalogError(f"cannot read input file {path}: {e}") from e
-        names = list(row[0]) if row else []
-        if names != first:
-            raise CatalogError(f"input file {path} has the header {names}, but the first file has {first}")
-        return
+    """A Parquet file must open and have the first file's schema. A CSV file, read alone as DuckDB
+    reads it, must have the columns DuckDB found in all the files (it matches them by name)."""
+    columns = source.columns if source.fmt == "parquet" else None
     try:
-        got = describe(con, source.scan([path]))
+        got = describe(con, read_files(source.fmt, [path], source.csv_options, columns, source.hive))
     except duckdb.Error as e:
         raise CatalogError(f"cannot read input file {path}: {e}") from e
-    if got != source.columns:
+    if source.fmt == "csv":
+        names, expect = [n for n, _ in got], [n for n, _ in source.columns]
+        if sorted(names) != sorted(expect):
+            raise CatalogError(
+                f"input file {path} has the columns {names}, but DuckDB reads the other input files "
+                f"with {expect}: load them as separate tables"
+            )
+    elif got != source.columns:
         raise CatalogError(
             f"input file {path} has columns {list(got)}, but the first file has {list(source.columns)}"
         )
@@ -321,7 +299,7 @@ def _output_columns(con: duckdb.DuckDBPyConnection, source: str, staging: Path, 
     probe = staging / f"schema-r{rank}.parquet"
     try:
         con.execute(copy_schema_probe(source, str(probe)))
-        return describe(con, read_files("parquet", [probe]))
+        return describe(con, read_files("parquet", [probe]))  # without hive columns of DIR's path
     finally:
         probe.unlink(missing_ok=True)
 
@@ -423,15 +401,13 @@ def _load(
     root = Path(catalog_dir).resolve()
     con = rt.con
     # Every rank checks all names (cheap), so a missing file fails every rank alike, without messages.
-    paths = expand_files(files)
+    paths = expand_files(con, files)
     fmt = detect_format(paths, fmt)
-    if fmt == "csv":
-        source = Input(fmt, *sniff_csv(con, paths[0]))
-    else:
-        try:
-            source = Input(fmt, {}, describe(con, read_files(fmt, [paths[0]])))
-        except duckdb.Error as e:
-            raise CatalogError(f"cannot read input file {paths[0]}: {e}") from e
+    try:
+        source = Input(fmt, {}, *_hive_schema(con, fmt, paths))
+    except duckdb.Error as e:
+        what = f"input file {paths[0]}" if len(paths) == 1 else "the input files together"
+        raise CatalogError(f"cannot read {what}: {e}") from e
     keys, scheme, count = _plan(source.columns, partition_by, partitions, scheme)
     mine = list(range(rt.rank, len(paths), rt.size))
     for i in mine:
@@ -450,7 +426,7 @@ def _repartition_stored(rt: Runtime, qid: int, root: Path, name: str) -> TableIn
     if not old:  # no rows: every placement is right, only the canary is stale
         emptied = replace(info, hash_canary=None).stamped()
         return _publish(rt, root, emptied, [], set()) if rt.rank == 0 else None
-    source = Input(info.format, info.csv_options, info.columns)
+    source = Input(info.format, info.csv_options, info.columns, info.hive)
     new = _staged(rt, qid, root, info.name, source, old, info.keys, "hash", len(info.partitions), keep=set())
     if new is not None:  # rank 0, after the catalog names only the new files: the old ones go
         current = {(root / f).resolve() for p in new.partitions for f in p.files}
@@ -474,10 +450,11 @@ def _staged(
     """Repartition ``paths`` into ``table`` through a staging directory, which a failure cleans up.
     ``keep``: files of the table's directory that stay even when the new table does not list them."""
     mine = list(range(rt.rank, len(paths), rt.size))
-    staging = root / table / f"{_STAGING_PREFIX}{qid}"
+    # Named by rank 0 for all ranks, so that loads running at the same time never share one.
+    staging = root / table / f"{_STAGING_PREFIX}{rt.mux.allgather(qid, uuid.uuid4().hex)[0]}"
     staging.mkdir(parents=True, exist_ok=True)
     try:
-        return _repartition(rt, qid, root, table, source, paths, mine, keys, scheme, count, keep)
+        return _repartition(rt, qid, root, table, source, paths, mine, keys, scheme, count, keep, staging)
     except BaseException:
         # Remove what this rank staged; the previous version of the table stays as it was.
         own = re.compile(rf"part-\d+-r{rt.rank}(-\d+)?\.parquet")
@@ -485,6 +462,8 @@ def _staged(
             if own.fullmatch(f.name):
                 f.unlink(missing_ok=True)
         shutil.rmtree(staging / f"r{rt.rank}", ignore_errors=True)
+        with contextlib.suppress(OSError):  # the last rank out removes the emptied directory
+            staging.rmdir()
         raise
 
 
@@ -519,6 +498,7 @@ def _register(
         columns=source.columns,
         partitions=tuple(PartitionInfo((_rel(root, p),), rows[i]) for i, p in enumerate(paths)),
         csv_options=source.csv_options,
+        hive=source.hive,
     )
     return _publish(rt, root, info, [], set(paths))
 
@@ -535,8 +515,8 @@ def _repartition(
     scheme: str,
     count: int,
     keep: set[Path],
+    staging: Path,
 ) -> TableInfo | None:
-    staging = root / table / f"{_STAGING_PREFIX}{qid}"
     scan = source.scan([paths[i] for i in mine]) if mine else None
     out_columns = _output_columns(rt.con, source.scan([paths[0]]), staging, rt.rank)
     types = dict(out_columns)
@@ -574,9 +554,9 @@ def _repartition(
     kind = scheme
     if scheme == "range" and any(p.rows and p.min is None for p in infos):
         kind = "none"  # a partition of only NULL keys has no interval; do not claim range bounds
-    info = TableInfo(table, "parquet", out_columns, tuple(infos), kind, keys).stamped()
+    info = TableInfo(table, "parquet", out_columns, tuple(infos), kind, keys, hive=()).stamped()
     moves = [(staging / fname, root / table / fname) for part in parts for fname, *_ in part]
-    return _publish(rt, root, info, moves, keep)
+    return _publish(rt, root, info, moves, keep, staging)
 
 
 def _merge(prefix: str, files: list[tuple[str, int, Any, Any]]) -> PartitionInfo:
@@ -592,25 +572,30 @@ def _merge(prefix: str, files: list[tuple[str, int, Any, Any]]) -> PartitionInfo
 
 
 def _publish(
-    rt: Runtime, root: Path, info: TableInfo, moves: list[tuple[Path, Path]], inputs: set[Path]
+    rt: Runtime,
+    root: Path,
+    info: TableInfo,
+    moves: list[tuple[Path, Path]],
+    inputs: set[Path],
+    staging: Path | None = None,
 ) -> TableInfo:
     """On rank 0 after every rank succeeded: move staged files in, drop the old table's files, save
     (with its string widths measured); what was saved. ``inputs``: files to keep although the table
-    does not list them (the load's own input files)."""
-    tdir = root / info.name
-    for src, dst in moves:
-        os.replace(src, dst)
-    keep = {(root / f).resolve() for p in info.partitions for f in p.files} | inputs
-    if tdir.is_dir():
-        for f in tdir.iterdir():
-            if _PART_FILE.fullmatch(f.name) and f.resolve() not in keep:
-                f.unlink(missing_ok=True)
-            elif f.name.startswith(_STAGING_PREFIX) and f.is_dir():
-                shutil.rmtree(f, ignore_errors=True)
-    info = with_widths(rt.con, info, root)
-    catalog = Catalog.open_or_create(root)
-    catalog.put(info)
-    catalog.save()
+    does not list them (the load's own input files). Under the catalog's lock, so that loads into
+    one directory at the same time each keep their table."""
+    with Catalog.updating(root) as catalog:
+        tdir = root / info.name
+        for src, dst in moves:
+            os.replace(src, dst)
+        keep = {(root / f).resolve() for p in info.partitions for f in p.files} | inputs
+        if tdir.is_dir():
+            for f in tdir.iterdir():
+                if _PART_FILE.fullmatch(f.name) and f.resolve() not in keep:
+                    f.unlink(missing_ok=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        info = with_widths(rt.con, info, root)
+        catalog.put(info)
     if rt.catalog is not None and rt.catalog.root == root:
         rt.catalog.put(info)
     return info

@@ -267,8 +267,8 @@ def _table_info(con: duckdb.DuckDBPyConnection, out: Path, table: str, parts: in
         for f in files
     )
     if key is None:
-        return with_widths(con, TableInfo(table, "parquet", columns, partitions), out)
-    return with_widths(con, TableInfo(table, "parquet", columns, partitions, "range", (key,)), out)
+        return with_widths(con, TableInfo(table, "parquet", columns, partitions, hive=()), out)
+    return with_widths(con, TableInfo(table, "parquet", columns, partitions, "range", (key,), hive=()), out)
 
 
 def _complete(catalog: Catalog) -> bool:

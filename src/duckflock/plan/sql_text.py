@@ -5,6 +5,7 @@ that exec/, ingest/ and catalog/ call functions instead of formatting SQL themse
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -20,29 +21,65 @@ KEY_HASH_COLUMN = "__khash"  # a row's join key hash, just before the target (ex
 
 # ---- reading files ---------------------------------------------------------------------------------
 
+_GLOB_CHAR = re.compile(r"([*?\[])")
+
+
+def literal_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as a DuckDB glob pattern matching only itself: DuckDB globs every path it reads, so
+    a file named ``x[1].parquet`` would read ``x1.parquet``. Each glob character goes in brackets."""
+    return _GLOB_CHAR.sub(r"[\1]", str(path))
+
+
+def files_sql(paths: Iterable[str | os.PathLike[str]]) -> str:
+    """A SQL list of ``paths``, each matched literally by DuckDB's file readers."""
+    return sql_literal([literal_path(p) for p in paths])
+
 
 def read_files(
     fmt: str,
     paths: Iterable[str | os.PathLike[str]],
     csv_options: dict[str, object] | None = None,
     columns: Sequence[tuple[str, str]] | None = None,
+    hive: Sequence[tuple[str, str]] | None = (),
 ) -> str:
     """The DuckDB table function reading ``paths``, e.g. ``read_parquet(['a.parquet'])``.
 
-    CSV is read with the dialect ``csv_options`` and the column names and types ``columns``, the
-    way the executor reads a CSV table of the catalog.
+    CSV is read with the options ``csv_options`` and the column names and types ``columns``, the
+    way the executor reads a CSV table of the catalog. ``hive``: the hive partition columns the
+    paths give, with their types; () reads none, None leaves it to DuckDB's auto-detection.
     """
-    files = sql_literal([str(p) for p in paths])
+    files = files_sql(paths)
+    opts = _hive_options(hive)
     if fmt == "parquet":
-        return f"read_parquet({files})"
-    cols = f", columns = {sql_literal(dict(columns))}" if columns else ""
-    opts = "".join(f", {k} = {sql_literal(v)}" for k, v in (csv_options or {}).items())
-    return f"read_csv({files}{cols}{opts})"
+        return f"read_parquet({files}{opts})"
+    opts += "".join(f", {k} = {sql_literal(v)}" for k, v in (csv_options or {}).items())
+    if not columns:
+        return f"read_csv({files}{opts})"
+    if (csv_options or {}).get("auto_detect") is False:  # a dialect fixed by catalogs written before
+        return f"read_csv({files}, columns = {sql_literal(dict(columns))}{opts})"
+    return _sniffed_csv(files, opts, columns, hive)
+
+
+def _sniffed_csv(files: str, opts: str, columns: Sequence[tuple[str, str]], hive: Sequence | None) -> str:
+    """CSV files read as DuckDB reads them together: each file's dialect and header sniffed, its
+    columns matched by name and cast to the types DuckDB chose over all the files."""
+    partition_columns = {n for n, _ in hive or ()}
+    types = {n: t for n, t in columns if n not in partition_columns}
+    select = ", ".join(q(n) for n, _ in columns)
+    return f"(SELECT {select} FROM read_csv({files}, types = {sql_literal(types)}{opts}))"
+
+
+def _hive_options(hive: Sequence[tuple[str, str]] | None) -> str:
+    if hive is None:
+        return ""
+    if not hive:
+        return ", hive_partitioning = false"
+    return f", hive_partitioning = true, hive_types = {sql_literal(dict(hive))}"
 
 
 def read_table_files(info: TableInfo, paths: Iterable[str | os.PathLike[str]]) -> str:
     """The DuckDB table function reading ``paths`` of the catalog table ``info``, as ranks read it."""
-    return read_files(info.format, paths, info.csv_options, info.columns)
+    return read_files(info.format, paths, info.csv_options, info.columns, info.hive)
 
 
 def no_rows(relation: str) -> str:

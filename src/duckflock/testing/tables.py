@@ -64,7 +64,9 @@ def make_table(
         if kind == "range" and rows:
             lo, hi = con.execute(f"SELECT min({q(keys[0])}), max({q(keys[0])}) FROM {rel}").fetchall()[0]
         infos.append(PartitionInfo((f"{name}/{name}.{p}.parquet",), rows, lo, hi))
-    info = with_widths(con, TableInfo(name, "parquet", cols, tuple(infos), kind=kind, keys=keys), root)
+    info = with_widths(
+        con, TableInfo(name, "parquet", cols, tuple(infos), kind=kind, keys=keys, hive=()), root
+    )
     con.close()
     catalog = Catalog.open_or_create(root)
     catalog.put(info)
