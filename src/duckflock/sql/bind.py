@@ -123,10 +123,10 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
         # DuckDB may well accept it (corr(DISTINCT x, y)): say whose parser gave up.
         raise SqlError(f"cannot parse SQL (duckflock's SQL parser, sqlglot, cannot read it): {why}") from None
     # Empty statements (";SELECT 1"), and a comment after the last one (a Semicolon to sqlglot).
-    statements = [s for s in statements if s is not None and not isinstance(s, exp.Semicolon)]
-    if len(statements) != 1:
+    found = [s for s in statements if s is not None and not isinstance(s, exp.Semicolon)]
+    if len(found) != 1:
         raise SqlError("expected exactly one SQL statement")
-    tree = statements[0]
+    tree = found[0]
     if isinstance(tree, exp.Pivot):  # a PIVOT / UNPIVOT statement: a query, run as one
         text = f"SELECT * FROM ({text})"
         tree = sqlglot.parse_one(text, read="duckdb")
