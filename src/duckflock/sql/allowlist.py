@@ -127,6 +127,8 @@ def check_supported(tree: exp.Expr) -> None:
         if isinstance(node, exp.Select):
             _check_comma_precedence(node)
             _check_replace_with_using(node)
+            _check_star_renames_sorted(node)
+            _check_group_all_having(node)
         if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier | exp.Func):
             raise unsupported(f"{node.this.key.upper()} in FROM")
 
@@ -149,6 +151,24 @@ def _check_replace_with_using(select: exp.Select) -> None:
         s.args.get("replace") for s in select.find_all(exp.Star) if query_of(s) is select
     ):
         raise unsupported("* REPLACE in a query joining with USING")
+
+
+def _check_star_renames_sorted(select: exp.Select) -> None:
+    """sqlglot resolves ``ORDER BY b`` after ``* REPLACE (-b AS b)`` or ``* RENAME`` to the input
+    column, DuckDB to the output one."""
+    stars = [s for s in select.find_all(exp.Star) if query_of(s) is select]
+    if select.args.get("order") and any(s.args.get("replace") or s.args.get("rename") for s in stars):
+        raise unsupported("ORDER BY in a query with * REPLACE or * RENAME")
+
+
+def _check_group_all_having(select: exp.Select) -> None:
+    """DuckDB's GROUP BY ALL also groups by the columns its HAVING reads outside aggregates."""
+    group, having = select.args.get("group"), select.args.get("having")
+    if group is None or having is None or not group.args.get("all"):
+        return
+    for column in having.find_all(exp.Column):
+        if not isinstance(column.find_ancestor(exp.AggFunc, exp.Select), exp.AggFunc):
+            raise unsupported("GROUP BY ALL with a HAVING that reads a column outside an aggregate")
 
 
 def _check_names(node: exp.Expr) -> None:

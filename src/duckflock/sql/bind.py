@@ -162,6 +162,25 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
     )
 
 
+def _check_struct_names(tree: exp.Expr, catalog: Catalog) -> None:
+    """A STRUCT column named like a FROM item of the query: DuckDB reads ``s.t.a`` (and, inside a
+    subquery over ``s``, even ``t.a``) as a field of the column, the rewrite as the item's column."""
+    items = {n.alias_or_name.lower() for n in tree.find_all(exp.Table, exp.Subquery, exp.CTE)}
+    for table in tree.find_all(exp.Table):
+        info = catalog.find(table.name) if isinstance(table.this, exp.Identifier) else None
+        for column, typ in info.columns if info is not None else ():
+            if typ.upper().startswith("STRUCT") and column.lower() in items:
+                raise unsupported(f"a STRUCT column ({column}) named like a FROM item")
+
+
+def _parenthesized(e: exp.Expr) -> exp.Expr:
+    """``e`` as an operand: in parentheses unless it is one token or a call (sqlglot's AND, OR and
+    operators such as POW are calls to it too: they get them)."""
+    operator = isinstance(e, exp.Binary | exp.Connector | exp.Unary)
+    atomic = isinstance(e, exp.Column | exp.Literal | exp.Paren) or (isinstance(e, exp.Func) and not operator)
+    return e if atomic else exp.Paren(this=e)
+
+
 @contextmanager
 def _quiet_sqlglot() -> Iterator[None]:
     log = logging.getLogger("sqlglot")
@@ -192,6 +211,7 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
     tree = fix_clock(tree, schema_db)
     tree = distinct_on_as_qualify(plain_positions(tree))
     check_supported(tree)
+    _check_struct_names(tree, catalog)
     aggregates = Aggregates(schema_db.aggregate_names)
     schema = {n: {c: t for c, t in info.columns} for n, info in catalog.tables.items()}
     tree = unique_derived_names(tree, schema)
@@ -405,9 +425,10 @@ class _Builder:
         elif isinstance(key, exp.Literal) and key.is_int:
             hit = names[int(key.this) - 1]
         else:  # an expression, maybe over output aliases: write them out
+            # In parentheses: ORDER BY -z over z = b - a is -(b - a), not -b - a.
             key = key.transform(
                 lambda n: (
-                    aliases[n.name].copy()
+                    _parenthesized(aliases[n.name].copy())
                     if isinstance(n, exp.Column) and not n.table and n.name in aliases
                     else n
                 )
