@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import cast
 
+import duckdb
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
@@ -56,7 +57,7 @@ from duckflock.sql.join_order import optimize_joins
 from duckflock.sql.order_all import order_by_all_written_out
 from duckflock.sql.positions import plain_positions
 from duckflock.sql.pushdown import pushdown_predicates
-from duckflock.sql.query_constants import check_introspection, fix_clock
+from duckflock.sql.query_constants import check_introspection, check_introspection_text, fix_clock
 from duckflock.sql.rewrite_hazards import rules_to_skip
 from duckflock.sql.round_trip import check_round_trip
 from duckflock.sql.schema_db import SchemaDB
@@ -120,8 +121,10 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
             statements = sqlglot.parse(text, read="duckdb")
     except ParseError as e:
         why = e.errors[0]["description"] if e.errors else str(e)
-        # DuckDB may well accept it (corr(DISTINCT x, y)): say whose parser gave up.
-        raise SqlError(f"cannot parse SQL (duckflock's SQL parser, sqlglot, cannot read it): {why}") from None
+        # DuckDB may well accept it (ROLLUP(x IS NULL)): say whose parser gave up, and let the
+        # driver answer it as written.
+        reason = f"cannot parse SQL (duckflock's SQL parser, sqlglot, cannot read it): {why}"
+        return _unparsed(text, catalog, schema_db, reason, driver_fallback_bytes)
     # Empty statements (";SELECT 1"), and a comment after the last one (a Semicolon to sqlglot).
     found = [s for s in statements if s is not None and not isinstance(s, exp.Semicolon)]
     if len(found) != 1:
@@ -179,6 +182,24 @@ def _parenthesized(e: exp.Expr) -> exp.Expr:
     operator = isinstance(e, exp.Binary | exp.Connector | exp.Unary)
     atomic = isinstance(e, exp.Column | exp.Literal | exp.Paren) or (isinstance(e, exp.Func) and not operator)
     return e if atomic else exp.Paren(this=e)
+
+
+def _unparsed(text: str, catalog: Catalog, schema_db: SchemaDB, reason: str, limit_bytes: int) -> BoundQuery:
+    """A query sqlglot cannot parse, answered by DuckDB on the driver where DuckDB's own parser
+    finds one SELECT that passes the introspection checks (by name, there being no tree), else
+    SqlError naming ``reason``."""
+    try:
+        statements = schema_db.con.extract_statements(text)
+    except duckdb.Error:
+        raise SqlError(reason) from None
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        raise SqlError(reason)
+    check_introspection_text(text)
+    described = schema_db.describe(text)
+    plan = on_driver(text, catalog, len(described), reason, limit_bytes)
+    return BoundQuery(
+        plan, tuple(n for n, _ in described), tuple(t for _, t in described), schema_db.arrow_schema(text)
+    )
 
 
 @contextmanager

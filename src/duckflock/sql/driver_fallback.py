@@ -7,6 +7,7 @@ query is refused instead.
 
 from __future__ import annotations
 
+import duckdb
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
@@ -19,18 +20,14 @@ from duckflock.plan.nodes import DriverQuery, Scan
 def on_driver(text: str, catalog: Catalog, width: int, reason: str, limit_bytes: int) -> DriverQuery:
     """A DriverQuery for ``text`` (whose result has ``width`` columns), or SqlError naming
     ``reason`` when the tables it reads are larger than ``limit_bytes``."""
-    try:
-        tree = sqlglot.parse_one(text, read="duckdb")
-    except SqlglotError:
-        raise SqlError(reason) from None
     inputs: list[tuple[str, Scan]] = []
     total = 0
     # Every catalog table the text names, also where a CTE of that name may shadow it: which one a
     # name means depends on scope (a CTE's own body reads the table), and a table gathered in vain
     # costs only time.
-    for table in tree.find_all(exp.Table):
-        info = catalog.find(table.name) if isinstance(table.this, exp.Identifier) else None
-        if info is not None and table.args.get("db"):
+    for name, qualified in _table_names(text):
+        info = catalog.find(name)
+        if info is not None and qualified:
             # Each table becomes a temporary view of its name there (exec/stage.py), which a
             # schema-qualified name does not reach.
             raise SqlError(f"{reason}; on the driver, name the table {info.name} without a schema")
@@ -50,3 +47,19 @@ def on_driver(text: str, catalog: Catalog, width: int, reason: str, limit_bytes:
     return DriverQuery(
         columns, sql=text, inputs=tuple(inputs), reason=reason.removeprefix("unsupported SQL construct: ")
     )
+
+
+def _table_names(text: str) -> list[tuple[str, bool]]:
+    """(name, whether a schema qualifies it) of each table the text names: by sqlglot's parse, or
+    by DuckDB's parser for text sqlglot cannot read."""
+    try:
+        tree = sqlglot.parse_one(text, read="duckdb")
+    except SqlglotError:
+        plain = duckdb.get_table_names(text)
+        named = [q.split(" AS ")[0] for q in duckdb.get_table_names(text, qualified=True)]
+        return [(n, any(q.endswith("." + n) for q in named)) for n in sorted(plain)]
+    return [
+        (t.name, bool(t.args.get("db")))
+        for t in tree.find_all(exp.Table)
+        if isinstance(t.this, exp.Identifier)
+    ]
