@@ -97,13 +97,11 @@ def check_introspection_text(sql: str) -> None:
     """check_introspection for text sqlglot cannot parse: any word naming what it refuses (a column
     so named too: such a query is refused, not answered wrongly)."""
     for word in re.findall(r"\w+", sql.lower()):
-        if word in _CATALOG_SCHEMAS | _CATALOG_VIEWS | _RUNS_TEXT | _OF_THE_RUN | _SEEDS | {
-            "show",
-            "pragma",
-        } or word.startswith(("duckdb_", "pragma_")):
-            raise SqlError(
-                f"{word}: not supported in a query that duckflock's SQL parser (sqlglot) cannot read"
-            )
+        if word in _REFUSED_WORDS or word.startswith(("duckdb_", "pragma_")):
+            raise SqlError(f"{word}: not supported in a query duckflock's SQL parser (sqlglot) cannot read")
+
+
+_REFUSED_WORDS = _CATALOG_SCHEMAS | _CATALOG_VIEWS | _RUNS_TEXT | _OF_THE_RUN | _SEEDS | {"show", "pragma"}
 
 
 def _statement_in_query(table: exp.Table) -> bool:
