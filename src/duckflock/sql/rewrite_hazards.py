@@ -94,11 +94,11 @@ def _guarded_failures(tree: exp.Expr) -> bool:
 
 
 _MAY_RAISE = (exp.Cast, exp.Func, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Pow, exp.Neg)
-# Functions (as sqlglot parses them) that raise for no value of their arguments; their arguments
-# are looked at on their own.
+# Functions (as sqlglot parses them: AND and OR are functions to it too) that raise for no value of
+# their arguments; their arguments are looked at on their own.
 _NEVER_RAISE = (
-    exp.TryCast, exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Lower, exp.Upper, exp.Length,
-    exp.Substring, exp.Concat, exp.Trim,
+    exp.Connector, exp.TryCast, exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Lower, exp.Upper,
+    exp.Length, exp.Substring, exp.Concat, exp.Trim,
 )  # fmt: skip
 
 
