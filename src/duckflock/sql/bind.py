@@ -109,6 +109,12 @@ class BoundQuery:
     output_types: tuple[str, ...]
     arrow_schema: pa.Schema  # exactly what single-process DuckDB returns for this query
 
+    @classmethod
+    def of(cls, plan: Node, text: str, described: list[tuple[str, str]], schema_db: SchemaDB) -> BoundQuery:
+        """``plan`` for the query ``text``, whose result DuckDB described so."""
+        names, types = tuple(n for n, _ in described), tuple(t for _, t in described)
+        return cls(plan, names, types, schema_db.arrow_schema(text))
+
 
 def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes: int = 0) -> BoundQuery:
     """The query's plan. DuckDB must accept the query; what duckflock cannot distribute runs on
@@ -135,12 +141,7 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
         tree = sqlglot.parse_one(text, read="duckdb")
     if is_schema_question(tree, catalog):
         described = schema_db.describe(text)
-        return BoundQuery(
-            schema_answer(text, schema_db, described),
-            tuple(n for n, _ in described),
-            tuple(t for _, t in described),
-            schema_db.arrow_schema(text),
-        )
+        return BoundQuery.of(schema_answer(text, schema_db, described), text, described, schema_db)
     if not isinstance(tree, exp.Query):
         what = tree.key.upper()
         if isinstance(tree, exp.Command):  # what sqlglot keeps as raw text: SHOW databases
@@ -160,9 +161,7 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
         _check_plan(plan, described, schema_db)
     except SqlError as e:  # DuckDB accepts it, duckflock cannot distribute it
         plan = on_driver(text, catalog, len(described), str(e), driver_fallback_bytes)
-    return BoundQuery(
-        plan, tuple(n for n, _ in described), tuple(t for _, t in described), schema_db.arrow_schema(text)
-    )
+    return BoundQuery.of(plan, text, described, schema_db)
 
 
 def _check_struct_names(tree: exp.Expr, catalog: Catalog) -> None:
@@ -197,9 +196,7 @@ def _unparsed(text: str, catalog: Catalog, schema_db: SchemaDB, reason: str, lim
     check_introspection_text(text)
     described = schema_db.describe(text)
     plan = on_driver(text, catalog, len(described), reason, limit_bytes)
-    return BoundQuery(
-        plan, tuple(n for n, _ in described), tuple(t for _, t in described), schema_db.arrow_schema(text)
-    )
+    return BoundQuery.of(plan, text, described, schema_db)
 
 
 @contextmanager

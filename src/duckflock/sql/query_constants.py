@@ -61,7 +61,7 @@ _SEEDS = frozenset({"setseed"})
 
 def check_introspection(tree: exp.Expr, tables: Collection[str]) -> None:
     """Refuse what would describe the ranks' or the driver's DuckDB instead of duckflock's data
-    (``tables``: the catalog's, which may have such names)."""
+    (``tables``: the catalog's, which may have such names, in any case)."""
     for node in tree.walk():
         if isinstance(node, exp.Table):
             table_fn = node.this if isinstance(node.this, exp.Func) else None
@@ -69,7 +69,7 @@ def check_introspection(tree: exp.Expr, tables: Collection[str]) -> None:
             catalog_view = (
                 table_fn is None
                 and not node.args.get("db")
-                and name not in tables
+                and name not in {t.lower() for t in tables}
                 and (name in _CATALOG_VIEWS or name.startswith("duckdb_"))
             )
             if (
