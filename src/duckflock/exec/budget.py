@@ -45,6 +45,9 @@ MAX_STAGES_AT_ONCE = 8
 # A side broadcast for being cheaper to copy than the other side is to move may take up to one
 # BROADCAST_SHARE-th of DuckDB's part: every rank builds a hash table of all of it.
 BROADCAST_SHARE = 4
+# Below this a DuckDB instance fails to pin the blocks a scan, a sort or a Parquet row group needs
+# ("failed to pin block of size 256.0 KiB"): every instance gets at least this much.
+DUCKDB_MIN_BYTES = 64 << 20
 _PREFIX = "duckflock-"
 
 
@@ -67,7 +70,7 @@ class Budget:
         stage = BATCH_BYTES_PER_ROW * config.batch_rows + ranks * chunk
         return cls(
             rank_bytes=total,
-            duckdb_bytes=max(int(free * DUCKDB_PART), 64 << 20),
+            duckdb_bytes=max(int(free * DUCKDB_PART), DUCKDB_MIN_BYTES),
             exchange_bytes=config.exchange_memory_bytes or int(free * EXCHANGE_PART),
             inflight_bytes=max(min(config.max_inflight_bytes, int(free * INFLIGHT_PART)), 2 * chunk),
             stages_at_once=min(MAX_STAGES_AT_ONCE, max(1, room // stage)),

@@ -18,6 +18,7 @@ from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.exchange.mux import Mux
 from duckflock.exec.budget import (
+    DUCKDB_MIN_BYTES,
     Budget,
     make_spill_dir,
     rank_share_bytes,
@@ -134,7 +135,7 @@ class Runtime:
         """How the DuckDB writing a result file runs here (exec/result_files.ResultWriter): ``threads``,
         this rank's spill directory, the session's zone, and a memory_limit out of the rank's budget
         (it runs next to the DuckDB producing the rows: the part received exchange data has)."""
-        memory = self.budget.exchange_bytes if self.budget is not None else 0
+        memory = max(self.budget.exchange_bytes, DUCKDB_MIN_BYTES) if self.budget is not None else 0
         return threads, self.spill_dir, self.config.time_zone, memory
 
     def interrupt(self) -> None:
