@@ -121,10 +121,7 @@ def test_worker_killed_mid_query_fails_fast_and_survivors_serve_on(tpch_dir, tmp
         t = threading.Thread(target=run)
         start = time.monotonic()
         t.start()
-        deadline = time.monotonic() + 60
-        while not list(gate.glob("rank2.stage*")) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert list(gate.glob("rank2.stage*")), "worker 2 never started a stage"
+        rank_at_gate(gate, 2, t.is_alive)
         w.kill(2)
         (gate / "hold").unlink()
         t.join(timeout=60)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 
 import pyarrow.flight as flight
 import pytest
@@ -15,7 +17,7 @@ import duckflock
 from duckflock.testing.tpch import SEED_ORDER, SEED_QUERY, query
 from flight_support import Workers
 from netns_support import Hosts
-from support import assert_same, oracle
+from support import assert_same, oracle, rank_at_gate
 
 pytestmark = pytest.mark.dist
 QUERIES = [
@@ -118,3 +120,40 @@ def test_slow_links_give_correct_results(tpch_dir, tmp_path, rate, delay):
     ):
         assert hosts.shaping.startswith(("tbf", "netem")), hosts.shaping
         _check_queries(db, tpch_dir, [QUERIES[0], QUERIES[3], QUERIES[4]])
+
+
+def test_a_host_cut_off_mid_query_ends_it_within_the_peer_timeout(tpch_dir, tmp_path, monkeypatch):
+    # No reset reaches the others when a host's link goes down (unlike a killed worker): only the
+    # heartbeats' silence tells. The cut lands while every rank holds at its first stage gate.
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    monkeypatch.setenv("DUCKFLOCK_STAGE_GATE_DIR", str(gate))
+    join = (
+        "SELECT count(*) AS n FROM lineitem JOIN orders ON l_orderkey = o_orderkey AND l_partkey > o_custkey"
+    )
+    with Hosts(3) as hosts, Workers(tpch_dir, 3, tmp_path / "w", hosts=_on_hosts(hosts)) as w:
+        db = duckflock.connect(
+            workers=w.addresses,
+            token=w.token,
+            config={"broadcast_threshold_bytes": 0, "stream_min_bytes": 0, "peer_timeout_s": 5},
+        )
+        outcome: dict = {}
+
+        def run() -> None:
+            try:
+                outcome["result"] = db.sql(join)
+            except duckflock.DuckflockError as e:
+                outcome["error"] = str(e)
+
+        t = threading.Thread(target=run)
+        t.start()
+        rank_at_gate(gate, 2, t.is_alive)
+        hosts.cut(2)
+        start = time.monotonic()
+        (gate / "hold").unlink()
+        t.join(timeout=60)
+        assert not t.is_alive(), "the query did not end after a host was cut off"
+        assert "worker 2" in outcome.get("error", ""), outcome
+        assert "Traceback" not in outcome["error"], outcome["error"]
+        assert time.monotonic() - start < 30

@@ -36,6 +36,7 @@ class QueryInputs:
         self.mux, self.qid, self.spill = mux, qid, spill
         self.chunk_bytes = chunk_bytes  # about the size of a sender's data message
         self._receiving: dict[int, _Receiving] = {}
+        self.first_error: BaseException | None = None  # of any exchange, as its thread raised it
 
     def start(
         self,
@@ -75,6 +76,8 @@ class QueryInputs:
                 r.data = read_exchange(self.mux, self.qid, xid, senders, r.stats, ordered, self.spill)
         except BaseException as e:  # the query failed elsewhere, or this rank's transport did
             r.error = e
+            if self.first_error is None:
+                self.first_error = e
             if r.stream is not None:
                 r.stream.fail(e)
 

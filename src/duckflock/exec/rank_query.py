@@ -257,7 +257,10 @@ class _RankQuery:
         remote = self.rt.mux.failure(self.cmd.qid)
         if remote is not None:  # we were interrupted because another rank failed first
             return remote.error()
-        cause = describe_error(e)
+        # DuckDB reading a streamed input wraps what the receiving thread raised in its own text,
+        # with a Python traceback: the cause is the receiving thread's error itself.
+        received = self.received.first_error
+        cause = describe_error(received if isinstance(received, Exception) else e)
         sid = self.stage_id if sid is None else sid
         self.rt.mux.fail(self.cmd.qid, sid, cause)
         return ExecutionError(self.rt.rank, sid, cause)

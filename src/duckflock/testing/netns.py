@@ -168,6 +168,10 @@ class Hosts:
             out.append(int(path.read_text()) if path.exists() else 0)
         return out
 
+    def cut(self, i: int) -> None:
+        """Take host i's link down: its packets are dropped, no reset tells its peers."""
+        _run(self._ip, "link", "set", self.veths[i], "down")
+
     def set_link(self, rate: str | None, delay: str | None) -> str:
         """(Re)shape every host's link; ``None, None`` removes shaping. Returns the description also
         kept in ``shaping``."""
