@@ -84,22 +84,47 @@ def check_exact_from_arrow(names: Sequence[str], types: Sequence[str], what: str
 def arrow_exact(con: duckdb.DuckDBPyConnection, sql: str) -> str:
     """``sql``, failing with a message where DuckDB's Arrow form of a value would be wrong: an
     INTERVAL's time part goes to Arrow in nanoseconds, multiplied without an overflow check, and
-    past 2,562,047 hours it wraps around silently (a value of a LIST or STRUCT is not checked)."""
+    past 2,562,047 hours it wraps around silently, also inside a LIST, STRUCT, MAP or UNION."""
     rel = con.sql(sql)  # bound, not run
-    intervals = [c for c, t in zip(rel.columns, rel.types, strict=True) if str(t) == "INTERVAL"]
-    if not intervals:
-        return sql
     checks = []
-    for c in intervals:
+    for c, t in zip(rel.columns, rel.types, strict=True):
         v = q(c)
+        too_long = _too_long(v, t, 0)
+        if too_long is not None:
+            checks.append(
+                f"CASE WHEN coalesce({too_long}, false) THEN error({_TOO_LONG}) ELSE {v} END AS {v}"
+            )
+    if not checks:
+        return sql
+    return f"SELECT * REPLACE ({', '.join(checks)}) FROM ({sql})"
+
+
+def _too_long(v: str, t: duckdb.DuckDBPyType, depth: int) -> str | None:
+    """SQL true where value ``v`` of type ``t`` holds an INTERVAL too long for Arrow; None when
+    ``t`` holds no INTERVAL."""
+    if t.id == "interval":
         micros = (
             f"datepart('hour', {v}) * 3600000000 + datepart('minute', {v}) * 60000000"
             f" + datepart('microseconds', {v})"
         )
-        checks.append(
-            f"CASE WHEN abs({micros}) > {_ARROW_MAX_MICROS} THEN error({_TOO_LONG}) ELSE {v} END AS {v}"
-        )
-    return f"SELECT * REPLACE ({', '.join(checks)}) FROM ({sql})"
+        return f"abs({micros}) > {_ARROW_MAX_MICROS}"
+    if t.id in ("list", "array"):
+        x = f"__x{depth}"
+        inner = _too_long(x, t.children[0][1], depth + 1)
+        return None if inner is None else f"list_bool_or(list_transform({v}, lambda {x}: {inner}))"
+    if t.id == "map":
+        parts = [
+            _too_long(f"map_{side}s({v})", duckdb.list_type(child), depth)
+            for side, (_, child) in zip(("key", "value"), t.children, strict=True)
+        ]
+    elif t.id in ("struct", "union"):  # a UNION's first child is its tag
+        extract = "struct_extract" if t.id == "struct" else "union_extract"
+        children = t.children if t.id == "struct" else t.children[1:]
+        parts = [_too_long(f"{extract}({v}, {sql_literal(n)})", child, depth) for n, child in children]
+    else:
+        return None
+    found = [f"coalesce({p}, false)" for p in parts if p is not None]
+    return " OR ".join(found) if found else None
 
 
 _ARROW_MAX_MICROS = (2**63 - 1) // 1000  # nanoseconds in an int64
