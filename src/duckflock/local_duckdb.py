@@ -99,9 +99,11 @@ def arrow_exact(con: duckdb.DuckDBPyConnection, sql: str) -> str:
     return f"SELECT * REPLACE ({', '.join(checks)}) FROM ({sql})"
 
 
-def _too_long(v: str, t: duckdb.DuckDBPyType, depth: int) -> str | None:
+def _too_long(v: str, t: object, depth: int) -> str | None:
     """SQL true where value ``v`` of type ``t`` holds an INTERVAL too long for Arrow; None when
-    ``t`` holds no INTERVAL."""
+    ``t`` holds no INTERVAL (or is an ARRAY's size, not a type)."""
+    if not isinstance(t, duckdb.sqltypes.DuckDBPyType):
+        return None
     if t.id == "interval":
         micros = (
             f"datepart('hour', {v}) * 3600000000 + datepart('minute', {v}) * 60000000"
@@ -116,6 +118,7 @@ def _too_long(v: str, t: duckdb.DuckDBPyType, depth: int) -> str | None:
         parts = [
             _too_long(f"map_{side}s({v})", duckdb.list_type(child), depth)
             for side, (_, child) in zip(("key", "value"), t.children, strict=True)
+            if isinstance(child, duckdb.sqltypes.DuckDBPyType)
         ]
     elif t.id in ("struct", "union"):  # a UNION's first child is its tag
         extract = "struct_extract" if t.id == "struct" else "union_extract"
