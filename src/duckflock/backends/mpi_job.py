@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import secrets
 import shutil
 import socket
@@ -124,7 +125,7 @@ class MpiJobBackend:
         never see its KeyboardInterrupt."""
         while not self._conn.poll(_POLL_S):
             pass
-        return self._conn.recv()
+        return pickle.loads(self._conn.recv_bytes())  # pickled by exchange.pickling
 
     def _ended(self) -> str:
         """Why the job ended under a call: the rank the OS killed, or mpiexec's exit code."""

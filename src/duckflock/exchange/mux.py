@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TypeVar, cast
 
 from duckflock.errors import ExecutionError, TransportError
+from duckflock.exchange import pickling
 from duckflock.transport.base import TAG_BITS, SendHandle, Transport, view
 
 CONTROL = 0  # driver -> workers: plans and commands (not tied to a query)
@@ -126,7 +127,7 @@ class Mux:
         self._wake.set()
 
     def send_obj(self, dest: int, qid: int, channel: int, obj: object) -> None:
-        self.send(dest, qid, channel, pickle.dumps(obj, protocol=5))
+        self.send(dest, qid, channel, pickling.dumps(obj))
 
     def flush(self, qid: int) -> None:
         """Wait until every queued send has completed."""

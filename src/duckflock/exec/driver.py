@@ -4,6 +4,7 @@ runs its own share, finishes the result and (when profiling) collects every rank
 from __future__ import annotations
 
 import itertools
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ import pyarrow as pa
 
 from duckflock.catalog import Catalog
 from duckflock.errors import ExecutionError
+from duckflock.exchange import pickling
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
 from duckflock.exec.duckdb_copy import column_count_problem
 from duckflock.exec.messages import (
@@ -161,8 +163,13 @@ class Driver:
         """Send the query to every rank, run the driver's part, and collect the ranks' statistics
         when they are needed."""
         mux = self.rt.mux
+        payload = pickling.dumps(cmd)
+        try:  # here, not on the ranks: a rank that cannot read the query would leave us waiting
+            pickle.loads(payload)
+        except Exception as e:
+            raise ExecutionError(0, None, f"the query cannot be sent to the ranks: {e}") from None
         for r in range(1, self.rt.size):
-            mux.send_obj(r, 0, CONTROL, cmd)
+            mux.send(r, 0, CONTROL, payload)
         ran = False
         try:
             table, stats = execute_on_rank(self.rt, cmd, result_file)

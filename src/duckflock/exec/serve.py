@@ -19,6 +19,7 @@ import pyarrow as pa
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
+from duckflock.exchange import pickling
 from duckflock.exec.driver import Driver, serve
 from duckflock.exec.messages import CloseRequest, ErrorReply, PlanReply, Ready, SqlReply
 from duckflock.exec.runtime import mpi_runtime
@@ -61,13 +62,13 @@ def main() -> None:
             try:
                 # Progress snapshots go from the driver's progress thread, ahead of the reply.
                 reply: SqlReply | PlanReply | ErrorReply = driver.answer(
-                    request, write_result_file, conn.send
+                    request, write_result_file, lambda progress: conn.send_bytes(pickling.dumps(progress))
                 )
             except DuckflockError as e:
                 reply = ErrorReply(e)
             except Exception as e:  # a bug: report it with its traceback, keep serving
                 reply = ErrorReply(DuckflockError(f"internal error: {e}\n{traceback.format_exc()}"))
-            conn.send(reply)
+            conn.send_bytes(pickling.dumps(reply))
     finally:
         driver.broadcast_stop()
         rt.close()

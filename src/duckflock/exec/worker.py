@@ -12,7 +12,6 @@ caller (so a caller that disappears does not leave workers holding memory).
 from __future__ import annotations
 
 import contextlib
-import pickle
 import queue
 import threading
 import time
@@ -26,6 +25,7 @@ import pyarrow as pa
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.errors import DuckflockError, TransportError
+from duckflock.exchange import pickling
 from duckflock.exchange.codec import write_options
 from duckflock.exec.budget import rank_share_bytes, with_share
 from duckflock.exec.driver import Driver, serve
@@ -199,7 +199,7 @@ class Worker:
             raise DuckflockError("a worker does not write results to files; the caller does")
         if isinstance(request, SqlRequest) and request.progress:
             return self._answer_with_progress(s, request)
-        return pickle.dumps(self._answer(s, request))
+        return pickling.dumps(self._answer(s, request))
 
     def _answer(
         self,
@@ -237,7 +237,7 @@ class Worker:
         threading.Thread(target=run, name="duckflock-sql", daemon=True).start()
         while True:
             reply = replies.get()
-            yield pickle.dumps(reply)
+            yield pickling.dumps(reply)
             if not isinstance(reply, ProgressReply):
                 return
 
