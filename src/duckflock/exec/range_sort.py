@@ -119,7 +119,9 @@ def target_sql(rt: Runtime, qid: int, table: str, keys: tuple[str, ...]) -> str:
     splitters = ordered.take(arrow_array(np.asarray(picks, np.int64)))
     splitters = splitters.append_column("__t", arrow_array(np.arange(1, rt.size, dtype=np.int32)))
     rt.con.register(SPLITTERS_TABLE, splitters)
-    null_keys = [[row[f"k{i}"] is None for i in range(len(parsed))] for row in splitters.to_pylist()]
+    # Nulls from Arrow's validity, not from Python values: a DATE or TIMESTAMP of infinity has none.
+    nulls = [splitters.column(f"k{i}").is_null().to_pylist() for i in range(len(parsed))]
+    null_keys = [[key[r] for key in nulls] for r in range(splitters.num_rows)]
     return splitter_target_sql(parsed, null_keys)
 
 
