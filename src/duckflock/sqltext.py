@@ -4,6 +4,7 @@ settings, constants and identifiers into SQL text."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 
 def quote_ident(name: str) -> str:
@@ -17,8 +18,14 @@ def sql_literal(value: object) -> str:
         return "NULL"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"'{value}'::DOUBLE"  # inf, -inf, nan: names, not numbers, in SQL
     if isinstance(value, int | float):
         return repr(value)
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        # An instant: a TIMESTAMP literal would drop the offset, and compared with a TIMESTAMPTZ
+        # it would be read in the session's zone (another instant, or in a DST fold either).
+        return f"TIMESTAMPTZ '{value.astimezone(dt.timezone.utc).isoformat(sep=' ')}'"
     if isinstance(value, dt.datetime):
         return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
     if isinstance(value, dt.date):

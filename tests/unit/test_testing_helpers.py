@@ -4,8 +4,11 @@ entry when the benchmarks project is not installed."""
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
+import math
 
+import duckdb
 import pyarrow as pa
 
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
@@ -68,6 +71,18 @@ def test_same_result_pairs_nan_with_nan_beside_zeros():
 def test_human_and_sql_literal():
     assert (human(512, "B"), human(48_000, "B"), human(1234)) == ("512B", "48.0KB", "1.2K")
     assert sql_literal(["/a", "it's"]) == "['/a', 'it''s']"
+
+
+def test_sql_literal_keeps_instants_and_non_finite_floats():
+    # An aware datetime is an instant: as a TIMESTAMP literal its offset was dropped, and compared
+    # with a TIMESTAMPTZ it was read in the session's zone (in a DST fold, the other instant).
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'America/New_York'")
+    fold = dt.datetime(2024, 11, 3, 1, 30, tzinfo=dt.timezone(dt.timedelta(hours=-4)))
+    same = f"SELECT {sql_literal(fold)} = TIMESTAMPTZ '2024-11-03 05:30:00+00'"
+    assert con.execute(same).fetchall() == [(True,)]
+    values = f"SELECT {', '.join(sql_literal(v) for v in (math.inf, -math.inf, 1.5))}, isnan({sql_literal(math.nan)})"
+    assert con.execute(values).fetchall() == [(math.inf, -math.inf, 1.5, True)]
 
 
 def test_bench_without_the_benchmarks_project_says_how_to_install(monkeypatch, capsys):
