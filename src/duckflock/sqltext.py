@@ -25,7 +25,7 @@ def sql_literal(value: object) -> str:
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         # An instant: a TIMESTAMP literal would drop the offset, and compared with a TIMESTAMPTZ
         # it would be read in the session's zone (another instant, or in a DST fold either).
-        return f"TIMESTAMPTZ '{value.astimezone(dt.timezone.utc).isoformat(sep=' ')}'"
+        return f"TIMESTAMPTZ '{value.astimezone(dt.UTC).isoformat(sep=' ')}'"
     if isinstance(value, dt.datetime):
         return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
     if isinstance(value, dt.date):

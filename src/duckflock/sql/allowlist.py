@@ -100,6 +100,23 @@ def unsupported(what: str) -> SqlError:
     return SqlError(f"unsupported SQL construct: {what}")
 
 
+# Functions whose result type is written as text in an argument: ``from_json(j, '"ENUM(''a'')"')``.
+_TYPE_FROM_TEXT = {"from_json", "from_json_strict", "json_transform", "json_transform_strict"}
+
+
+def _makes_enum(node: exp.Expr) -> bool:
+    if isinstance(node, exp.DataType):
+        return node.this == exp.DataType.Type.ENUM
+    if not isinstance(node, exp.Func):
+        return False
+    name = function_name(node)
+    if name == "union_tag":  # an ENUM of the union's tags
+        return True
+    return name in _TYPE_FROM_TEXT and any(
+        isinstance(arg, exp.Literal) and arg.is_string and "enum" in arg.this.lower() for arg in node.walk()
+    )
+
+
 def check_supported(tree: exp.Expr) -> None:
     """Raise SqlError naming the first construct of ``tree`` that duckflock does not distribute."""
     for node in tree.walk():
@@ -109,9 +126,7 @@ def check_supported(tree: exp.Expr) -> None:
         if isinstance(node, exp.Lateral):
             _check_lateral(node)
         _check_names(node)
-        if (isinstance(node, exp.DataType) and node.this == exp.DataType.Type.ENUM) or (
-            isinstance(node, exp.Func) and function_name(node) == "union_tag"  # an ENUM of the tags
-        ):
+        if _makes_enum(node):
             # Arrow carries an ENUM as a dictionary of strings: after an exchange it would sort and
             # compare as VARCHAR, not in the ENUM's order.
             raise unsupported("ENUM values")
