@@ -81,11 +81,18 @@ def check_exact_from_arrow(names: Sequence[str], types: Sequence[str], what: str
             )
 
 
-def arrow_exact(con: duckdb.DuckDBPyConnection, sql: str) -> str:
+def arrow_exact(con: duckdb.DuckDBPyConnection, sql: str, exchanged: bool = False) -> str:
     """``sql``, failing with a message where DuckDB's Arrow form of a value would be wrong: an
     INTERVAL's time part goes to Arrow in nanoseconds, multiplied without an overflow check, and
-    past 2,562,047 hours it wraps around silently, also inside a LIST, STRUCT, MAP or UNION."""
+    past 2,562,047 hours it wraps around silently, also inside a LIST, STRUCT, MAP or UNION.
+    ``exchanged``: the rows go to another rank's DuckDB, which would read an ENUM back as VARCHAR
+    (ordered as text); the planner sends the ENUMs it sees to the driver, this stops the rest."""
     rel = con.sql(sql)  # bound, not run
+    if exchanged and any(_has_enum(t) for t in rel.types):
+        raise DuckflockError(
+            "unsupported SQL construct: ENUM values (made where the planner did not see them): "
+            "across ranks they would compare as text; cast them to VARCHAR"
+        )
     checks = []
     for c, t in zip(rel.columns, rel.types, strict=True):
         v = q(c)
@@ -128,6 +135,14 @@ def _too_long(v: str, t: object, depth: int) -> str | None:
         return None
     found = [f"coalesce({p}, false)" for p in parts if p is not None]
     return " OR ".join(found) if found else None
+
+
+def _has_enum(t: object) -> bool:
+    if not isinstance(t, duckdb.sqltypes.DuckDBPyType):
+        return False  # an ARRAY's size
+    if t.id == "enum":
+        return True
+    return t.id in ("list", "array", "map", "struct", "union") and any(_has_enum(c) for _, c in t.children)
 
 
 _ARROW_MAX_MICROS = (2**63 - 1) // 1000  # nanoseconds in an int64

@@ -57,6 +57,21 @@ def test_types_lost_in_arrow_are_refused_not_converted(tmp_path):
         assert db.sql("SELECT count(*) FROM t").fetchall() == [(3,)]
 
 
+def test_an_enum_the_planner_cannot_see_is_refused_where_it_would_cross_ranks(tmp_path):
+    # Its type text is computed, so the planner does not send it to the driver. Read back on
+    # another rank it would be VARCHAR: 'a' sorted before 'b', against the ENUM's order.
+    make_table(
+        tmp_path, "t", "SELECT i, CASE WHEN i % 2 = 0 THEN 'b' ELSE 'a' END AS s FROM range(20) r(i)", 3
+    )
+    enum = """from_json('"' || s || '"', '"EN' || 'UM(''b'', ''a'')"')"""
+    with duckflock.connect(
+        str(tmp_path), ranks=2, transport="threads", config={"broadcast_threshold_bytes": 0}
+    ) as db:
+        with pytest.raises(DuckflockError, match="ENUM values"):
+            db.sql(f"SELECT e, i FROM (SELECT {enum} AS e, i FROM t) ORDER BY e, i")
+        assert db.sql(f"SELECT count(*) FROM t WHERE {enum} = 'b'").fetchall() == [(10,)]
+
+
 def test_show_prints_values_as_duckdb_writes_them(tmp_path):
     """Each value as DuckDB's CAST to VARCHAR gives it, as its own tables show it: infinite dates
     (which Python's cannot hold), FLOAT's shortest digits, a MAP, an INTERVAL, a BIGNUM, a VARIANT;

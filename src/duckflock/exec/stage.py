@@ -450,7 +450,7 @@ def _routed(run: _StageRun, spec: ExchangeSpec, sql: str) -> str | pa.Table:
 def _sorted(run: _StageRun, spec: ExchangeSpec, sql: str) -> str | pa.Table:
     """Splitters come from samples of this stage's output: materialize it first."""
     t0 = time.perf_counter()
-    table = run.con.sql(arrow_exact(run.con, sql)).to_arrow_table()
+    table = run.con.sql(arrow_exact(run.con, sql, exchanged=True)).to_arrow_table()
     fast = range_sort.fast_targets(run.rt, run.qid, table, spec.keys)
     if fast is not None:  # one numeric key: bucket with numpy, no second DuckDB pass
         routed: str | pa.Table = table.append_column(TARGET_COLUMN, arrow_array(fast))
@@ -466,7 +466,9 @@ def _sorted(run: _StageRun, spec: ExchangeSpec, sql: str) -> str | pa.Table:
 def _reader(run: _StageRun, routed: str | pa.Table) -> pa.RecordBatchReader:
     batch_rows = run.rt.config.batch_rows
     if isinstance(routed, str):
-        run.readers.append(run.con.sql(arrow_exact(run.con, routed)).to_arrow_reader(batch_rows))
+        run.readers.append(
+            run.con.sql(arrow_exact(run.con, routed, exchanged=True)).to_arrow_reader(batch_rows)
+        )
         return run.readers[-1]
     # each batch is dropped once split, so the output is not held twice
     return pa.RecordBatchReader.from_batches(routed.schema, _drain(routed.to_batches(batch_rows)))
