@@ -127,6 +127,8 @@ def _too_long(v: str, t: object, depth: int) -> str | None:
             for side, (_, child) in zip(("key", "value"), t.children, strict=True)
             if isinstance(child, duckdb.sqltypes.DuckDBPyType)
         ]
+    elif t.id == "tuple":  # an unnamed STRUCT (row(...)): its fields by position
+        parts = [_too_long(f"struct_extract({v}, {i})", c, depth) for i, (_, c) in enumerate(t.children, 1)]
     elif t.id in ("struct", "union"):  # a UNION's first child is its tag
         extract = "struct_extract" if t.id == "struct" else "union_extract"
         children = t.children if t.id == "struct" else t.children[1:]
@@ -142,7 +144,8 @@ def _has_enum(t: object) -> bool:
         return False  # an ARRAY's size
     if t.id == "enum":
         return True
-    return t.id in ("list", "array", "map", "struct", "union") and any(_has_enum(c) for _, c in t.children)
+    nested = ("list", "array", "map", "struct", "tuple", "union")
+    return t.id in nested and any(_has_enum(c) for _, c in t.children)
 
 
 _ARROW_MAX_MICROS = (2**63 - 1) // 1000  # nanoseconds in an int64
