@@ -10,6 +10,8 @@ evaluated by DuckDB, so they need no list.
 
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 
 from duckflock.errors import SqlError
@@ -102,6 +104,7 @@ def unsupported(what: str) -> SqlError:
 
 # Functions whose result type is written as text in an argument: ``from_json(j, '"ENUM(''a'')"')``.
 _TYPE_FROM_TEXT = {"from_json", "from_json_strict", "json_transform", "json_transform_strict"}
+_ENUM_TYPE = re.compile(r"\bENUM\s*\(", re.IGNORECASE)
 
 
 def _makes_enum(node: exp.Expr) -> bool:
@@ -112,8 +115,14 @@ def _makes_enum(node: exp.Expr) -> bool:
     name = function_name(node)
     if name == "union_tag":  # an ENUM of the union's tags
         return True
-    return name in _TYPE_FROM_TEXT and any(
-        isinstance(arg, exp.Literal) and arg.is_string and "enum" in arg.this.lower() for arg in node.walk()
+    if name not in _TYPE_FROM_TEXT:
+        return False
+    # The type text is the last argument: from_json(j, '...') or an anonymous json_transform(j, '...').
+    args = node.expressions or [node.args.get("this"), node.args.get("expression")]
+    structure = args[-1]
+    return isinstance(structure, exp.Expr) and any(
+        isinstance(lit, exp.Literal) and lit.is_string and _ENUM_TYPE.search(lit.this) is not None
+        for lit in structure.walk()
     )
 
 
