@@ -3,7 +3,9 @@
 PyArrow pickles a field by its constructor's arguments, and its constructor refuses some fields
 DuckDB exports: ``MAP {}`` has the type ``map<null, null>``, whose key field is a non-nullable
 ``null``. Such a message pickled, but unpickling it raised on the rank, whose loop died and left the
-driver waiting. Here they travel as Arrow IPC schema bytes, which hold any schema Arrow has.
+driver waiting. Here they travel as Arrow IPC schema bytes, which hold any schema Arrow has (a
+Python-defined extension type comes back as itself only where it is registered with pyarrow; the
+ones DuckDB exports, arrow.uuid, arrow.json and arrow.opaque, are Arrow's own).
 """
 
 from __future__ import annotations

@@ -163,15 +163,15 @@ class Driver:
         """Send the query to every rank, run the driver's part, and collect the ranks' statistics
         when they are needed."""
         mux = self.rt.mux
-        payload = pickling.dumps(cmd)
-        try:  # here, not on the ranks: a rank that cannot read the query would leave us waiting
-            pickle.loads(payload)
-        except Exception as e:
-            raise ExecutionError(0, None, f"the query cannot be sent to the ranks: {e}") from None
-        for r in range(1, self.rt.size):
-            mux.send(r, 0, CONTROL, payload)
         ran = False
         try:
+            payload = pickling.dumps(cmd)
+            try:  # here, not on the ranks: a rank that cannot read the query would leave us waiting
+                pickle.loads(payload)
+            except Exception as e:
+                raise ExecutionError(0, None, f"the query cannot be sent to the ranks: {e}") from None
+            for r in range(1, self.rt.size):
+                mux.send(r, 0, CONTROL, payload)
             table, stats = execute_on_rank(self.rt, cmd, result_file)
             if cmd.profile or cmd.parts_dir:  # with parts: the ranks have written theirs once they answer
                 for _ in range(1, self.rt.size):
