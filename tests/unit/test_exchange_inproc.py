@@ -33,6 +33,7 @@ from duckflock.exchange.shuffle import (
     read_exchange,
 )
 from duckflock.exchange.spill import QuerySpill
+from duckflock.exec.rank_query import describe_error
 from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.sql_text import target_sql
 from duckflock.plan.stages import ExchangeSpec
@@ -616,3 +617,23 @@ def test_random_tables_through_a_hash_exchange(case, chunk_bytes):
         assert all(x == r for x in expected_rank(got, n, n))
         total += rows(got)
     assert total == rows(data)
+
+
+def test_a_streamed_input_that_fails_is_reported_by_its_own_error_not_duckdbs_wrapper():
+    # DuckDB pulling a reader whose next batch raises wraps the error in its text, with a traceback.
+    lost = TransportError("worker 2 at grpc+tcp://10.0.0.3:4000 sent nothing for 5 s")
+
+    def batches():
+        yield pa.record_batch([pa.array([1])], names=["a"])
+        raise lost
+
+    con = duckdb.connect()
+    con.register("__x0", pa.RecordBatchReader.from_batches(pa.schema([("a", pa.int64())]), batches()))
+    with pytest.raises(duckdb.Error) as wrapped:
+        con.sql("SELECT sum(a) FROM __x0").fetchall()
+    assert "Traceback" in describe_error(wrapped.value)
+    assert describe_error(wrapped.value, lost) == str(lost)
+    # A DuckDB error of the stage's own is not taken for the receiving thread's.
+    with pytest.raises(duckdb.Error) as own:
+        con.sql("SELECT error('a cause of its own')").fetchall()
+    assert describe_error(own.value, lost) == describe_error(own.value)

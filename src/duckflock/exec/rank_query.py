@@ -257,10 +257,7 @@ class _RankQuery:
         remote = self.rt.mux.failure(self.cmd.qid)
         if remote is not None:  # we were interrupted because another rank failed first
             return remote.error()
-        # DuckDB reading a streamed input wraps what the receiving thread raised in its own text,
-        # with a Python traceback: the cause is the receiving thread's error itself.
-        received = self.received.first_error
-        cause = describe_error(received if isinstance(received, Exception) else e)
+        cause = describe_error(e, self.received.first_error)
         sid = self.stage_id if sid is None else sid
         self.rt.mux.fail(self.cmd.qid, sid, cause)
         return ExecutionError(self.rt.rank, sid, cause)
@@ -277,12 +274,20 @@ class _RankQuery:
             self.part.abort()
 
 
+_FROM_PYTHON = "Detail: Python exception:"  # DuckDB's text for an error a Python reader raised
+
+
 def _ctrl_c(e: Exception) -> bool:
     """DuckDB's Python client ends a query on Ctrl-C with this error, not KeyboardInterrupt."""
     return type(e) is RuntimeError and str(e) == "Query interrupted"
 
 
-def describe_error(e: Exception) -> str:
+def describe_error(e: Exception, received: BaseException | None = None) -> str:
+    """The cause for the user; ``received``: what a thread receiving an exchange raised, if any."""
+    if isinstance(e, duckdb.Error) and isinstance(received, Exception) and _FROM_PYTHON in str(e):
+        # DuckDB reading a streamed input wraps what the receiving thread raised in its own text,
+        # with a Python traceback: the cause is that error itself.
+        return describe_error(received)
     if isinstance(e, duckdb.Error):
         return duckdb_message(e)
     if isinstance(e, DuckflockError):
