@@ -86,13 +86,12 @@ def arrow_exact(con: duckdb.DuckDBPyConnection, sql: str, exchanged: bool = Fals
     INTERVAL's time part goes to Arrow in nanoseconds, multiplied without an overflow check, and
     past 2,562,047 hours it wraps around silently, also inside a LIST, STRUCT, MAP or UNION.
     ``exchanged``: the rows go to another rank's DuckDB, which would read an ENUM back as VARCHAR
-    (ordered as text); the planner sends the ENUMs it sees to the driver, this stops the rest."""
+    (ordered as text) and an unnamed STRUCT as a named one; the planner sends the ones it sees to
+    the driver, this stops the rest."""
     rel = con.sql(sql)  # bound, not run
-    if exchanged and any(_has_enum(t) for t in rel.types):
-        raise DuckflockError(
-            "unsupported SQL construct: ENUM values (made where the planner did not see them): "
-            "across ranks they would compare as text; cast them to VARCHAR"
-        )
+    for kind, why in _NOT_EXCHANGED.items() if exchanged else ():
+        if any(_holds(t, kind) for t in rel.types):
+            raise DuckflockError(f"unsupported SQL construct: {why}")
     checks = []
     for c, t in zip(rel.columns, rel.types, strict=True):
         v = q(c)
@@ -139,13 +138,23 @@ def _too_long(v: str, t: object, depth: int) -> str | None:
     return " OR ".join(found) if found else None
 
 
-def _has_enum(t: object) -> bool:
+# Types another rank's DuckDB reads back from Arrow as another type.
+_NOT_EXCHANGED = {
+    "enum": "ENUM values (made where the planner did not see them): across ranks they would compare "
+    "as text; cast them to VARCHAR",
+    "tuple": "unnamed STRUCT values ((a, b) as a value): across ranks their fields would be named "
+    "element1, ...; name them ({'a': a, 'b': b})",
+}
+
+
+def _holds(t: object, kind: str) -> bool:
+    """Whether DuckDB type ``t`` is, or holds, a ``kind`` (a type id: enum, tuple, ...)."""
     if not isinstance(t, duckdb.sqltypes.DuckDBPyType):
         return False  # an ARRAY's size
-    if t.id == "enum":
+    if t.id == kind:
         return True
     nested = ("list", "array", "map", "struct", "tuple", "union")
-    return t.id in nested and any(_has_enum(c) for _, c in t.children)
+    return t.id in nested and any(_holds(c, kind) for _, c in t.children)
 
 
 _ARROW_MAX_MICROS = (2**63 - 1) // 1000  # nanoseconds in an int64

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import duckdb
 import pytest
 
 import duckflock
 from duckflock.errors import DuckflockError
+from duckflock.local_duckdb import arrow_exact
 from support import make_table, oracle
 
 SQL = (
@@ -57,19 +59,34 @@ def test_types_lost_in_arrow_are_refused_not_converted(tmp_path):
         assert db.sql("SELECT count(*) FROM t").fetchall() == [(3,)]
 
 
-def test_an_enum_the_planner_cannot_see_is_refused_where_it_would_cross_ranks(tmp_path):
-    # Its type text is computed, so the planner does not send it to the driver. Read back on
-    # another rank it would be VARCHAR: 'a' sorted before 'b', against the ENUM's order.
-    make_table(
-        tmp_path, "t", "SELECT i, CASE WHEN i % 2 = 0 THEN 'b' ELSE 'a' END AS s FROM range(20) r(i)", 3
-    )
+def test_values_another_rank_would_read_back_as_others_are_refused_where_they_would_cross(tmp_path):
+    # Each answered wrongly before: an ENUM the planner cannot see (its type text computed) read back
+    # as VARCHAR sorts 'a' before 'b'; an INTERVAL over 2,562,047 hours in a LIST wrapped around,
+    # so a partial max picked another row.
+    rows = "SELECT i, CASE WHEN i % 2 = 0 THEN 'b' ELSE 'a' END AS s, CASE WHEN i % 3 = 0 THEN 3000000 ELSE i END AS h"
+    make_table(tmp_path, "t", f"{rows} FROM range(20) r(i)", 3)
     enum = """from_json('"' || s || '"', '"EN' || 'UM(''b'', ''a'')"')"""
+    refused = {
+        f"SELECT e, i FROM (SELECT {enum} AS e, i FROM t) ORDER BY e, i": "ENUM values",
+        "SELECT i % 2 AS g, max([to_hours(h)])::VARCHAR AS v FROM t GROUP BY g": "over 2562047 hours",
+    }
     with duckflock.connect(
         str(tmp_path), ranks=2, transport="threads", config={"broadcast_threshold_bytes": 0}
     ) as db:
-        with pytest.raises(DuckflockError, match="ENUM values"):
-            db.sql(f"SELECT e, i FROM (SELECT {enum} AS e, i FROM t) ORDER BY e, i")
+        for sql, why in refused.items():
+            with pytest.raises(DuckflockError, match=why):
+                db.sql(sql)
         assert db.sql(f"SELECT count(*) FROM t WHERE {enum} = 'b'").fetchall() == [(10,)]
+        # Unnamed STRUCTs the planner sees are answered on the driver: read back on another rank
+        # they would be named (element1, ...) and print so.
+        sql = "SELECT i % 3 AS g, max((i, s))::VARCHAR AS v, max(list_zip([i], [s]))::VARCHAR AS w FROM t GROUP BY g"
+        assert sorted(db.sql(sql).fetchall()) == sorted(oracle(tmp_path).sql(sql).fetchall())
+    # One it does not see is refused where a stage would send it.
+    con = duckdb.connect()
+    for sql in ("SELECT (1, 'a') AS v", "SELECT [{'x': (1, 2)}] AS v"):
+        with pytest.raises(DuckflockError, match="unnamed STRUCT values"):
+            arrow_exact(con, sql, exchanged=True)
+        assert arrow_exact(con, sql) == sql  # a result for the caller is DuckDB's own Arrow form
 
 
 def test_show_prints_values_as_duckdb_writes_them(tmp_path):

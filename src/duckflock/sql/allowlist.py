@@ -104,6 +104,7 @@ def unsupported(what: str) -> SqlError:
 
 # Functions whose result type is written as text in an argument: ``from_json(j, '"ENUM(''a'')"')``.
 _TYPE_FROM_TEXT = {"from_json", "from_json_strict", "json_transform", "json_transform_strict"}
+_MAKE_TUPLES = {"row", "list_zip", "array_zip"}  # unnamed STRUCTs, or lists of them
 _ENUM_TYPE = re.compile(r"\bENUM\s*\(", re.IGNORECASE)
 
 
@@ -126,6 +127,21 @@ def _makes_enum(node: exp.Expr) -> bool:
     )
 
 
+def _check_values(node: exp.Expr) -> None:
+    """Values another rank's DuckDB would read back from Arrow as another type."""
+    if _makes_enum(node):
+        # Arrow carries an ENUM as a dictionary of strings: after an exchange it would sort and
+        # compare as VARCHAR, not in the ENUM's order.
+        raise unsupported("ENUM values")
+    # An unnamed STRUCT, row(a, b) or (a, b) as a value: after an exchange its fields are named
+    # (element1, ...), so it prints, and is indexed, as another value. Compared ((a, b) = (c, d),
+    # (a, b) IN (...)) or as rows of VALUES, it is no value.
+    if (isinstance(node, exp.Func) and function_name(node) in _MAKE_TUPLES) or (
+        isinstance(node, exp.Tuple) and not isinstance(node.parent, exp.Predicate | exp.Values | exp.Group)
+    ):
+        raise unsupported("unnamed STRUCT values (row(a, b), (a, b), list_zip())")
+
+
 def check_supported(tree: exp.Expr) -> None:
     """Raise SqlError naming the first construct of ``tree`` that duckflock does not distribute."""
     for node in tree.walk():
@@ -135,10 +151,7 @@ def check_supported(tree: exp.Expr) -> None:
         if isinstance(node, exp.Lateral):
             _check_lateral(node)
         _check_names(node)
-        if _makes_enum(node):
-            # Arrow carries an ENUM as a dictionary of strings: after an exchange it would sort and
-            # compare as VARCHAR, not in the ENUM's order.
-            raise unsupported("ENUM values")
+        _check_values(node)
         allowed = _CLAUSE_ARGS.get(type(node))
         if allowed is None:
             continue
