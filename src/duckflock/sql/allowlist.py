@@ -105,6 +105,8 @@ def unsupported(what: str) -> SqlError:
 # Functions whose result type is written as text in an argument: ``from_json(j, '"ENUM(''a'')"')``.
 _TYPE_FROM_TEXT = {"from_json", "from_json_strict", "json_transform", "json_transform_strict"}
 _MAKE_TUPLES = {"row", "list_zip", "array_zip"}  # unnamed STRUCTs, or lists of them
+# Where (a, b) is written without making a value: compared, a row of VALUES, a grouping set.
+_TUPLE_IS_NO_VALUE = (exp.Predicate, exp.Values, exp.Group, exp.GroupingSets, exp.Cube, exp.Rollup)
 _ENUM_TYPE = re.compile(r"\bENUM\s*\(", re.IGNORECASE)
 
 
@@ -134,10 +136,9 @@ def _check_values(node: exp.Expr) -> None:
         # compare as VARCHAR, not in the ENUM's order.
         raise unsupported("ENUM values")
     # An unnamed STRUCT, row(a, b) or (a, b) as a value: after an exchange its fields are named
-    # (element1, ...), so it prints, and is indexed, as another value. Compared ((a, b) = (c, d),
-    # (a, b) IN (...)) or as rows of VALUES, it is no value.
+    # (element1, ...), so it prints, and is indexed, as another value.
     if (isinstance(node, exp.Func) and function_name(node) in _MAKE_TUPLES) or (
-        isinstance(node, exp.Tuple) and not isinstance(node.parent, exp.Predicate | exp.Values | exp.Group)
+        isinstance(node, exp.Tuple) and not isinstance(node.parent, _TUPLE_IS_NO_VALUE)
     ):
         raise unsupported("unnamed STRUCT values (row(a, b), (a, b), list_zip())")
 
