@@ -60,7 +60,8 @@ def canonical_hash_type(duckdb_type: str) -> str:
         return "HUGEINT"
     if t.startswith(_NUMERIC_PREFIXES):
         return "DOUBLE"
-    if t in ("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"):  # an instant: the same in every zone
+    # An instant: the same in every zone (TIMESTAMPTZ_NS has no cast to TIMESTAMP).
+    if t in ("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ", "TIMESTAMPTZ_NS"):
         return "TIMESTAMP WITH TIME ZONE"
     if t.startswith("TIMESTAMP"):
         return "TIMESTAMP"
