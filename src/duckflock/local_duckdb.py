@@ -5,7 +5,7 @@ Below every layer: the ranks (exec/), the planner's schema DuckDB (sql/) and loa
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import duckdb
@@ -86,54 +86,71 @@ def arrow_exact(con: duckdb.DuckDBPyConnection, sql: str, exchanged: bool = Fals
     INTERVAL's time part goes to Arrow in nanoseconds, multiplied without an overflow check, and
     past 2,562,047 hours it wraps around silently, also inside a LIST, STRUCT, MAP or UNION.
     ``exchanged``: the rows go to another rank's DuckDB, which would read an ENUM back as VARCHAR
-    (ordered as text) and an unnamed STRUCT as a named one; the planner sends the ones it sees to
-    the driver, this stops the rest."""
+    (ordered as text), an unnamed STRUCT as a named one, a VARIANT with narrower inner types and a
+    UNION whose member is NULL as a NULL UNION (Arrow's unions have no validity of their own); the
+    planner sends the types it sees to the driver, this stops the rest."""
     rel = con.sql(sql)  # bound, not run
     for kind, why in _NOT_EXCHANGED.items() if exchanged else ():
         if any(_holds(t, kind) for t in rel.types):
             raise DuckflockError(f"unsupported SQL construct: {why}")
-    checks = []
+    tests = [(_interval_too_long, _TOO_LONG), *([(_union_of_null, _NULL_MEMBER)] if exchanged else [])]
+    checks: dict[str, str] = {}
     for c, t in zip(rel.columns, rel.types, strict=True):
         v = q(c)
-        too_long = _too_long(v, t, 0)
-        if too_long is not None:
-            checks.append(
-                f"CASE WHEN coalesce({too_long}, false) THEN error({_TOO_LONG}) ELSE {v} END AS {v}"
-            )
+        for test, message in tests:
+            found = _anywhere(test, v, t, 0)
+            if found is not None:
+                checks[v] = f"CASE WHEN {found} THEN error({message}) ELSE {checks.get(v, v)} END"
     if not checks:
         return sql
-    return f"SELECT * REPLACE ({', '.join(checks)}) FROM ({sql})"
+    return f"SELECT * REPLACE ({', '.join(f'{e} AS {v}' for v, e in checks.items())}) FROM ({sql})"
 
 
-def _too_long(v: str, t: object, depth: int) -> str | None:
-    """SQL true where value ``v`` of type ``t`` holds an INTERVAL too long for Arrow; None when
-    ``t`` holds no INTERVAL (or is an ARRAY's size, not a type)."""
+def _interval_too_long(v: str, t: duckdb.sqltypes.DuckDBPyType) -> str | None:
+    if t.id != "interval":
+        return None
+    micros = (
+        f"datepart('hour', {v}) * 3600000000 + datepart('minute', {v}) * 60000000"
+        f" + datepart('microseconds', {v})"
+    )
+    return f"abs({micros}) > {_ARROW_MAX_MICROS}"
+
+
+def _union_of_null(v: str, t: duckdb.sqltypes.DuckDBPyType) -> str | None:
+    if t.id != "union":
+        return None
+    members = [sql_literal(n) for n, _ in t.children[1:]]  # the first child is the tag
+    null_member = " OR ".join(f"(union_tag({v}) = {m} AND union_extract({v}, {m}) IS NULL)" for m in members)
+    return f"({v} IS NOT NULL AND ({null_member}))"
+
+
+def _anywhere(
+    test: Callable[[str, duckdb.sqltypes.DuckDBPyType], str | None], v: str, t: object, depth: int
+) -> str | None:
+    """SQL true where ``test`` holds for value ``v`` of type ``t`` or any value nested in it; None
+    when it cannot (``t`` holds no type it tests, or is an ARRAY's size, not a type)."""
     if not isinstance(t, duckdb.sqltypes.DuckDBPyType):
         return None
-    if t.id == "interval":
-        micros = (
-            f"datepart('hour', {v}) * 3600000000 + datepart('minute', {v}) * 60000000"
-            f" + datepart('microseconds', {v})"
-        )
-        return f"abs({micros}) > {_ARROW_MAX_MICROS}"
+    parts = [test(v, t)]
     if t.id in ("list", "array"):
         x = f"__x{depth}"
-        inner = _too_long(x, t.children[0][1], depth + 1)
-        return None if inner is None else f"list_bool_or(list_transform({v}, lambda {x}: {inner}))"
-    if t.id == "map":
-        parts = [
-            _too_long(f"map_{side}s({v})", duckdb.list_type(child), depth)
+        inner = _anywhere(test, x, t.children[0][1], depth + 1)
+        if inner is not None:
+            parts.append(f"list_bool_or(list_transform({v}, lambda {x}: {inner}))")
+    elif t.id == "map":
+        parts += [
+            _anywhere(test, f"map_{side}s({v})", duckdb.list_type(child), depth)
             for side, (_, child) in zip(("key", "value"), t.children, strict=True)
             if isinstance(child, duckdb.sqltypes.DuckDBPyType)
         ]
     elif t.id == "tuple":  # an unnamed STRUCT (row(...)): its fields by position
-        parts = [_too_long(f"struct_extract({v}, {i})", c, depth) for i, (_, c) in enumerate(t.children, 1)]
+        parts += [
+            _anywhere(test, f"struct_extract({v}, {i})", c, depth) for i, (_, c) in enumerate(t.children, 1)
+        ]
     elif t.id in ("struct", "union"):  # a UNION's first child is its tag
         extract = "struct_extract" if t.id == "struct" else "union_extract"
         children = t.children if t.id == "struct" else t.children[1:]
-        parts = [_too_long(f"{extract}({v}, {sql_literal(n)})", child, depth) for n, child in children]
-    else:
-        return None
+        parts += [_anywhere(test, f"{extract}({v}, {sql_literal(n)})", c, depth) for n, c in children]
     found = [f"coalesce({p}, false)" for p in parts if p is not None]
     return " OR ".join(found) if found else None
 
@@ -144,6 +161,8 @@ _NOT_EXCHANGED = {
     "as text; cast them to VARCHAR",
     "tuple": "unnamed STRUCT values ((a, b) as a value): across ranks their fields would be named "
     "element1, ...; name them ({'a': a, 'b': b})",
+    "variant": "VARIANT values: across ranks their inner types would narrow (UTINYINT to INT16, "
+    "DECIMAL(10,2) to DECIMAL(3,2)); cast them to a type",
 }
 
 
@@ -158,6 +177,9 @@ def _holds(t: object, kind: str) -> bool:
 
 
 _ARROW_MAX_MICROS = (2**63 - 1) // 1000  # nanoseconds in an int64
+_NULL_MEMBER = sql_literal(
+    "a UNION whose member is NULL cannot be exchanged exactly: Arrow reads it back as NULL"
+)
 _TOO_LONG = sql_literal("an INTERVAL of over 2562047 hours cannot be exchanged exactly (as Arrow)")
 
 

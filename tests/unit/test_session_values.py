@@ -69,6 +69,9 @@ def test_values_another_rank_would_read_back_as_others_are_refused_where_they_wo
     refused = {
         f"SELECT e, i FROM (SELECT {enum} AS e, i FROM t) ORDER BY e, i": "ENUM values",
         "SELECT i % 2 AS g, max([to_hours(h)])::VARCHAR AS v FROM t GROUP BY g": "over 2562047 hours",
+        # Arrow's unions have no validity of their own: one whose member is NULL reads back as NULL.
+        "SELECT i % 2 AS g, count(u) AS c FROM (SELECT DISTINCT i % 2 AS i, union_value(x := CASE "
+        "WHEN i < 4 THEN NULL ELSE i END) AS u FROM t) GROUP BY g": "UNION whose member is NULL",
     }
     with duckflock.connect(
         str(tmp_path), ranks=2, transport="threads", config={"broadcast_threshold_bytes": 0}
