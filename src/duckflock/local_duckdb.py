@@ -84,16 +84,17 @@ def check_exact_from_arrow(names: Sequence[str], types: Sequence[str], what: str
 def arrow_exact(con: duckdb.DuckDBPyConnection, sql: str, exchanged: bool = False) -> str:
     """``sql``, failing with a message where DuckDB's Arrow form of a value would be wrong: an
     INTERVAL's time part goes to Arrow in nanoseconds, multiplied without an overflow check, and
-    past 2,562,047 hours it wraps around silently, also inside a LIST, STRUCT, MAP or UNION.
+    past 2,562,047 hours it wraps around silently, also inside a LIST, STRUCT, MAP or UNION; a
+    UNION whose member is NULL becomes a NULL UNION (Arrow's unions have no validity of their own:
+    read back, written to a file or converted to pandas it is NULL, where DuckDB's is not).
     ``exchanged``: the rows go to another rank's DuckDB, which would read an ENUM back as VARCHAR
-    (ordered as text), an unnamed STRUCT as a named one, a VARIANT with narrower inner types and a
-    UNION whose member is NULL as a NULL UNION (Arrow's unions have no validity of their own); the
-    planner sends the types it sees to the driver, this stops the rest."""
+    (ordered as text), an unnamed STRUCT as a named one and a VARIANT with narrower inner types;
+    the planner sends the types it sees to the driver, this stops the rest."""
     rel = con.sql(sql)  # bound, not run
     for kind, why in _NOT_EXCHANGED.items() if exchanged else ():
         if any(_holds(t, kind) for t in rel.types):
             raise DuckflockError(f"unsupported SQL construct: {why}")
-    tests = [(_interval_too_long, _TOO_LONG), *([(_union_of_null, _NULL_MEMBER)] if exchanged else [])]
+    tests = [(_interval_too_long, _TOO_LONG), (_union_of_null, _NULL_MEMBER)]
     checks: dict[str, str] = {}
     for c, t in zip(rel.columns, rel.types, strict=True):
         v = q(c)
@@ -178,7 +179,7 @@ def _holds(t: object, kind: str) -> bool:
 
 _ARROW_MAX_MICROS = (2**63 - 1) // 1000  # nanoseconds in an int64
 _NULL_MEMBER = sql_literal(
-    "a UNION whose member is NULL cannot be exchanged exactly: Arrow reads it back as NULL"
+    "a UNION whose member is NULL cannot be given exactly as Arrow: it reads back as NULL"
 )
 _TOO_LONG = sql_literal("an INTERVAL of over 2562047 hours cannot be exchanged exactly (as Arrow)")
 
