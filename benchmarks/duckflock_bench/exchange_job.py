@@ -31,7 +31,7 @@ from duckflock.config import Config
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.partition import split_by_target
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter, read_exchange
-from duckflock.exec.runtime import Runtime, mpi_runtime
+from duckflock.exec.runtime import Runtime, mpi_runtimes
 from duckflock.plan.kinds import ExchangeKind
 from duckflock_bench.measure import (
     GB,
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     polite_barrier(comm)
     peak_reset = reset_peak_rss()  # the peak below is the shuffle's, not the reference buffers'
 
-    rt = mpi_runtime(None, Config.from_env())
+    (rt,) = mpi_runtimes(None, Config.from_env())
     try:
         t0 = time.perf_counter()
         batches, schema, rows = build_share(rt.con, rank, size, args.gb * GB, rt.config.batch_rows)

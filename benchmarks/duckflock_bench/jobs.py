@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from duckflock.exec.launch import mpiexec_argv
+from duckflock.exec.launch import PER_PROCESS_ENV, mpiexec_argv
 
 err = Console(stderr=True)
 
@@ -21,14 +21,16 @@ class JobFailed(RuntimeError):
 
 
 def run_job(ranks: int, module: str, args: list[str], out: Path, timeout: float) -> float:
-    """Run ``python -m module args`` on ``ranks`` MPI ranks with a fresh ``out`` directory; returns
-    the job's wall time (including MPI start-up). Raises JobFailed with the end of its stderr."""
+    """Run ``python -m module args`` on ``ranks`` MPI ranks, one per process, with a fresh ``out``
+    directory; returns the job's wall time (including MPI start-up). Raises JobFailed with the end of
+    its stderr."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     argv = mpiexec_argv(ranks, ["-m", module, *args])
     t0 = time.perf_counter()
     try:
-        done = subprocess.run(argv, env=os.environ.copy(), capture_output=True, text=True, timeout=timeout)
+        env = {**os.environ, PER_PROCESS_ENV: "1"}
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise JobFailed(f"{module} on {ranks} ranks did not finish within {timeout:.0f} s") from None
     seconds = time.perf_counter() - t0

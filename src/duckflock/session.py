@@ -163,7 +163,8 @@ def connect(
     With ``workers=["host:port", ...]`` and ``token``: a session on running ``duckflock worker``
     processes over Arrow Flight (TLS when ``tls_root_cert`` is given). Otherwise ``ranks`` ranks over
     the data directory ``data`` on this machine: ``transport="mpi"`` as an MPI job (``mpiexec``),
-    ``"threads"`` as threads of this process. ``config`` overrides Config fields (e.g.
+    ``"threads"`` as threads of this process. An MPI job puts ``ranks_per_process`` ranks in each of
+    its processes (0, the default: all in one). ``config`` overrides Config fields (e.g.
     ``{"broadcast_threshold_bytes": 0}``). Use as a context manager, or call ``close()``.
     """
 
@@ -185,6 +186,7 @@ def connect(
     from duckflock.backends.mpi_job import MpiJobBackend
     from duckflock.config import Config
 
-    Config.from_env(**(config or {}))  # a bad setting fails here, not in every rank as it starts
+    # A bad setting fails here, not in every rank as it starts.
+    per_process = Config.from_env(**(config or {})).ranks_per_process
     env = {f"DUCKFLOCK_{k.upper()}": str(v) for k, v in (config or {}).items()}
-    return Session(MpiJobBackend(str(data), ranks, env, start_timeout))
+    return Session(MpiJobBackend(str(data), ranks, per_process, env, start_timeout))

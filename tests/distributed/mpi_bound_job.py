@@ -7,11 +7,11 @@ from __future__ import annotations
 import sys
 
 from duckflock.config import Config
-from duckflock.exec.runtime import mpi_runtime
+from duckflock.exec.runtime import mpi_runtimes
 
 
 def main() -> None:
-    rt = mpi_runtime(None, Config.from_env())
+    (rt,) = mpi_runtimes(None, Config.from_env())
     try:
         # One write per line: unbuffered (PYTHONUNBUFFERED), print writes the newline apart, and
         # mpiexec forwards each write as it comes, so two ranks' lines could run together.

@@ -1,15 +1,23 @@
 """Under mpiexec: every rank sends every other rank a mix of multi-part and single messages of
 very different sizes (large ones go rendezvous, small ones eager, so they finish out of order) and
-checks they arrive complete and in the order sent. Exit code 0 on success."""
+checks they arrive complete and in the order sent. Exit code 0 on success.
+
+``mpi_order_job.py K``: K ranks per process (NodeTransport, all sending at once from threads);
+without K, one MpiTransport per process."""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
+import traceback
 
 import numpy as np
+from mpi4py import MPI
 
+from duckflock.transport.base import Transport
 from duckflock.transport.mpi import MpiTransport
+from duckflock.transport.node import NodeTransport
 
 
 def message(src: int, dest: int, i: int) -> object:
@@ -19,8 +27,7 @@ def message(src: int, dest: int, i: int) -> object:
     return parts if len(parts) > 1 else parts[0]
 
 
-def main() -> int:
-    t = MpiTransport()
+def exchange(t: Transport) -> None:
     count = 40
     handles = [
         t.isend(d, 100 + i % 2, message(t.rank, d, i))
@@ -33,9 +40,7 @@ def main() -> int:
     while sum(len(v) for v in got.values()) < count * (t.size - 1) or not all(h.done() for h in handles):
         for src, tag, payload in t.poll():
             got[src].append((tag, payload))
-        if time.monotonic() > deadline:
-            print("timed out", file=sys.stderr)
-            return 1
+        assert time.monotonic() < deadline, f"rank {t.rank} timed out"
     for src, received in got.items():
         for i, (tag, payload) in enumerate(received):
             want = message(src, t.rank, i)
@@ -43,12 +48,35 @@ def main() -> int:
             if isinstance(want, list):
                 assert isinstance(payload, list) and len(payload) == len(want), (src, i)
                 for a, b in zip(payload, want, strict=True):
-                    assert np.array_equal(np.asarray(a), b), (src, i)
+                    assert np.array_equal(_bytes(a), b), (src, i)
             else:
-                assert np.array_equal(np.asarray(payload), want), (src, i)
-    t.comm.Barrier()
-    t.close()
-    return 0
+                assert np.array_equal(_bytes(payload), want), (src, i)
+
+
+def _bytes(payload: object) -> np.ndarray:
+    return np.frombuffer(memoryview(payload), dtype=np.uint8)  # type: ignore[arg-type]
+
+
+def main() -> int:
+    transports: list[Transport] = NodeTransport.group(int(sys.argv[1])) if sys.argv[1:] else [MpiTransport()]
+    failed: list[str] = []
+
+    def run(t: Transport) -> None:
+        try:
+            exchange(t)
+        except BaseException:
+            failed.append(traceback.format_exc())
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in transports]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    MPI.COMM_WORLD.Barrier()
+    for t in transports:
+        t.close()
+    print("\n".join(failed), file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -214,9 +214,11 @@ def test_out_of_memory_is_reported_not_fatal(bad_dir):
 
 
 @contextmanager
-def cli_held_at_gate(bad_dir: Path, tmp_path: Path, query: str) -> Iterator[tuple[subprocess.Popen, Path]]:
-    """``duckflock sql`` on 2 ranks that hold at a stage gate until the test acts (killed if it is
-    still running when the block ends)."""
+def cli_held_at_gate(
+    bad_dir: Path, tmp_path: Path, query: str, per_process: int = 1
+) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """``duckflock sql`` on 2 ranks, ``per_process`` in each process, that hold at a stage gate until
+    the test acts (killed if it is still running when the block ends)."""
     gate = tmp_path / "gate"
     gate.mkdir()
     (gate / "hold").touch()
@@ -225,7 +227,11 @@ def cli_held_at_gate(bad_dir: Path, tmp_path: Path, query: str) -> Iterator[tupl
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "DUCKFLOCK_STAGE_GATE_DIR": str(gate)},
+        env={
+            **os.environ,
+            "DUCKFLOCK_STAGE_GATE_DIR": str(gate),
+            "DUCKFLOCK_RANKS_PER_PROCESS": str(per_process),
+        },
     )
     try:
         yield proc, gate
@@ -234,17 +240,22 @@ def cli_held_at_gate(bad_dir: Path, tmp_path: Path, query: str) -> Iterator[tupl
             proc.kill()
 
 
-@pytest.mark.parametrize("victim", [0, 1])
-def test_rank_killed_by_the_os_is_named_without_mpich_banner(bad_dir, tmp_path, victim):
+@pytest.mark.parametrize(
+    ("per_process", "victim", "named"),
+    [(1, 0, "rank 0 was"), (1, 1, "rank 1 was"), (2, 1, "the process of ranks 0-1 was")],
+)
+def test_rank_killed_by_the_os_is_named_without_mpich_banner(bad_dir, tmp_path, per_process, victim, named):
     """What the OOM killer does, at an observed point: every rank holds at a stage gate, the test
-    kills one with SIGKILL; the job ends with one duckflock message naming that rank and signal."""
+    kills one with SIGKILL; the job ends with one duckflock message naming that rank (or the ranks
+    of its process) and the signal."""
     import signal
 
-    with cli_held_at_gate(bad_dir, tmp_path, "SELECT count(*) FROM good JOIN bad USING (k)") as (proc, gate):
+    query = "SELECT count(*) FROM good JOIN bad USING (k)"
+    with cli_held_at_gate(bad_dir, tmp_path, query, per_process) as (proc, gate):
         os.kill(rank_at_gate(gate, victim, lambda: proc.poll() is None), signal.SIGKILL)
         out, err = proc.communicate(timeout=BOUND_S)
     assert proc.returncode != 0
-    assert f"rank {victim} was killed by signal 9 (SIGKILL)" in err, err
+    assert f"{named} killed by signal 9 (SIGKILL)" in err, err
     assert "out-of-memory" in err
     assert "BAD TERMINATION" not in out + err and "Traceback" not in err, out + err
     assert err.count("error:") == 1, err
@@ -293,14 +304,16 @@ def test_interrupted_cli_ends_the_whole_job(bad_dir, tmp_path, signame):
         time.sleep(0.05)
 
 
-def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path):
+@pytest.mark.parametrize(("per_process", "named"), [(1, "rank 1 was"), (0, "the process of ranks 0-1 was")])
+def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path, per_process, named):
     import signal
     import threading
 
     gate = tmp_path / "gate"
     gate.mkdir()
     (gate / "hold").touch()
-    db = duckflock.connect(str(bad_dir), ranks=2, transport="mpi", config={"stage_gate_dir": str(gate)})
+    config = {"stage_gate_dir": str(gate), "ranks_per_process": per_process}
+    db = duckflock.connect(str(bad_dir), ranks=2, transport="mpi", config=config)
     failure: list[BaseException] = []
 
     def query() -> None:
@@ -315,7 +328,7 @@ def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path):
     t.join(BOUND_S)
     assert not t.is_alive()
     assert failure and isinstance(failure[0], duckflock.DuckflockError), failure
-    assert "rank 1 was killed by signal 9 (SIGKILL)" in str(failure[0])
+    assert f"{named} killed by signal 9 (SIGKILL)" in str(failure[0])
     db.close()
     with duckflock.connect(str(bad_dir), ranks=2, transport="mpi") as again:
         assert again.sql("SELECT count(*) FROM good").fetchall() == [(2000,)]

@@ -2,7 +2,7 @@
 must give single-process DuckDB's answer, each refusal must name its construct.
 
 DUCKFLOCK_SLT_FULL=1 runs every file on every combination; by default each file runs on a spread
-of them that still covers both transports, 1-4 ranks, and broadcasts/gathered sorts on and off."""
+of them that still covers every transport, 1-4 ranks, and broadcasts/gathered sorts on and off."""
 
 from __future__ import annotations
 
@@ -15,15 +15,23 @@ import duckflock
 from duckflock.testing.sqllogic import NO_BROADCAST, parse, run
 
 FILES = sorted(Path(__file__).parent.glob("*.test"))
+# How ranks run: threads of this process; an MPI job of one rank per process; an MPI job of two
+# ranks per process (threads within, MPI between them).
+TRANSPORTS = {
+    "threads": ("threads", {}),
+    "mpi": ("mpi", {"ranks_per_process": 1}),
+    "mpi2": ("mpi", {"ranks_per_process": 2}),
+}
 # (transport, ranks, config)
 FULL = [(t, r, c) for t in ("threads", "mpi") for r in (1, 2, 3, 4) for c in ("default", "off")]
+FULL += [("mpi2", r, c) for r in (2, 4) for c in ("default", "off")]
 QUICK = [
     ("threads", 1, "default"),
     ("threads", 2, "off"),
     ("threads", 3, "default"),
     ("mpi", 2, "default"),
     ("mpi", 3, "off"),
-    ("threads", 4, "off"),
+    ("mpi2", 4, "off"),
 ]
 # The generated files (hundreds of queries each) run on fewer combinations by default, to keep
 # `make test` short; the widest, where distribution matters least, on one.
@@ -46,10 +54,11 @@ def _cases() -> list:
 
 @pytest.mark.parametrize(("path", "transport", "ranks", "config"), _cases())
 def test_sql_file(path, transport, ranks, config):
-    cfg = NO_BROADCAST if config == "off" else {}
+    how, placement = TRANSPORTS[transport]
+    cfg = {**(NO_BROADCAST if config == "off" else {}), **placement}
     outcomes = run(
         parse(path),
-        lambda d, extra: duckflock.connect(d, ranks=ranks, transport=transport, config={**cfg, **extra}),
+        lambda d, extra: duckflock.connect(d, ranks=ranks, transport=how, config={**cfg, **extra}),
     )
     bad = [o for o in outcomes if o.status in ("wrong", "failed")]
     assert not bad, "\n".join(

@@ -23,7 +23,7 @@ import pyarrow as pa
 from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError
 from duckflock.exec.driver import QueryOutcome
-from duckflock.exec.launch import job_outcome, mpiexec_argv
+from duckflock.exec.launch import PER_PROCESS_ENV, job_outcome, mpiexec_job
 from duckflock.exec.messages import (
     CloseRequest,
     ErrorReply,
@@ -42,7 +42,10 @@ _POLL_S = 0.2  # how soon a Ctrl-C is seen while waiting for the ranks
 
 
 class MpiJobBackend:
-    def __init__(self, data: str, ranks: int, config_env: dict[str, str], start_timeout: float):
+    def __init__(
+        self, data: str, ranks: int, per_process: int, config_env: dict[str, str], start_timeout: float
+    ):
+        """``ranks`` ranks, ``per_process`` in each process of the job (0: all in one)."""
         Catalog.load(data)  # a bad data directory fails here, at once, not in every rank
         key = secrets.token_bytes(32)
         self._dir = tempfile.mkdtemp(prefix="duckflock-session-")
@@ -53,10 +56,14 @@ class MpiJobBackend:
         self._listener.bind(address)
         self._listener.listen(1)
         self._listener.settimeout(0.2)
-        env = {**os.environ, **config_env, AUTHKEY_ENV: key.hex()}
-        argv = mpiexec_argv(
-            ranks, ["-m", "duckflock.exec.serve", "--data", str(data), "--address", address], self._dir
+        argv, job_env = mpiexec_job(
+            ranks,
+            per_process,
+            ["-m", "duckflock.exec.serve", "--data", str(data), "--address", address],
+            self._dir,
         )
+        self._per_process = int(job_env[PER_PROCESS_ENV])
+        env = {**os.environ, **config_env, **job_env, AUTHKEY_ENV: key.hex()}
         # mpiexec's own output (MPICH's banner when a rank dies) goes to a log: how a rank died is
         # reported as one message by _call.
         self._log = os.path.join(self._dir, "mpiexec.out")
@@ -135,7 +142,7 @@ class MpiJobBackend:
             self._proc.kill()
             code = self._proc.wait()
         banner = Path(self._log).read_bytes() if os.path.exists(self._log) else b""
-        why = job_outcome(self._dir, code, banner) or f"exit code {code}"
+        why = job_outcome(self._dir, code, banner, self._per_process) or f"exit code {code}"
         return f"the MPI job ended unexpectedly: {why}; open a new session to go on"
 
     def run(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,11 +159,12 @@ def run_load(args: argparse.Namespace) -> int:
     one message naming the rank that failed. With --repartition every stale hash table is rewritten,
     each as a load of its own."""
     from duckflock.exec.rank_query import describe_error
-    from duckflock.exec.runtime import mpi_runtime
+    from duckflock.exec.runtime import mpi_runtimes
     from duckflock.ingest.load import load_table, repartition_table
 
     qid = 1
-    rt = mpi_runtime(None, Config.from_env())
+    # One rank per process, whatever DUCKFLOCK_RANKS_PER_PROCESS says: each loads its share.
+    (rt,) = mpi_runtimes(None, replace(Config.from_env(), ranks_per_process=1))
     code = 0
     try:
         if args.repartition:

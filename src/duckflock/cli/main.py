@@ -19,9 +19,10 @@ from duckflock.cli.errors_out import print_error
 from duckflock.cli.terminal import launch_env
 from duckflock.errors import DuckflockError
 from duckflock.exec.launch import (
+    PER_PROCESS_ENV,
     job_outcome,
     launcher_rank,
-    mpiexec_argv,
+    mpiexec_job,
     relay_without_banner,
     under_mpi,
 )
@@ -132,15 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def relaunch(ranks: int, argv: list[str]) -> int:
-    """Run this same command as an MPI job of ``ranks`` processes and return its exit code. A rank
-    killed by the OS is reported in one message naming it, instead of MPICH's banner."""
+def relaunch(ranks: int, per_process: int, argv: list[str]) -> int:
+    """Run this same command as an MPI job of ``ranks`` ranks, ``per_process`` in each process (0:
+    all in one), and return its exit code. A process killed by the OS is reported in one message
+    naming its ranks, instead of MPICH's banner."""
     with tempfile.TemporaryDirectory(prefix="duckflock-job-") as job:
-        cmd = mpiexec_argv(ranks, ["-m", "duckflock.cli.main", *argv], job_dir=job)
+        cmd, job_env = mpiexec_job(ranks, per_process, ["-m", "duckflock.cli.main", *argv], job_dir=job)
         # A process group of its own, ended with this process: an interrupted (Ctrl-C) or
         # terminated CLI left mpiexec and the ranks computing, owned by no one.
         proc = subprocess.Popen(
-            cmd, env={**os.environ, **launch_env()}, stdout=subprocess.PIPE, start_new_session=True
+            cmd, env={**os.environ, **launch_env(), **job_env}, stdout=subprocess.PIPE, start_new_session=True
         )
         assert proc.stdout is not None
         previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -152,7 +154,7 @@ def relaunch(ranks: int, argv: list[str]) -> int:
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
-        death = job_outcome(job, code, banner)
+        death = job_outcome(job, code, banner, int(job_env[PER_PROCESS_ENV]))
     if death is None:
         return code
     print_error(death)
@@ -214,12 +216,13 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     if needs_ranks and not under_mpi():
         from duckflock.config import Config
 
-        Config.from_env()  # a bad DUCKFLOCK_ setting fails here, once, not in every rank
-        if args.command != "load":
-            from duckflock.catalog import Catalog
+        config = Config.from_env()  # a bad DUCKFLOCK_ setting fails here, once, not in every rank
+        if args.command == "load":  # each rank process loads its share (cli/commands.run_load)
+            return relaunch(args.ranks, 1, argv)
+        from duckflock.catalog import Catalog
 
-            Catalog.load(args.data)  # fail fast, before starting any rank
-        return relaunch(args.ranks, argv)
+        Catalog.load(args.data)  # fail fast, before starting any rank
+        return relaunch(args.ranks, config.ranks_per_process, argv)
     return _run_here(args)
 
 

@@ -61,10 +61,13 @@ class Budget:
     chunk_bytes: int = 4 << 20  # rows split off for one target are sent once they reach this
 
     @classmethod
-    def of_rank(cls, config: Config, ranks_on_node: int, ranks: int) -> Budget:
+    def of_rank(cls, config: Config, ranks_on_node: int, ranks: int, held_bytes: int | None = None) -> Budget:
+        """``held_bytes``: what the rank already holds (default: its process's anonymous memory;
+        ranks that are threads of one process each hold their share of it)."""
         total = rank_share_bytes(config, ranks_on_node)
         # What the process already holds (Python, DuckDB, Arrow and MPI loaded: 70-100 MB) is spent.
-        free = max(total - own_anon_bytes(), total // 4)
+        held = own_anon_bytes() if held_bytes is None else held_bytes
+        free = max(total - held, total // 4)
         room = int(free * REST_PART)
         chunk = min(config.chunk_bytes, max(MIN_CHUNK_BYTES, room // (CHUNKS_IN_ROOM * ranks)))
         stage = BATCH_BYTES_PER_ROW * config.batch_rows + ranks * chunk

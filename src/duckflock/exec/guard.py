@@ -3,11 +3,12 @@
 When the kernel's OOM killer (or a signal) ends a rank, MPICH prints a banner naming whichever
 process it noticed first, often not the one that was killed. So each rank runs as the child of this
 small process, which sees the child's exit status: on death by a signal it writes
-``<job dir>/rank<R>.died`` (rank, signal, time) for the launcher, which then reports one duckflock
-message naming the rank, the signal and the likely cause (``exec.launch.describe_deaths``).
+``<job dir>/rank<R>.died`` (R: the MPI process's rank, signal, time) for the launcher, which then
+reports one duckflock message naming the rank (or the ranks that process ran as threads), the
+signal and the likely cause (``exec.launch.describe_deaths``).
 
 ``python -I -S .../exec/guard.py JOB_DIR PROGRAM ARGS...`` — run by path and without ``site``, so
-that it imports neither duckflock nor DuckDB: it only waits. One runs per rank, so it imports as
+that it imports neither duckflock nor DuckDB: it only waits. One runs per process, so it imports as
 little as it can (4 MB instead of 6 MB of its own memory): ``_signal``, not ``signal`` (which
 loads ``enum``), and fork/exec/waitpid, not ``subprocess``.
 """

@@ -40,16 +40,39 @@ def mpiexec_path() -> str:
     return found
 
 
-def mpiexec_argv(ranks: int, python_args: list[str], job_dir: str | None = None) -> list[str]:
-    """``mpiexec -n ranks python <python_args>`` with this interpreter. With ``job_dir`` each rank
-    runs under ``exec.guard``, which records there a rank's death by a signal (see ``job_outcome``)."""
+PER_PROCESS_ENV = "DUCKFLOCK_RANKS_PER_PROCESS"
+
+
+def per_process(ranks: int, configured: int) -> int:
+    """Ranks in each process of a job of ``ranks`` ranks started here: ``configured`` (0: all)."""
     if ranks < 1:
         raise DuckflockError(f"--ranks must be at least 1, got {ranks}")
+    k = configured or ranks
+    if ranks % k:
+        raise DuckflockError(f"{ranks} ranks do not split into processes of {k} (ranks_per_process)")
+    return k
+
+
+def mpiexec_job(
+    ranks: int, configured: int, python_args: list[str], job_dir: str | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of a job of ``ranks`` ranks, ``per_process(ranks, configured)``
+    in each of its processes."""
+    k = per_process(ranks, configured)
+    return mpiexec_argv(ranks // k, python_args, job_dir), {PER_PROCESS_ENV: str(k)}
+
+
+def mpiexec_argv(processes: int, python_args: list[str], job_dir: str | None = None) -> list[str]:
+    """``mpiexec -n processes python <python_args>`` with this interpreter. With ``job_dir`` each
+    process runs under ``exec.guard``, which records there its death by a signal (see
+    ``job_outcome``)."""
+    if processes < 1:
+        raise DuckflockError(f"--ranks must be at least 1, got {processes}")
     # The guard runs by file path, not ``-m``: that would import the duckflock package (DuckDB,
     # Arrow, ...) into a process that only waits, 60 MB per rank.
     guard_py = str(Path(__file__).with_name("guard.py"))
     guard = ["-I", "-S", guard_py, job_dir, sys.executable] if job_dir else []
-    return [mpiexec_path(), "-n", str(ranks), sys.executable, *guard, *python_args]
+    return [mpiexec_path(), "-n", str(processes), sys.executable, *guard, *python_args]
 
 
 # MPICH's banner when a process of the job dies: a line of '=' starts it.
@@ -69,9 +92,10 @@ def relay_without_banner(source: IO[bytes], sink: IO[bytes]) -> bytes:
     return held
 
 
-def job_outcome(job_dir: str, code: int, banner: bytes) -> str | None:
-    """The one message for a job whose rank died by a signal (None when no rank did)."""
-    death = describe_deaths(Path(job_dir))
+def job_outcome(job_dir: str, code: int, banner: bytes, per_process: int = 1) -> str | None:
+    """The one message for a job whose rank died by a signal (None when no rank did); its processes
+    held ``per_process`` ranks each."""
+    death = describe_deaths(Path(job_dir), per_process)
     if death is not None:
         return death
     if banner:
@@ -82,7 +106,7 @@ def job_outcome(job_dir: str, code: int, banner: bytes) -> str | None:
 
 
 _CAUSES = {
-    signal.SIGKILL: "most likely the kernel's out-of-memory killer: the rank needed more memory than "
+    signal.SIGKILL: "most likely the kernel's out-of-memory killer: it needed more memory than "
     "the node allows; give each rank less (DUCKFLOCK_MEMORY_LIMIT_BYTES), use fewer ranks per node or "
     "more nodes",
     signal.SIGSEGV: "a crash inside DuckDB or a native library",
@@ -93,9 +117,9 @@ _CAUSES = {
 }
 
 
-def describe_deaths(job: Path) -> str | None:
-    """One message for the first rank the OS killed in this job (``exec/guard.py`` records each),
-    None when none was."""
+def describe_deaths(job: Path, per_process: int = 1) -> str | None:
+    """One message for the first process the OS killed in this job (``exec/guard.py`` records each),
+    naming its ranks (``per_process`` in each); None when none was."""
     records = []
     for f in job.glob("rank*.died"):
         try:
@@ -111,4 +135,12 @@ def describe_deaths(job: Path) -> str | None:
     except ValueError:
         name = f"signal {sig}"
     cause = _CAUSES.get(sig, "ended by the operating system")
-    return f"rank {first['rank']} was killed by signal {sig} ({name}): {cause}"
+    return f"{_ranks_of(first['rank'], per_process)} killed by signal {sig} ({name}): {cause}"
+
+
+def _ranks_of(process: str, per_process: int) -> str:
+    """'rank 3 was', or 'the process of ranks 2-3 was' (the guard knows its process's index)."""
+    if per_process == 1 or not process.isdigit():
+        return f"rank {process} was"
+    first = int(process) * per_process
+    return f"the process of ranks {first}-{first + per_process - 1} was"

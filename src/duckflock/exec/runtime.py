@@ -21,6 +21,7 @@ from duckflock.exec.budget import (
     DUCKDB_MIN_BYTES,
     Budget,
     make_spill_dir,
+    own_anon_bytes,
     rank_share_bytes,
     remove_spill_dir,
     with_derived_limits,
@@ -65,12 +66,18 @@ class Runtime:
 
     @classmethod
     def create(
-        cls, transport: Transport, catalog: Catalog | None, config: Config, ranks_on_node: int
+        cls,
+        transport: Transport,
+        catalog: Catalog | None,
+        config: Config,
+        ranks_on_node: int,
+        held_bytes: int | None = None,
     ) -> Runtime:
+        """``held_bytes``: what the rank holds already (exec/budget.Budget.of_rank)."""
         cores = len(os.sched_getaffinity(0))
         threads = config.threads or max(1, cores // max(1, ranks_on_node))
         config = with_derived_limits(config, ranks_on_node)
-        budget = Budget.of_rank(config, ranks_on_node, transport.size)
+        budget = Budget.of_rank(config, ranks_on_node, transport.size, held_bytes)
         config = replace(config, chunk_bytes=budget.chunk_bytes)
         spill_dir = make_spill_dir(config, transport.rank)
         if config.gil_switch_interval_s:  # process-wide (the caller's, for ranks as threads): Config's say
@@ -155,14 +162,17 @@ class Runtime:
             remove_spill_dir(self.spill_dir)
 
 
-def mpi_runtime(catalog: Catalog | None, config: Config) -> Runtime:
-    """The runtime of this process inside an MPI job (mpiexec or srun)."""
+def mpi_runtimes(data: str | os.PathLike[str] | None, config: Config) -> list[Runtime]:
+    """The runtimes of this process's ranks inside an MPI job (mpiexec or srun), each with the
+    catalog of ``data`` (None: none): ``config.ranks_per_process`` of them, 1 where it is 0. The
+    first is the process's own; ``exec.ranks.LocalRanks`` runs the others in threads."""
     from mpi4py import MPI
 
-    from duckflock.transport.mpi import MpiTransport
+    from duckflock.transport.node import NodeTransport
 
+    per_process = config.ranks_per_process or 1
     node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
-    ranks_on_node = node.Get_size()
+    ranks_on_node = node.Get_size() * per_process
     node.Free()
     # Nodes may differ (in memory, in ranks placed on them): the planner on rank 0 must bound
     # broadcasts by the smallest share of any rank, not by its own.
@@ -172,4 +182,9 @@ def mpi_runtime(catalog: Catalog | None, config: Config) -> Runtime:
     # Nodes may be set (or configured) to other zones: every rank takes rank 0's.
     rank0 = (config.time_zone or local_time_zone()) if MPI.COMM_WORLD.Get_rank() == 0 else None
     config = replace(config, time_zone=MPI.COMM_WORLD.bcast(rank0, root=0))
-    return Runtime.create(MpiTransport(), catalog, config, ranks_on_node)
+    transports = NodeTransport.group(per_process)
+    held = own_anon_bytes() // per_process  # the process's libraries are loaded once for all of them
+    return [
+        Runtime.create(t, Catalog.load(data) if data is not None else None, config, ranks_on_node, held)
+        for t in transports
+    ]

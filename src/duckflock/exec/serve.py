@@ -16,13 +16,13 @@ from multiprocessing.connection import Client
 
 import pyarrow as pa
 
-from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
 from duckflock.exchange import pickling
 from duckflock.exec.driver import Driver, serve
 from duckflock.exec.messages import CloseRequest, ErrorReply, PlanReply, Ready, SqlReply
-from duckflock.exec.runtime import mpi_runtime
+from duckflock.exec.ranks import LocalRanks
+from duckflock.exec.runtime import mpi_runtimes
 
 AUTHKEY_ENV = "DUCKFLOCK_SESSION_KEY"
 
@@ -43,10 +43,11 @@ def main() -> None:
     p.add_argument("--data", required=True)
     p.add_argument("--address", required=True)
     args = p.parse_args()
-    rt = mpi_runtime(Catalog.load(args.data), Config.from_env())
+    ranks = LocalRanks(mpi_runtimes(args.data, Config.from_env()), fatal_exits=True)
+    rt = ranks.first
     if rt.rank != 0:
         serve(rt)
-        rt.close()
+        ranks.close()
         return
     driver = Driver(rt)
     conn = Client(args.address, authkey=bytes.fromhex(os.environ[AUTHKEY_ENV]))
@@ -71,7 +72,7 @@ def main() -> None:
             conn.send_bytes(pickling.dumps(reply))
     finally:
         driver.broadcast_stop()
-        rt.close()
+        ranks.close()
         conn.close()
 
 

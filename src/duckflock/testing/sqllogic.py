@@ -209,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paths", nargs="+", type=Path)
     ap.add_argument("--ranks", default="2,3")
     ap.add_argument("--transport", default="threads", choices=["threads", "mpi"])
+    ap.add_argument("--ranks-per-process", type=int, default=0, help="with mpi (default: all in one)")
     ap.add_argument(
         "--no-broadcast", action="store_true", help="broadcasts and gathered sorts off, streams of any size"
     )
@@ -221,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         config |= NO_BROADCAST
     if args.no_fallback:
         config["driver_fallback_bytes"] = -1
+    if args.ranks_per_process:
+        config["ranks_per_process"] = args.ranks_per_process
     files = sorted(f for p in args.paths for f in ([p] if p.is_file() else p.rglob("*.test")))
     bad = 0
     for ranks in (int(r) for r in args.ranks.split(",")):
