@@ -43,8 +43,8 @@ class Config:
     # process before any query) and hand each other their exchanges in memory; MPI links processes.
     # Inside an MPI job (srun, mpiexec) each of its processes runs this many ranks (0: one). A job
     # that duckflock starts on this machine puts this many ranks in each process, 0: all in one
-    # (measured, SF 1 on 2 ranks, summed peak Pss against DuckDB's: the join 1.40x instead
-    # of 1.84x, Q9 1.10x instead of 1.62x, in about the same time).
+    # (measured, SF 1 on 2 ranks, summed peak Pss against DuckDB's: the join 1.60x instead
+    # of 1.94x, Q9 1.26x instead of 1.62x, the skewed join 1.58x instead of 2.10x).
     ranks_per_process: int = 0
     # Memory one rank may hold, in bytes: DuckDB's memory_limit, received exchange data and data in
     # flight are parts of it (exec/budget.py). 0 means this rank's share of the node's limit (cgroup,

@@ -6,7 +6,7 @@ import os
 
 from duckflock.backends.driver import DriverBackend
 from duckflock.config import Config
-from duckflock.exec.driver import Driver, serve
+from duckflock.exec.driver import Driver
 from duckflock.exec.ranks import LocalRanks
 from duckflock.exec.runtime import mpi_runtimes
 from duckflock.session import Session
@@ -26,7 +26,7 @@ class spmd:
     def __enter__(self):
         self.ranks = LocalRanks(mpi_runtimes(self.data, self.config), fatal_exits=True)
         if self.ranks.first.rank != 0:
-            serve(self.ranks.first)
+            self.ranks.serve()
             return None
         self.driver = Driver(self.ranks.first)
         return Session(DriverBackend(self.driver))

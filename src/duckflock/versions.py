@@ -29,7 +29,8 @@ def check_same(per_rank: list[dict[str, str]], what: str = "rank") -> None:
         f"{what} {r}: " + ", ".join(f"{k} {v}" for k, v in sorted(vs.items()))
         for r, vs in enumerate(per_rank)
     )
+    plural = what + ("es" if what.endswith("s") else "s")
     raise DuckflockError(
-        f"the {what}s run different versions ({listed}): their hashes would place equal keys apart; "
+        f"the {plural} run different versions ({listed}): their hashes would place equal keys apart; "
         + SAME_EVERYWHERE
     )

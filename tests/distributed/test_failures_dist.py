@@ -431,3 +431,20 @@ def test_mpi_ranks_of_different_versions_are_refused(tmp_path):
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=BOUND_S)
     assert proc.returncode != 0
     assert "the ranks run different versions" in proc.stderr and "rank 1: duckdb 0.9.2" in proc.stderr
+
+
+def test_processes_with_different_ranks_per_process_are_refused(bad_dir):
+    """Under srun every process reads its own setting: processes that disagree would number their
+    ranks differently and make different communicators, so the job stops at once, saying so."""
+    from duckflock.exec.launch import mpiexec_path
+
+    def part(k: int) -> list[str]:
+        query = [*CLI, "sql", "--data", str(bad_dir), "SELECT count(*) FROM good"]
+        return ["-n", "1", "-env", "DUCKFLOCK_RANKS_PER_PROCESS", str(k), *query]
+
+    argv = [mpiexec_path(), *part(1), ":", *part(2)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=BOUND_S)
+    assert proc.returncode != 0
+    assert "every process of the job must run as many ranks (process 0: 1, process 1: 2)" in proc.stderr, (
+        proc.stderr
+    )

@@ -23,7 +23,7 @@ import pyarrow as pa
 from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError
 from duckflock.exec.driver import QueryOutcome
-from duckflock.exec.launch import PER_PROCESS_ENV, job_outcome, mpiexec_job
+from duckflock.exec.launch import job_outcome, mpiexec_job, per_process
 from duckflock.exec.messages import (
     CloseRequest,
     ErrorReply,
@@ -43,10 +43,11 @@ _POLL_S = 0.2  # how soon a Ctrl-C is seen while waiting for the ranks
 
 class MpiJobBackend:
     def __init__(
-        self, data: str, ranks: int, per_process: int, config_env: dict[str, str], start_timeout: float
+        self, data: str, ranks: int, configured: int, config_env: dict[str, str], start_timeout: float
     ):
-        """``ranks`` ranks, ``per_process`` in each process of the job (0: all in one)."""
+        """``ranks`` ranks, ``configured`` in each process of the job (0: all in one)."""
         Catalog.load(data)  # a bad data directory fails here, at once, not in every rank
+        self._per_process = per_process(ranks, configured)  # as does a placement that cannot be
         key = secrets.token_bytes(32)
         self._dir = tempfile.mkdtemp(prefix="duckflock-session-")
         address = os.path.join(self._dir, "control.sock")
@@ -58,11 +59,10 @@ class MpiJobBackend:
         self._listener.settimeout(0.2)
         argv, job_env = mpiexec_job(
             ranks,
-            per_process,
+            self._per_process,
             ["-m", "duckflock.exec.serve", "--data", str(data), "--address", address],
             self._dir,
         )
-        self._per_process = int(job_env[PER_PROCESS_ENV])
         env = {**os.environ, **config_env, **job_env, AUTHKEY_ENV: key.hex()}
         # mpiexec's own output (MPICH's banner when a rank dies) goes to a log: how a rank died is
         # reported as one message by _call.

@@ -1,4 +1,4 @@
-"""The communication multiplexer: one thread per process owns the transport (HyPer's design).
+"""The communication multiplexer: one thread per rank owns its transport (HyPer's design).
 
 Compute threads hand it outgoing buffers and wait on inboxes; it issues non-blocking sends, drains
 incoming messages and routes them by (query, channel). Waiting is polite — condition variables, and

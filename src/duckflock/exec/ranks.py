@@ -30,11 +30,16 @@ class LocalRanks:
     def first(self) -> Runtime:
         return self.runtimes[0]
 
+    def serve(self) -> None:
+        """Serve the driver on the first rank too (a process without rank 0), until it says stop."""
+        self._serve(self.first)
+
     def _serve(self, rt: Runtime) -> None:
         try:
             serve(rt)
         except BaseException:
-            if not self._fatal_exits:
+            # Unwinding the main thread would close DuckDB and MPI under the other ranks' threads.
+            if not self._fatal_exits or len(self.runtimes) == 1:
                 raise
             print(f"duckflock rank {rt.rank}: internal error\n{traceback.format_exc()}", file=sys.stderr)
             sys.stderr.flush()

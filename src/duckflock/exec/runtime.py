@@ -16,6 +16,7 @@ import duckdb
 from duckflock import versions
 from duckflock.catalog import Catalog
 from duckflock.config import Config
+from duckflock.errors import DuckflockError
 from duckflock.exchange.mux import Mux
 from duckflock.exec.budget import (
     DUCKDB_MIN_BYTES,
@@ -171,20 +172,31 @@ def mpi_runtimes(data: str | os.PathLike[str] | None, config: Config) -> list[Ru
     from duckflock.transport.node import NodeTransport
 
     per_process = config.ranks_per_process or 1
-    node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    # Before any collective: a process that cannot read the catalog ends the job at once.
+    catalogs = [Catalog.load(data) if data is not None else None for _ in range(per_process)]
+    world = MPI.COMM_WORLD
+    placed = world.allgather(per_process)
+    if len(set(placed)) > 1:  # the ranks' numbers, and the communicators made below, would differ
+        listed = ", ".join(f"process {p}: {k}" for p, k in enumerate(placed))
+        raise DuckflockError(
+            f"every process of the job must run as many ranks ({listed}): set ranks_per_process alike"
+        )
+    node = world.Split_type(MPI.COMM_TYPE_SHARED)
     ranks_on_node = node.Get_size() * per_process
     node.Free()
     # Nodes may differ (in memory, in ranks placed on them): the planner on rank 0 must bound
     # broadcasts by the smallest share of any rank, not by its own.
-    versions.check_same(MPI.COMM_WORLD.allgather(versions.engine_versions()))
-    smallest = MPI.COMM_WORLD.allreduce(rank_share_bytes(config, ranks_on_node), op=MPI.MIN)
+    versions.check_same(
+        world.allgather(versions.engine_versions()), "rank" if per_process == 1 else "process"
+    )
+    smallest = world.allreduce(rank_share_bytes(config, ranks_on_node), op=MPI.MIN)
     config = with_share(config, smallest)
     # Nodes may be set (or configured) to other zones: every rank takes rank 0's.
-    rank0 = (config.time_zone or local_time_zone()) if MPI.COMM_WORLD.Get_rank() == 0 else None
-    config = replace(config, time_zone=MPI.COMM_WORLD.bcast(rank0, root=0))
+    rank0 = (config.time_zone or local_time_zone()) if world.Get_rank() == 0 else None
+    config = replace(config, time_zone=world.bcast(rank0, root=0))
     transports = NodeTransport.group(per_process)
     held = own_anon_bytes() // per_process  # the process's libraries are loaded once for all of them
     return [
-        Runtime.create(t, Catalog.load(data) if data is not None else None, config, ranks_on_node, held)
-        for t in transports
+        Runtime.create(t, catalog, config, ranks_on_node, held)
+        for t, catalog in zip(transports, catalogs, strict=True)
     ]

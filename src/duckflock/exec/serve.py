@@ -19,7 +19,7 @@ import pyarrow as pa
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
 from duckflock.exchange import pickling
-from duckflock.exec.driver import Driver, serve
+from duckflock.exec.driver import Driver
 from duckflock.exec.messages import CloseRequest, ErrorReply, PlanReply, Ready, SqlReply
 from duckflock.exec.ranks import LocalRanks
 from duckflock.exec.runtime import mpi_runtimes
@@ -46,7 +46,7 @@ def main() -> None:
     ranks = LocalRanks(mpi_runtimes(args.data, Config.from_env()), fatal_exits=True)
     rt = ranks.first
     if rt.rank != 0:
-        serve(rt)
+        ranks.serve()
         ranks.close()
         return
     driver = Driver(rt)
