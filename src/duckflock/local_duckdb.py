@@ -256,3 +256,12 @@ def local_time_zone() -> str:
     """The TimeZone a DuckDB opened here starts with (from ``TZ`` or the host's setting)."""
     with duckdb.connect() as con:
         return str(con.execute("SELECT current_setting('TimeZone')").fetchall()[0][0])
+
+
+def is_ctrl_c(e: Exception) -> bool:
+    """DuckDB's Python client ends a query on Ctrl-C with this error, not KeyboardInterrupt; and a
+    Ctrl-C that lands in a Python reader DuckDB runs (a streamed input, an Arrow table's schema)
+    comes back inside its error."""
+    if type(e) is RuntimeError and str(e) == "Query interrupted":
+        return True
+    return isinstance(e, duckdb.Error) and "KeyboardInterrupt" in str(e)

@@ -15,7 +15,7 @@ from duckflock.errors import DuckflockError
 from duckflock.exec.driver import QueryOutcome
 from duckflock.exec.progress import ProgressCallback
 from duckflock.exec.stage import StageStats
-from duckflock.local_duckdb import arrow_time_zone, check_exact_from_arrow, set_time_zone
+from duckflock.local_duckdb import arrow_time_zone, check_exact_from_arrow, is_ctrl_c, set_time_zone
 from duckflock.plan.explain import explain_plan
 from duckflock.sqltext import quote_ident as q
 
@@ -61,6 +61,10 @@ class Result:
                 exprs = [f"CAST({e} AS VARCHAR)" for e in exprs]
             named = [f"{e} AS {q(name)}" for e, name in zip(exprs, table.column_names, strict=True)]
             yield con.sql(f"SELECT {', '.join(named) or '*'} FROM result")
+        except Exception as e:
+            if is_ctrl_c(e):  # the caller's Ctrl-C, as DuckDB's client reports it
+                raise KeyboardInterrupt from None
+            raise
         finally:
             con.close()
 

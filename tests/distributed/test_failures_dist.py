@@ -448,3 +448,16 @@ def test_processes_with_different_ranks_per_process_are_refused(bad_dir):
     assert "every process of the job must run as many ranks (process 0: 1, process 1: 2)" in proc.stderr, (
         proc.stderr
     )
+
+
+@pytest.mark.parametrize("per_process", [0, 1])
+def test_session_whose_ranks_cannot_start_says_why(bad_dir, per_process):
+    """A setting no rank can use (a spill directory that cannot be made) fails the session's start
+    with the ranks' own message, not only mpiexec's exit code."""
+    config = {"temp_dir": "/proc/nope", "ranks_per_process": per_process}
+    t0 = time.monotonic()
+    with pytest.raises(
+        duckflock.DuckflockError, match=r"did not start: cannot make a spill directory in /proc/nope"
+    ):
+        duckflock.connect(str(bad_dir), ranks=2, transport="mpi", config=config)
+    assert time.monotonic() - t0 < BOUND_S

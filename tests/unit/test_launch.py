@@ -7,7 +7,7 @@ import json
 import pytest
 
 from duckflock.errors import DuckflockError
-from duckflock.exec.launch import PER_PROCESS_ENV, describe_deaths, mpiexec_job, per_process
+from duckflock.exec.launch import PER_PROCESS_ENV, describe_deaths, mpiexec_job, owned_temp_dir, per_process
 
 
 def test_ranks_per_process_default_to_all_in_one():
@@ -35,3 +35,18 @@ def test_the_first_death_names_its_ranks(tmp_path, k, named):
     (tmp_path / "rank0.died").write_text(json.dumps({"rank": "0", "signal": 15, "time": 3.0, "pid": 8}))
     message = describe_deaths(tmp_path, k)
     assert message is not None and message.startswith(f"{named} killed by signal 9 (SIGKILL)")
+
+
+def test_job_directories_of_dead_owners_are_removed(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / "duckflock-job-999999999-abc"  # no process has this pid
+    live = tmp_path / f"duckflock-job-{os.getpid()}-def"
+    other = tmp_path / "duckflock-session-999999999-ghi"  # another kind: left to sessions
+    for d in (dead, live, other):
+        d.mkdir()
+    made = owned_temp_dir("job")
+    assert not dead.exists() and live.exists() and other.exists()
+    assert os.path.basename(made).startswith(f"duckflock-job-{os.getpid()}-")

@@ -13,7 +13,6 @@ import secrets
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from pathlib import Path
@@ -23,7 +22,7 @@ import pyarrow as pa
 from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError
 from duckflock.exec.driver import QueryOutcome
-from duckflock.exec.launch import job_outcome, mpiexec_job, per_process
+from duckflock.exec.launch import job_outcome, mpiexec_job, owned_temp_dir, per_process
 from duckflock.exec.messages import (
     CloseRequest,
     ErrorReply,
@@ -35,7 +34,7 @@ from duckflock.exec.messages import (
     SqlRequest,
 )
 from duckflock.exec.progress import Follow, ProgressCallback
-from duckflock.exec.serve import AUTHKEY_ENV
+from duckflock.exec.serve import AUTHKEY_ENV, STARTUP_ERROR
 from duckflock.plan.stages import StagePlan
 
 _POLL_S = 0.2  # how soon a Ctrl-C is seen while waiting for the ranks
@@ -49,7 +48,7 @@ class MpiJobBackend:
         Catalog.load(data)  # a bad data directory fails here, at once, not in every rank
         self._per_process = per_process(ranks, configured)  # as does a placement that cannot be
         key = secrets.token_bytes(32)
-        self._dir = tempfile.mkdtemp(prefix="duckflock-session-")
+        self._dir = owned_temp_dir("session")
         address = os.path.join(self._dir, "control.sock")
         # A plain socket with a timeout (multiprocessing's Listener has none), authenticated with
         # multiprocessing's documented challenge functions, as Listener.accept would.
@@ -86,12 +85,15 @@ class MpiJobBackend:
                 if code is None:
                     self._proc.kill()
                 self._listener.close()
-                shutil.rmtree(self._dir, ignore_errors=True)
+                causes = sorted(Path(self._dir).glob(f"{STARTUP_ERROR}*"))
                 why = (
-                    f"mpiexec exited with code {code}"
+                    causes[0].read_text()
+                    if causes
+                    else f"mpiexec exited with code {code}"
                     if code is not None
                     else f"not within {start_timeout:.0f} s"
                 )
+                shutil.rmtree(self._dir, ignore_errors=True)
                 raise DuckflockError(f"the {ranks} ranks did not start: {why}") from None
         ready: Ready = self._conn.recv()
         self.ranks = ready.ranks

@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 
 from duckflock.cli.bench_args import add_bench_parsers
 from duckflock.cli.errors_out import print_error
@@ -23,6 +23,7 @@ from duckflock.exec.launch import (
     job_outcome,
     launcher_rank,
     mpiexec_job,
+    owned_temp_dir,
     relay_without_banner,
     under_mpi,
 )
@@ -137,7 +138,8 @@ def relaunch(ranks: int, per_process: int, argv: list[str]) -> int:
     """Run this same command as an MPI job of ``ranks`` ranks, ``per_process`` in each process (0:
     all in one), and return its exit code. A process killed by the OS is reported in one message
     naming its ranks, instead of MPICH's banner."""
-    with tempfile.TemporaryDirectory(prefix="duckflock-job-") as job:
+    job = owned_temp_dir("job")
+    try:
         cmd, job_env = mpiexec_job(ranks, per_process, ["-m", "duckflock.cli.main", *argv], job_dir=job)
         # A process group of its own, ended with this process: an interrupted (Ctrl-C) or
         # terminated CLI left mpiexec and the ranks computing, owned by no one.
@@ -155,6 +157,8 @@ def relaunch(ranks: int, per_process: int, argv: list[str]) -> int:
         finally:
             signal.signal(signal.SIGTERM, previous)
         death = job_outcome(job, code, banner, int(job_env[PER_PROCESS_ENV]))
+    finally:
+        shutil.rmtree(job, ignore_errors=True)
     if death is None:
         return code
     print_error(death)

@@ -136,7 +136,7 @@ class QueryInputs:
 
     def close(self) -> None:
         """At the end of the query (also a failed one): wait for the receivers, remove the files."""
-        for r in self._receiving.values():
+        for r in list(self._receiving.values()):  # a stage thread still ending may pop its own
             r.thread.join(timeout=30)
         self._receiving.clear()
         self.spill.remove_files()

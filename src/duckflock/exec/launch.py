@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import IO
 
@@ -43,11 +44,26 @@ def mpiexec_path() -> str:
 PER_PROCESS_ENV = "DUCKFLOCK_RANKS_PER_PROCESS"
 
 
+def owned_temp_dir(kind: str) -> str:
+    """A new directory for this process's job (``kind``: job, session), named with its pid, after
+    removing those whose owner is gone (killed before it could remove its own)."""
+    from duckflock.exec.budget import pid_alive
+
+    base = Path(tempfile.gettempdir())
+    for d in base.glob(f"duckflock-{kind}-*-*"):
+        named = re.fullmatch(rf"duckflock-{kind}-(\d+)-[^-]+", d.name)
+        if named is not None and not pid_alive(int(named[1])):
+            shutil.rmtree(d, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"duckflock-{kind}-{os.getpid()}-")
+
+
 def per_process(ranks: int, configured: int) -> int:
     """Ranks in each process of a job of ``ranks`` ranks started here: ``configured`` (0: all)."""
     if ranks < 1:
         raise DuckflockError(f"--ranks must be at least 1, got {ranks}")
     k = configured or ranks
+    if k > ranks:
+        raise DuckflockError(f"ranks_per_process is {k}, more than the job's {ranks} ranks")
     if ranks % k:
         raise DuckflockError(f"{ranks} ranks do not split into processes of {k} (ranks_per_process)")
     return k

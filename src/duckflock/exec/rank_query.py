@@ -25,6 +25,7 @@ from duckflock.exec.result_files import ResultWriter, part_name
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.skew import HotKeys
 from duckflock.exec.stage import Overlap, StageStats, run_stage
+from duckflock.local_duckdb import is_ctrl_c
 from duckflock.plan import streaming
 from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import ExchangeRead
@@ -57,11 +58,14 @@ def execute_on_rank(
         try:
             query.run()
         except ExecutionError:
+            if query.ctrl_c:  # this rank's own Ctrl-C, come back as the failure it told the others
+                raise KeyboardInterrupt from None
             raise
         except KeyboardInterrupt:
             raise query.interrupted() from None
         except Exception as e:
-            if _ctrl_c(e):
+            # After this rank's own Ctrl-C, what its stages raise (DuckDB interrupted) is its echo.
+            if is_ctrl_c(e) or query.ctrl_c:
                 raise query.interrupted() from None
             raise query.failed(e) from None
         finally:
@@ -86,6 +90,7 @@ class _RankQuery:
         self.shuffled: set[int] = set()  # measured broadcasts that fell back to a shuffle
         self.hot = HotKeys()  # hot join keys found by the stages that spread them
         self.started: set[int] = set()
+        self.ctrl_c = False  # this rank was interrupted (Ctrl-C in its process's main thread)
         self.direct = passed_on_gather(self.plan)
         self.part: ResultWriter | None = None  # opened by run(): its failure is the query's
         self.part_path: Path | None = None
@@ -216,6 +221,9 @@ class _RankQuery:
                     before = overlap
             except Exception as e:  # no connection or thread for a stage: stop the ones started
                 errors.insert(0, self.failed(e, group[len(threads)].sid))
+            except KeyboardInterrupt:  # while starting them: the ones started stop too
+                self._tell_interrupted()
+                raise
             finally:
                 self._join(threads)  # before their connections close
         if errors:
@@ -227,14 +235,20 @@ class _RankQuery:
         these threads' queries) and still wait for them, then raise it."""
         interrupted: KeyboardInterrupt | None = None
         for t in threads:
-            while t.is_alive():
-                try:
+            while True:
+                try:  # the check too: a Ctrl-C may land on it, and must not leave a thread running
+                    if not t.is_alive():
+                        break
                     t.join()
                 except KeyboardInterrupt as e:
                     interrupted = interrupted or e
-                    self.rt.mux.fail(self.cmd.qid, self.stage_id, "interrupted (Ctrl-C)")
+                    self._tell_interrupted()
         if interrupted is not None:
             raise interrupted
+
+    def _tell_interrupted(self) -> None:
+        self.ctrl_c = True
+        self.rt.mux.fail(self.cmd.qid, self.stage_id, "interrupted (Ctrl-C)")
 
     def run_stage(self, stage: Stage, overlap: Overlap | None = None) -> None:
         self.stage_id = stage.sid
@@ -265,7 +279,7 @@ class _RankQuery:
     def interrupted(self) -> KeyboardInterrupt:
         """Ctrl-C here (ranks as threads, or an SPMD script's rank): the other ranks stop this
         query too (or they would go on, or wait for this one, and the next query after them)."""
-        self.rt.mux.fail(self.cmd.qid, self.stage_id, "interrupted (Ctrl-C)")
+        self._tell_interrupted()
         return KeyboardInterrupt()
 
     def close(self) -> None:
@@ -275,11 +289,6 @@ class _RankQuery:
 
 
 _FROM_PYTHON = "Detail: Python exception:"  # DuckDB's text for an error a Python reader raised
-
-
-def _ctrl_c(e: Exception) -> bool:
-    """DuckDB's Python client ends a query on Ctrl-C with this error, not KeyboardInterrupt."""
-    return type(e) is RuntimeError and str(e) == "Query interrupted"
 
 
 def describe_error(e: Exception, received: BaseException | None = None) -> str:

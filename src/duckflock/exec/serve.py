@@ -9,10 +9,12 @@ so a large result is not copied through the socket.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
 import traceback
 from multiprocessing.connection import Client
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -20,11 +22,13 @@ from duckflock.config import Config
 from duckflock.errors import DuckflockError
 from duckflock.exchange import pickling
 from duckflock.exec.driver import Driver
+from duckflock.exec.launch import launcher_rank
 from duckflock.exec.messages import CloseRequest, ErrorReply, PlanReply, Ready, SqlReply
 from duckflock.exec.ranks import LocalRanks
 from duckflock.exec.runtime import mpi_runtimes
 
 AUTHKEY_ENV = "DUCKFLOCK_SESSION_KEY"
+STARTUP_ERROR = "startup-error-"  # + the process's MPI rank: why it could not start, next to the socket
 
 
 def shm_dir() -> str | None:
@@ -43,7 +47,12 @@ def main() -> None:
     p.add_argument("--data", required=True)
     p.add_argument("--address", required=True)
     args = p.parse_args()
-    ranks = LocalRanks(mpi_runtimes(args.data, Config.from_env()), fatal_exits=True)
+    try:
+        ranks = LocalRanks(mpi_runtimes(args.data, Config.from_env()), fatal_exits=True)
+    except DuckflockError as e:  # told to the client, which reports it as the job's failure to start
+        cause = Path(args.address).with_name(f"{STARTUP_ERROR}{launcher_rank()}")
+        cause.write_text(str(e))
+        raise SystemExit(1) from None
     rt = ranks.first
     if rt.rank != 0:
         ranks.serve()
@@ -69,7 +78,13 @@ def main() -> None:
                 reply = ErrorReply(e)
             except Exception as e:  # a bug: report it with its traceback, keep serving
                 reply = ErrorReply(DuckflockError(f"internal error: {e}\n{traceback.format_exc()}"))
-            conn.send_bytes(pickling.dumps(reply))
+            try:
+                conn.send_bytes(pickling.dumps(reply))
+            except OSError:  # the client is gone (killed): no one will map the result's file
+                if isinstance(reply, SqlReply):
+                    with contextlib.suppress(OSError):
+                        os.unlink(reply.rows)
+                break
     finally:
         driver.broadcast_stop()
         ranks.close()
