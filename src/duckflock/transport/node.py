@@ -3,8 +3,8 @@ job's other processes.
 
 A process hosts ``k`` ranks as threads (global rank = process * k + local index). They share one
 interpreter and its libraries, which a rank process otherwise pays for alone: Python, NumPy,
-Arrow, DuckDB and MPI hold about 47 MB in every process before any query runs, the planner 32 MB
-more on rank 0. Messages between the process's own ranks are handed over in memory
+Arrow, DuckDB and MPI hold about 47 MB in every process before any query runs, the planner about
+30 MB more on rank 0. Messages between the process's own ranks are handed over in memory
 (``InProcTransport``); those to other processes go over MPI.
 
 MPI cannot tell threads apart: a probe on a shared communicator matches whichever thread's message
@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from duckflock.errors import TransportError
 from duckflock.transport.base import Buffer, SendHandle, Transport
 from duckflock.transport.inproc import InProcTransport
+
+if TYPE_CHECKING:
+    from duckflock.transport.mpi import MpiTransport
 
 
 class NodeTransport(Transport):
@@ -88,7 +92,7 @@ class _Pairs:
         self._open = k
         self._lock = threading.Lock()
 
-    def to(self, receiver: int) -> list:
+    def to(self, receiver: int) -> list[MpiTransport]:
         return [row[receiver] for row in self.mpi]
 
     def release(self) -> None:
