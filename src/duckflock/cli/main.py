@@ -19,11 +19,11 @@ from duckflock.cli.errors_out import print_error
 from duckflock.cli.terminal import launch_env
 from duckflock.errors import DuckflockError
 from duckflock.exec.launch import (
-    PER_PROCESS_ENV,
     job_outcome,
     launcher_rank,
     mpiexec_job,
     owned_temp_dir,
+    per_process,
     relay_without_banner,
     under_mpi,
 )
@@ -134,13 +134,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def relaunch(ranks: int, per_process: int, argv: list[str]) -> int:
-    """Run this same command as an MPI job of ``ranks`` ranks, ``per_process`` in each process (0:
+def relaunch(ranks: int, configured: int, argv: list[str]) -> int:
+    """Run this same command as an MPI job of ``ranks`` ranks, ``configured`` in each process (0:
     all in one), and return its exit code. A process killed by the OS is reported in one message
     naming its ranks, instead of MPICH's banner."""
+    k = per_process(ranks, configured)
     job = owned_temp_dir("job")
     try:
-        cmd, job_env = mpiexec_job(ranks, per_process, ["-m", "duckflock.cli.main", *argv], job_dir=job)
+        cmd, job_env = mpiexec_job(ranks, k, ["-m", "duckflock.cli.main", *argv], job_dir=job)
         # A process group of its own, ended with this process: an interrupted (Ctrl-C) or
         # terminated CLI left mpiexec and the ranks computing, owned by no one.
         proc = subprocess.Popen(
@@ -156,7 +157,7 @@ def relaunch(ranks: int, per_process: int, argv: list[str]) -> int:
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
-        death = job_outcome(job, code, banner, int(job_env[PER_PROCESS_ENV]))
+        death = job_outcome(job, code, banner, k)
     finally:
         shutil.rmtree(job, ignore_errors=True)
     if death is None:

@@ -196,10 +196,19 @@ def remove_spill_dir(path: Path) -> None:
 def _remove_orphans(base: Path) -> None:
     """Spill directories of this host whose process is gone (killed before it could clean up).
     Another host's, in a temp_dir the nodes share, may belong to a live process there."""
-    for d in base.glob(f"{_PREFIX}*-r*-*"):
-        # duckflock-<pid>-r<rank>-<host>-<mkdtemp's suffix, no dash>; the host may hold dashes.
-        named = re.fullmatch(rf"{_PREFIX}(\d+)-r\d+-(.+)-[^-]+", d.name)
-        if named is None or named[2] != _host() or pid_alive(int(named[1])):
+    # duckflock-<pid>-r<rank>-<host>-<mkdtemp's suffix, no dash>; the host may hold dashes.
+    remove_orphans(base, f"{_PREFIX}*-r*-*", rf"{_PREFIX}(?P<pid>\d+)-r\d+-(?P<host>.+)-[^-]+")
+
+
+def remove_orphans(base: Path, glob: str, name: str) -> None:
+    """Remove the directories of ``base`` matching ``glob`` whose ``name`` (a regular expression
+    with a ``pid`` group, and a ``host`` group where several hosts share ``base``) names a process
+    of this host that is gone."""
+    for d in base.glob(glob):
+        named = re.fullmatch(name, d.name)
+        if named is None or pid_alive(int(named["pid"])):
+            continue
+        if "host" in named.groupdict() and named["host"] != _host():
             continue
         shutil.rmtree(d, ignore_errors=True)
 

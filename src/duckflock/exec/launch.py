@@ -47,13 +47,11 @@ PER_PROCESS_ENV = "DUCKFLOCK_RANKS_PER_PROCESS"
 def owned_temp_dir(kind: str) -> str:
     """A new directory for this process's job (``kind``: job, session), named with its pid, after
     removing those whose owner is gone (killed before it could remove its own)."""
-    from duckflock.exec.budget import pid_alive
+    from duckflock.exec.budget import remove_orphans
 
-    base = Path(tempfile.gettempdir())
-    for d in base.glob(f"duckflock-{kind}-*-*"):
-        named = re.fullmatch(rf"duckflock-{kind}-(\d+)-[^-]+", d.name)
-        if named is not None and not pid_alive(int(named[1])):
-            shutil.rmtree(d, ignore_errors=True)
+    remove_orphans(
+        Path(tempfile.gettempdir()), f"duckflock-{kind}-*-*", rf"duckflock-{kind}-(?P<pid>\d+)-[^-]+"
+    )
     return tempfile.mkdtemp(prefix=f"duckflock-{kind}-{os.getpid()}-")
 
 
