@@ -215,15 +215,16 @@ def test_out_of_memory_is_reported_not_fatal(bad_dir):
 
 @contextmanager
 def cli_held_at_gate(
-    bad_dir: Path, tmp_path: Path, query: str, per_process: int = 1
+    bad_dir: Path, tmp_path: Path, query: str, per_process: int = 1, ranks: int = 2
 ) -> Iterator[tuple[subprocess.Popen, Path]]:
-    """``duckflock sql`` on 2 ranks, ``per_process`` in each process, that hold at a stage gate until
-    the test acts (killed if it is still running when the block ends)."""
+    """``duckflock sql`` on ``ranks`` ranks, ``per_process`` in each process (0: all, in a child of
+    the CLI), that hold at a stage gate until the test acts (killed if it is still running when the
+    block ends); they spill into ``tmp_path/spill``."""
     gate = tmp_path / "gate"
     gate.mkdir()
     (gate / "hold").touch()
     proc = subprocess.Popen(
-        [*CLI, "sql", "--data", str(bad_dir), "--ranks", "2", query],
+        [*CLI, "sql", "--data", str(bad_dir), "--ranks", str(ranks), query],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -231,6 +232,7 @@ def cli_held_at_gate(
             **os.environ,
             "DUCKFLOCK_STAGE_GATE_DIR": str(gate),
             "DUCKFLOCK_RANKS_PER_PROCESS": str(per_process),
+            "DUCKFLOCK_TEMP_DIR": str(tmp_path / "spill"),
         },
     )
     try:
@@ -241,17 +243,25 @@ def cli_held_at_gate(
 
 
 @pytest.mark.parametrize(
-    ("per_process", "victim", "named"),
-    [(1, 0, "rank 0 was"), (1, 1, "rank 1 was"), (2, 1, "the process of ranks 0-1 was")],
+    ("per_process", "ranks", "victim", "named"),
+    [
+        (1, 2, 0, "rank 0 was"),
+        (1, 2, 1, "rank 1 was"),
+        (2, 4, 3, "the process of ranks 2-3 was"),
+        (0, 2, 1, "the process of ranks 0-1 was"),
+    ],
+    ids=["mpi-rank0", "mpi-rank1", "mpi-2-per-process", "threads-of-a-child"],
 )
-def test_rank_killed_by_the_os_is_named_without_mpich_banner(bad_dir, tmp_path, per_process, victim, named):
+def test_rank_killed_by_the_os_is_named_without_mpich_banner(
+    bad_dir, tmp_path, per_process, ranks, victim, named
+):
     """What the OOM killer does, at an observed point: every rank holds at a stage gate, the test
     kills one with SIGKILL; the job ends with one duckflock message naming that rank (or the ranks
-    of its process) and the signal."""
+    of its process) and the signal, and the killed process's spill directory is gone."""
     import signal
 
     query = "SELECT count(*) FROM good JOIN bad USING (k)"
-    with cli_held_at_gate(bad_dir, tmp_path, query, per_process) as (proc, gate):
+    with cli_held_at_gate(bad_dir, tmp_path, query, per_process, ranks) as (proc, gate):
         os.kill(rank_at_gate(gate, victim, lambda: proc.poll() is None), signal.SIGKILL)
         out, err = proc.communicate(timeout=BOUND_S)
     assert proc.returncode != 0
@@ -259,6 +269,24 @@ def test_rank_killed_by_the_os_is_named_without_mpich_banner(bad_dir, tmp_path, 
     assert "out-of-memory" in err
     assert "BAD TERMINATION" not in out + err and "Traceback" not in err, out + err
     assert err.count("error:") == 1, err
+    if per_process == 0:  # the CLI removed it (a killed MPI process's goes at the next start)
+        assert not any((tmp_path / "spill").iterdir())
+
+
+def test_killed_cli_takes_its_ranks_with_it(bad_dir, tmp_path):
+    """The CLI whose child runs the ranks as threads is killed: the child dies with it, instead of
+    computing for no one."""
+    import signal
+
+    with cli_held_at_gate(bad_dir, tmp_path, "SELECT count(*) FROM good", per_process=0) as (proc, gate):
+        rank = rank_at_gate(gate, 0, lambda: proc.poll() is None)
+        assert rank != proc.pid
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=BOUND_S)
+    deadline = time.monotonic() + BOUND_S
+    while not _gone(rank):
+        assert time.monotonic() < deadline, "the ranks outlived the CLI"
+        time.sleep(0.05)
 
 
 def _gone(pid: int) -> bool:
@@ -287,13 +315,15 @@ def test_killed_guard_ends_the_job_and_its_rank(bad_dir, tmp_path):
         time.sleep(0.05)
 
 
+@pytest.mark.parametrize("per_process", [1, 0], ids=["mpi", "threads-of-a-child"])
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
-def test_interrupted_cli_ends_the_whole_job(bad_dir, tmp_path, signame):
+def test_interrupted_cli_ends_the_whole_job(bad_dir, tmp_path, signame, per_process):
     """Ctrl-C or SIGTERM (timeout, a scheduler) to the CLI while every rank holds at a stage gate:
     the CLI says so and exits, and no rank (nor mpiexec) is left running."""
     import signal
 
-    with cli_held_at_gate(bad_dir, tmp_path, "SELECT count(*) FROM good") as (proc, gate):
+    query = "SELECT count(*) FROM good"
+    with cli_held_at_gate(bad_dir, tmp_path, query, per_process) as (proc, gate):
         ranks = [rank_at_gate(gate, r, lambda: proc.poll() is None) for r in (0, 1)]
         proc.send_signal(getattr(signal, signame))
         _, err = proc.communicate(timeout=BOUND_S)

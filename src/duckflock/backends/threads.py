@@ -1,5 +1,6 @@
 """Ranks as threads of this process, linked by the in-process transport: the same planner, stages
-and exchanges without MPI. Used by the property tests, and for trying duckflock without mpiexec."""
+and exchanges without MPI. The CLI's jobs on this machine run so (in a child, exec/forked.py), as do
+the property tests and ``connect(transport="threads")``."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from duckflock.transport.inproc import InProcTransport
 
 
 class ThreadsBackend(DriverBackend):
-    def __init__(self, data: str, ranks: int, config: Config):
+    def __init__(self, data: str, ranks: int, config: Config, fatal_exits: bool = False):
+        """``fatal_exits``: see LocalRanks (for a process that runs nothing but the job)."""
         held = own_anon_bytes() // ranks  # this process's libraries serve all of its ranks
         runtimes = [
             Runtime.create(t, Catalog.load(data), config, ranks, held) for t in InProcTransport.group(ranks)
         ]
-        self.ranks_here = LocalRanks(runtimes, fatal_exits=False)
+        self.ranks_here = LocalRanks(runtimes, fatal_exits)
         super().__init__(Driver(runtimes[0]))
 
     def close(self) -> None:

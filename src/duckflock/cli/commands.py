@@ -70,6 +70,15 @@ def run_sql(args: argparse.Namespace) -> int:
     return code
 
 
+def run_in_threads(args: argparse.Namespace, config: Config) -> int:
+    """The command's query on ``args.ranks`` ranks as threads of this process."""
+    from duckflock.backends.threads import ThreadsBackend
+    from duckflock.session import Session
+
+    with Session(ThreadsBackend(args.data, args.ranks, config, fatal_exits=True)) as db:
+        return _query(db, args)
+
+
 def read_token(path: str) -> str:
     try:
         token = Path(path).read_text().strip()

@@ -1,7 +1,9 @@
 """`duckflock` command: datagen | load | sql | explain | bench | demo.
 
-Commands that need ranks (sql, load, bench) re-launch themselves under ``mpiexec -n N`` when started
-outside an MPI job; under mpiexec or srun they run SPMD with rank 0 as the driver.
+Commands that need ranks (sql, load, explain --analyze), started outside an MPI job, run their ranks
+as threads of a child process (exec/forked.py), or, with fewer ranks per process
+(DUCKFLOCK_RANKS_PER_PROCESS), re-launch themselves under ``mpiexec``; under mpiexec or srun they
+run SPMD with rank 0 as the driver.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from duckflock.cli.bench_args import add_bench_parsers
 from duckflock.cli.errors_out import print_error
 from duckflock.cli.terminal import launch_env
 from duckflock.errors import DuckflockError
+from duckflock.exec.forked import fork_job
 from duckflock.exec.launch import (
     job_outcome,
     launcher_rank,
@@ -89,8 +92,8 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:
 
 def _add_query(s: argparse.ArgumentParser, name: str) -> None:
     """The options of ``sql`` and ``explain``: where the ranks are, the query, and their own."""
-    s.add_argument("--data", default=None, help="data directory (MPI ranks)")
-    s.add_argument("--ranks", type=int, default=2, help="number of MPI ranks (default 2)")
+    s.add_argument("--data", default=None, help="data directory (ranks on this machine or MPI ranks)")
+    s.add_argument("--ranks", type=int, default=2, help="number of ranks (default 2)")
     s.add_argument("--workers", default=None, help="HOST:PORT,HOST:PORT,...: run on duckflock workers")
     s.add_argument("--token-file", default=None, help="the workers' shared token (with --workers)")
     s.add_argument("--tls-root", default=None, help="PEM certificate to trust for TLS workers")
@@ -227,13 +230,22 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from duckflock.catalog import Catalog
 
         Catalog.load(args.data)  # fail fast, before starting any rank
-        return relaunch(args.ranks, config.ranks_per_process, argv)
+        if per_process(args.ranks, config.ranks_per_process) < args.ranks:
+            return relaunch(args.ranks, config.ranks_per_process, argv)
+        fork_job(args.ranks)  # all ranks in one child process, without MPI (exec/forked.py)
+        from duckflock.cli.commands import run_in_threads
+
+        signal.signal(signal.SIGTERM, _interrupt)  # handed on by the parent
+
+        return run_in_threads(args, config)
     return _run_here(args)
 
 
 def _check_args(args: argparse.Namespace) -> None:
     if args.command in ("sql", "explain") and not args.data:
-        raise DuckflockError("give --data DIR (MPI ranks) or --workers HOST:PORT,... (Flight workers)")
+        raise DuckflockError(
+            "give --data DIR (ranks here or MPI ranks) or --workers HOST:PORT,... (Flight workers)"
+        )
     if args.command == "load":
         _check_load_args(args)
 

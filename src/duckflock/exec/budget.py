@@ -193,6 +193,13 @@ def remove_spill_dir(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def remove_orphaned_spill_dirs() -> None:
+    """The spill directories (in the configured place) of this host's processes that are gone."""
+    base = spill_base(Config.from_env())
+    if base.is_dir():
+        _remove_orphans(base)
+
+
 def _remove_orphans(base: Path) -> None:
     """Spill directories of this host whose process is gone (killed before it could clean up).
     Another host's, in a temp_dir the nodes share, may belong to a live process there."""

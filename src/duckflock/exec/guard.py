@@ -1,21 +1,24 @@
-"""A rank's parent under mpiexec: notes how the rank died when the OS killed it.
+"""The small process that waits on a process of ranks and says how it died when the OS killed it.
 
 When the kernel's OOM killer (or a signal) ends a rank, MPICH prints a banner naming whichever
-process it noticed first, often not the one that was killed. So each rank runs as the child of this
-small process, which sees the child's exit status: on death by a signal it writes
-``<job dir>/rank<R>.died`` (R: the MPI process's rank, signal, time) for the launcher, which then
-reports one duckflock message naming the rank (or the ranks that process ran as threads), the
-signal and the likely cause (``exec.launch.describe_deaths``).
+process it noticed first, often not the one that was killed; a process killed on its own leaves
+just "Killed" from the shell. So the ranks run as the child of this process, which sees the child's
+exit status. Two uses:
 
-``python -I -S .../exec/guard.py JOB_DIR PROGRAM ARGS...`` — run by path and without ``site``, so
-that it imports neither duckflock nor DuckDB: it only waits. One runs per process, so it imports as
-little as it can (4 MB instead of 6 MB of its own memory): ``_signal``, not ``signal`` (which
-loads ``enum``), and fork/exec/waitpid, not ``subprocess``.
+- ``guard.py JOB_DIR PROGRAM ARGS...``: each process of an MPI job runs under one (mpiexec starts
+  it). On death by a signal it writes ``<job dir>/rank<R>.died`` (R: the MPI process's rank, signal,
+  time) for the launcher, which then reports one duckflock message naming the rank (or the ranks
+  that process ran as threads), the signal and the likely cause (``exec.launch.describe_deaths``).
+- ``guard.py --wait CHILD RANKS``: the CLI becomes this after forking the child that runs all the
+  job's ranks as threads (``exec/forked.py``), and reports a death itself.
+
+``python -I -S .../exec/guard.py ...`` — run by path and without ``site``, so that it imports
+neither duckflock nor DuckDB while it waits. It imports as little as it can (4 MB instead of 6 MB
+of its own memory): ``_signal``, not ``signal`` (which loads ``enum``), and fork/exec/waitpid, not
+``subprocess``.
 """
 
 import _signal
-import ctypes
-import json
 import os
 import sys
 import time
@@ -25,6 +28,8 @@ _FORWARDED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
 
 
 def main(argv: list[str]) -> int:
+    if argv[0] == "--wait":
+        return _wait_for(int(argv[1]), int(argv[2]))
     job, program = argv[0], argv[1:]
     rank = next((os.environ[v] for v in ("PMI_RANK", "PMIX_RANK", "SLURM_PROCID") if v in os.environ), "?")
     guard = os.getpid()
@@ -32,16 +37,16 @@ def main(argv: list[str]) -> int:
     if child == 0:  # the rank; it inherits the launcher's descriptors (MPICH's PMI connection among them)
         try:
             if sys.platform.startswith("linux"):
-                _die_with(guard)
+                die_with(guard)
             os.execv(program[0], program)
         except OSError as e:
             os.write(2, f"duckflock: cannot start rank {rank}: {e}\n".encode())
         os._exit(127)
-    for sig in _FORWARDED:
-        _signal.signal(sig, lambda s, _f: os.kill(child, s))
-    code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    code = _exit_code(child)
     if code >= 0:
         return code
+    import json
+
     record = {"rank": rank, "signal": -code, "time": time.time(), "pid": child}
     tmp = os.path.join(job, f".rank{rank}.died")
     with open(tmp, "w") as f:
@@ -55,10 +60,42 @@ def main(argv: list[str]) -> int:
     return 128 - code
 
 
-def _die_with(guard: int) -> None:
-    """Make the rank die when this guard dies: orphaned, it would keep the job's PMI connection
-    open, and mpiexec would wait for it forever. Linux's parent-death signal; the stdlib has no
-    wrapper for prctl, hence ctypes."""
+def _wait_for(child: int, ranks: int) -> int:
+    """The child's exit code; when a signal killed it, one message (duckflock's own modules, and
+    the site-packages -S left out, are loaded for it only then) and 128 + the signal."""
+    code = _exit_code(child)
+    if code >= 0:
+        return code
+    import site
+
+    site.main()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    from duckflock.exec.forked import report_death
+
+    report_death(ranks, -code)
+    return 128 - code
+
+
+def _exit_code(child: int) -> int:
+    """Wait for ``child``, handing it the signals this process gets; its exit code (-N: signal N)."""
+    for sig in _FORWARDED:
+        _signal.signal(sig, lambda s, _f: _send(child, s))
+    return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+
+
+def _send(child: int, sig: int) -> None:
+    try:  # noqa: SIM105 (contextlib would import functools and collections into the guard)
+        os.kill(child, sig)
+    except ProcessLookupError:  # it has just ended: waitpid returns
+        pass
+
+
+def die_with(guard: int) -> None:
+    """Make this process (a rank) die when ``guard`` dies: orphaned, it would keep the job's PMI
+    connection open, and mpiexec would wait for it forever (or it would compute for no one).
+    Linux's parent-death signal; the stdlib has no wrapper for prctl, hence ctypes."""
+    import ctypes
+
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(_signal.SIGKILL))
     if os.getppid() != guard:  # the guard died before the signal was armed
         os._exit(128 + _signal.SIGKILL)

@@ -119,7 +119,7 @@ def job_outcome(job_dir: str, code: int, banner: bytes, per_process: int = 1) ->
     return None
 
 
-_CAUSES = {
+_CAUSES: dict[int, str] = {
     signal.SIGKILL: "most likely the kernel's out-of-memory killer: it needed more memory than "
     "the node allows; give each rank less (DUCKFLOCK_MEMORY_LIMIT_BYTES), use fewer ranks per node or "
     "more nodes",
@@ -143,16 +143,20 @@ def describe_deaths(job: Path, per_process: int = 1) -> str | None:
     if not records:
         return None
     first = min(records, key=lambda r: r["time"])
-    sig = first["signal"]
+    return killed_message(ranks_of(first["rank"], per_process), first["signal"])
+
+
+def killed_message(who: str, sig: int) -> str:
+    """The message for ``who`` (see ``ranks_of``), killed by signal ``sig``."""
     try:
         name = signal.Signals(sig).name
     except ValueError:
         name = f"signal {sig}"
     cause = _CAUSES.get(sig, "ended by the operating system")
-    return f"{_ranks_of(first['rank'], per_process)} killed by signal {sig} ({name}): {cause}"
+    return f"{who} killed by signal {sig} ({name}): {cause}"
 
 
-def _ranks_of(process: str, per_process: int) -> str:
+def ranks_of(process: str, per_process: int) -> str:
     """'rank 3 was', or 'the process of ranks 2-3 was' (the guard knows its process's index)."""
     if per_process == 1 or not process.isdigit():
         return f"rank {process} was"
