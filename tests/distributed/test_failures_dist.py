@@ -273,6 +273,32 @@ def test_rank_killed_by_the_os_is_named_without_mpich_banner(
         assert not any((tmp_path / "spill").iterdir())
 
 
+def test_stopped_cli_stops_its_ranks_and_goes_on(bad_dir, tmp_path):
+    """Ctrl-Z (SIGTSTP) to the CLI whose child runs the ranks: the child, in a process group of
+    its own, stops with it, goes on with it (SIGCONT), and the query completes."""
+    import signal
+
+    def state(pid: int) -> str:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+    def until(check) -> None:
+        deadline = time.monotonic() + BOUND_S
+        while not check():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+
+    with cli_held_at_gate(bad_dir, tmp_path, "SELECT count(*) FROM good", per_process=0) as (proc, gate):
+        rank = rank_at_gate(gate, 0, lambda: proc.poll() is None)
+        proc.send_signal(signal.SIGTSTP)
+        until(lambda: state(rank) == "T" and state(proc.pid) == "T")
+        proc.send_signal(signal.SIGCONT)
+        until(lambda: state(rank) != "T" and state(proc.pid) != "T")
+        (gate / "hold").unlink()
+        out, err = proc.communicate(timeout=BOUND_S)
+    assert proc.returncode == 0, err
+    assert "2000" in out, out
+
+
 def test_killed_cli_takes_its_ranks_with_it(bad_dir, tmp_path):
     """The CLI whose child runs the ranks as threads is killed: the child dies with it, instead of
     computing for no one."""

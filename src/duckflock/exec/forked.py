@@ -7,7 +7,8 @@ exchange in memory.
 The waiter holds 6 MB (Pss), against 20 MB for mpiexec, its proxy, a guard and a launcher, and
 13 MB for the forked command itself waiting (the child's writes to Python's pages make them its
 own). The child has a process group of its own: a terminal's Ctrl-C reaches the waiter alone, which
-hands it on once (were both to receive it, the child's clean-up would be interrupted a second time).
+hands it on once (were both to receive it, the child's clean-up would be interrupted a second time;
+so would a SIGTERM that `timeout` sends to its process group).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ def fork_job(ranks: int) -> None:
     child = os.fork()
     if child == 0:
         os.setpgid(0, 0)
+        # A background process group may not write to its terminal where `stty tostop` is set:
+        # the child would stop at its first line of output. Ignoring SIGTTOU allows the writes.
+        signal.signal(signal.SIGTTOU, signal.SIG_IGN)
         die_with(parent)
         return
     for sig in _FORWARDED:  # until the waiter hands them on: inherited across exec, as ignored

@@ -62,7 +62,11 @@ def main(argv: list[str]) -> int:
 
 def _wait_for(child: int, ranks: int) -> int:
     """The child's exit code; when a signal killed it, one message (duckflock's own modules, and
-    the site-packages -S left out, are loaded for it only then) and 128 + the signal."""
+    the site-packages -S left out, are loaded for it only then) and 128 + the signal. The child has
+    a process group of its own, which the terminal's Ctrl-Z does not reach: it stops with this
+    process, and goes on with it."""
+    _signal.signal(_signal.SIGTSTP, lambda _s, _f: _pause(child))
+    _signal.signal(_signal.SIGCONT, lambda _s, _f: _send(child, _signal.SIGCONT))
     code = _exit_code(child)
     if code >= 0:
         return code
@@ -81,6 +85,11 @@ def _exit_code(child: int) -> int:
     for sig in _FORWARDED:
         _signal.signal(sig, lambda s, _f: _send(child, s))
     return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+
+
+def _pause(child: int) -> None:
+    _send(child, _signal.SIGSTOP)
+    os.kill(os.getpid(), _signal.SIGSTOP)
 
 
 def _send(child: int, sig: int) -> None:
