@@ -273,6 +273,35 @@ def test_rank_killed_by_the_os_is_named_without_mpich_banner(
         assert not any((tmp_path / "spill").iterdir())
 
 
+def test_signal_to_a_cli_just_started_is_not_lost(bad_dir, tmp_path):
+    """SIGTERM (timeout's) the moment the CLI has become the waiter of the child running the
+    ranks, before either handles signals: held until they do, the job ends as interrupted."""
+    import signal
+
+    with cli_held_at_gate(bad_dir, tmp_path, "SELECT count(*) FROM good", per_process=0) as (proc, _gate):
+        deadline = time.monotonic() + BOUND_S
+        while b"guard.py" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+            assert proc.poll() is None and time.monotonic() < deadline
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=BOUND_S)
+    assert proc.returncode == 130 and err.strip() == "interrupted", err
+    assert not any((tmp_path / "spill").glob("*"))
+
+
+def test_second_ctrl_c_ends_the_cli_at_once_with_one_message(bad_dir, tmp_path):
+    """Two Ctrl-Cs while the ranks hold at a stage gate: the second, during the first's clean-up,
+    ends the child at once; one "interrupted", nothing else, no spill left."""
+    import signal
+
+    with cli_held_at_gate(bad_dir, tmp_path, "SELECT count(*) FROM good", per_process=0) as (proc, gate):
+        rank_at_gate(gate, 0, lambda: proc.poll() is None)
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=BOUND_S)
+    assert proc.returncode == 130 and err.strip() == "interrupted", err
+    assert not any((tmp_path / "spill").glob("*"))
+
+
 def test_stopped_cli_stops_its_ranks_and_goes_on(bad_dir, tmp_path):
     """Ctrl-Z (SIGTSTP) to the CLI whose child runs the ranks: the child, in a process group of
     its own, stops with it, goes on with it (SIGCONT), and the query completes."""

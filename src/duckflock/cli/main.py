@@ -1,8 +1,8 @@
 """`duckflock` command: datagen | load | sql | explain | bench | demo.
 
-Commands that need ranks (sql, load, explain --analyze), started outside an MPI job, run their ranks
-as threads of a child process (exec/forked.py), or, with fewer ranks per process
-(DUCKFLOCK_RANKS_PER_PROCESS), re-launch themselves under ``mpiexec``; under mpiexec or srun they
+Queries (sql, explain --analyze) started outside an MPI job run their ranks as threads of a child
+process (exec/forked.py), or, with fewer ranks per process (DUCKFLOCK_RANKS_PER_PROCESS), re-launch
+themselves under ``mpiexec``, as ``load`` does with a process per rank; under mpiexec or srun they
 run SPMD with rank 0 as the driver.
 """
 
@@ -234,8 +234,6 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
             return relaunch(args.ranks, config.ranks_per_process, argv)
         fork_job(args.ranks)  # all ranks in one child process, without MPI (exec/forked.py)
         from duckflock.cli.commands import run_in_threads
-
-        signal.signal(signal.SIGTERM, _interrupt)  # handed on by the parent
 
         return run_in_threads(args, config)
     return _run_here(args)

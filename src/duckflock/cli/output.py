@@ -22,7 +22,7 @@ def print_rows(names: list[str], rows: list[tuple], total: int, console: Console
     console = console or Console()
     view = Table(show_header=True, header_style="bold")
     for name in names:
-        view.add_column(Text(name))
+        view.add_column(Text(name), overflow="fold")  # a narrow terminal wraps values, never cuts them
     for row in rows:
         view.add_row(*(Text("NULL" if v is None else str(v)) for v in row))
     console.print(view)

@@ -7,26 +7,41 @@ exchange in memory.
 The waiter holds 6 MB (Pss), against 20 MB for mpiexec, its proxy, a guard and a launcher, and
 13 MB for the forked command itself waiting (the child's writes to Python's pages make them its
 own). The child has a process group of its own: a terminal's Ctrl-C reaches the waiter alone, which
-hands it on once (were both to receive it, the child's clean-up would be interrupted a second time;
-so would a SIGTERM that `timeout` sends to its process group).
+hands it on (were both to receive it, the child would be interrupted twice at once; so would it by
+a SIGTERM that `timeout` sends to its process group).
+
+Ctrl-C, SIGTERM and SIGHUP stop the child as Ctrl-C stops a query of a session (KeyboardInterrupt,
+the ranks' clean-up included) while its query runs; anywhere else (starting up, planning, printing,
+closing), and at a second signal, the child says "interrupted" and exits at once: a
+KeyboardInterrupt raised inside DuckDB's calls there ends in tracebacks, and what the child leaves
+(its spill directories) the waiter removes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-from duckflock.exec.guard import die_with
+from duckflock.exec.guard import FORWARDED, die_with
 from duckflock.exec.launch import killed_message, ranks_of
 
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_interruptible = False  # a query runs: the session turns a KeyboardInterrupt into a clean stop
+_interrupted = False
 
 
 def fork_job(ranks: int) -> None:
     """Returns in a child process only; this process becomes the child's waiter and exits with
     the child's exit code."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()  # not after the fork: both processes would write what is buffered
+    # Blocked until each side handles them (the waiter once it runs: the mask survives exec), so
+    # that none arriving meanwhile is lost or kills a process unannounced.
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     parent = os.getpid()
     child = os.fork()
     if child == 0:
@@ -34,20 +49,43 @@ def fork_job(ranks: int) -> None:
         # A background process group may not write to its terminal where `stty tostop` is set:
         # the child would stop at its first line of output. Ignoring SIGTTOU allows the writes.
         signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+        for sig in FORWARDED:
+            signal.signal(sig, _interrupt)
         die_with(parent)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         return
-    for sig in _FORWARDED:  # until the waiter hands them on: inherited across exec, as ignored
-        signal.signal(sig, signal.SIG_IGN)
-    sys.stdout.flush()
-    sys.stderr.flush()
     guard = str(Path(__file__).with_name("guard.py"))
     os.execv(sys.executable, [sys.executable, "-I", "-S", guard, "--wait", str(child), str(ranks)])
 
 
-def report_death(ranks: int, sig: int) -> None:
-    """In the waiter, once a signal killed the child: remove what the child could not, and say so."""
-    from duckflock.cli.errors_out import print_error
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """In the child: while the block runs a query, a first signal raises KeyboardInterrupt."""
+    global _interruptible
+    _interruptible = True
+    try:
+        yield
+    finally:
+        _interruptible = False
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    global _interrupted
+    if _interruptible and not _interrupted:
+        _interrupted = True
+        raise KeyboardInterrupt
+    os.write(2, b"interrupted\n")
+    os._exit(128 + signal.SIGINT)
+
+
+def after_failure(ranks: int, sig: int | None) -> None:
+    """In the waiter, once the child failed: remove its spill directories, which it could not
+    when it exited at once or was killed, and name the signal that killed it (``sig``)."""
     from duckflock.exec.budget import remove_orphaned_spill_dirs
 
     remove_orphaned_spill_dirs()
-    print_error(killed_message(ranks_of("0", ranks), sig))
+    if sig is not None:
+        from duckflock.cli.errors_out import print_error
+
+        first = "0"  # the one process of the job: ranks 0 to ranks - 1
+        print_error(killed_message(ranks_of(first, ranks), sig))

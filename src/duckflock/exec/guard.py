@@ -24,7 +24,7 @@ import sys
 import time
 
 _PR_SET_PDEATHSIG = 1
-_FORWARDED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
+FORWARDED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
 
 
 def main(argv: list[str]) -> int:
@@ -54,42 +54,47 @@ def main(argv: list[str]) -> int:
     os.rename(tmp, os.path.join(job, f"rank{rank}.died"))
     # Die of the same signal: mpiexec tears the job down when a process is killed, but may wait
     # forever on the other ranks when one merely exits with an error code.
-    if -code in _FORWARDED:
+    if -code in FORWARDED:
         _signal.signal(-code, _signal.SIG_DFL)  # the handler forwarding it to the child
     os.kill(os.getpid(), -code)
     return 128 - code
 
 
 def _wait_for(child: int, ranks: int) -> int:
-    """The child's exit code; when a signal killed it, one message (duckflock's own modules, and
-    the site-packages -S left out, are loaded for it only then) and 128 + the signal. The child has
-    a process group of its own, which the terminal's Ctrl-Z does not reach: it stops with this
-    process, and goes on with it."""
+    """The child's exit code. When it failed, what it could not remove is removed; when a signal
+    killed it, one message says so, and 128 + the signal is returned (duckflock's own modules, and
+    the site-packages -S left out, are loaded only then). The child has a process group of its own,
+    which the terminal's Ctrl-Z does not reach: it stops with this process, and goes on with it."""
     _signal.signal(_signal.SIGTSTP, lambda _s, _f: _pause(child))
     _signal.signal(_signal.SIGCONT, lambda _s, _f: _send(child, _signal.SIGCONT))
     code = _exit_code(child)
-    if code >= 0:
+    if code == 0:
         return code
     import site
 
     site.main()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    from duckflock.exec.forked import report_death
+    from duckflock.exec.forked import after_failure
 
-    report_death(ranks, -code)
-    return 128 - code
+    after_failure(ranks, -code if code < 0 else None)
+    return code if code > 0 else 128 - code
 
 
 def _exit_code(child: int) -> int:
-    """Wait for ``child``, handing it the signals this process gets; its exit code (-N: signal N)."""
-    for sig in _FORWARDED:
+    """Wait for ``child``, handing it the signals this process gets (blocked, when exec/forked.py
+    started this process, until they are); its exit code (-N: signal N)."""
+    for sig in FORWARDED:
         _signal.signal(sig, lambda s, _f: _send(child, s))
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, FORWARDED)
     return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
 
 
 def _pause(child: int) -> None:
+    """Stop the child, then this process as the terminal would have (so the shell says Stopped)."""
     _send(child, _signal.SIGSTOP)
-    os.kill(os.getpid(), _signal.SIGSTOP)
+    _signal.signal(_signal.SIGTSTP, _signal.SIG_DFL)
+    os.kill(os.getpid(), _signal.SIGTSTP)  # returns once continued
+    _signal.signal(_signal.SIGTSTP, lambda _s, _f: _pause(child))
 
 
 def _send(child: int, sig: int) -> None:

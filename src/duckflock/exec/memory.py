@@ -19,6 +19,8 @@ import ctypes
 
 import pyarrow as pa
 
+from duckflock.errors import DuckflockError
+
 # Trim when at least this much freed memory sits in malloc's heap.
 TRIM_THRESHOLD_BYTES = 64 << 20
 
@@ -62,8 +64,8 @@ _malloc_trim, _mallinfo2, _mallopt = _glibc()
 def fix_mmap_threshold(threshold_bytes: int) -> None:
     """Map every allocation of at least ``threshold_bytes`` on its own, for good (0: leave glibc's
     moving threshold; process-wide)."""
-    if threshold_bytes > 0 and _mallopt is not None:
-        _mallopt(_M_MMAP_THRESHOLD, threshold_bytes)
+    if threshold_bytes > 0 and _mallopt is not None and not _mallopt(_M_MMAP_THRESHOLD, threshold_bytes):
+        raise DuckflockError(f"glibc refused an mmap threshold of {threshold_bytes} bytes")
 
 
 def release_free_memory() -> None:
