@@ -68,12 +68,6 @@ class Config:
     # threads): short, so the multiplexer thread gets the GIL promptly while DuckDB's result batches
     # are split in another thread. 0 leaves the process's setting alone.
     gil_switch_interval_s: float = 0.0005
-    # In every process that runs ranks, glibc malloc maps allocations of at least this size on their
-    # own, returned to the system when freed, instead of raising the threshold as it goes
-    # (exec/memory.py). The join of lineitem and partsupp on both keys at SF 1 on 2 ranks: freed but
-    # resident heap at its peak 1-2 MB instead of 24-26, the peak 18 MB lower. 0 leaves glibc's
-    # own behaviour; at most 32 MiB.
-    malloc_mmap_threshold_bytes: int = 128 * 1024
     # Seconds without any sign of life from a peer before a query fails (Flight transport).
     peer_timeout_s: float = 30.0
     # DuckDB may read only the data directory (workers serving remote callers).
@@ -139,13 +133,12 @@ class Config:
 
 
 _COMPRESSIONS = ("none", "lz4", "zstd")
-MMAP_THRESHOLD_MAX = 32 << 20  # glibc's on 64-bit: mallopt refuses more
 # Fields that must be positive, and those that may be 0 (its meaning above) but not negative.
 _POSITIVE = ("batch_rows", "chunk_bytes", "max_inflight_bytes", "peer_timeout_s")
 _NOT_NEGATIVE = (
     "broadcast_threshold_bytes", "range_sort_threshold_bytes", "threads", "memory_limit_bytes",
     "exchange_memory_bytes", "max_temp_bytes", "busy_poll_s", "gil_switch_interval_s",
-    "skew_min_rows", "stream_min_bytes", "ranks_per_process", "malloc_mmap_threshold_bytes",
+    "skew_min_rows", "stream_min_bytes", "ranks_per_process",
 )  # fmt: skip
 
 
@@ -163,8 +156,3 @@ def _check_values(config: Config) -> None:
     for name in _NOT_NEGATIVE:
         if getattr(config, name) < 0:
             raise DuckflockError(f"{name} must not be negative, not {getattr(config, name)!r}")
-    if config.malloc_mmap_threshold_bytes > MMAP_THRESHOLD_MAX:
-        raise DuckflockError(
-            f"malloc_mmap_threshold_bytes may be at most {MMAP_THRESHOLD_MAX} (glibc's limit), "
-            f"not {config.malloc_mmap_threshold_bytes}"
-        )

@@ -72,16 +72,3 @@ def test_broadcast_bound_is_a_share_of_duckdbs_part_of_the_rank(monkeypatch):
     limited = budget.with_derived_limits(Config(memory_limit_bytes=400 << 20), ranks_on_node=2)
     assert limited.broadcast_max_bytes == int((400 << 20) * budget.DUCKDB_PART) // budget.BROADCAST_SHARE
     assert budget.with_derived_limits(Config(broadcast_max_bytes=-1), 2).broadcast_max_bytes == -1
-
-
-def test_mmap_threshold_beyond_glibcs_limit_is_refused(monkeypatch):
-    """mallopt takes a C int and refuses more than 32 MiB: such a value would have silently left
-    large buffers in the heaps."""
-    from duckflock.config import Config
-    from duckflock.errors import DuckflockError
-    from duckflock.exec.memory import fix_mmap_threshold
-
-    monkeypatch.setenv("DUCKFLOCK_MALLOC_MMAP_THRESHOLD_BYTES", str(2**31))
-    with pytest.raises(DuckflockError, match="at most 33554432"):
-        Config.from_env()
-    fix_mmap_threshold(128 * 1024)  # accepted (what every rank process sets)

@@ -28,7 +28,6 @@ from duckflock.exec.budget import (
     with_derived_limits,
     with_share,
 )
-from duckflock.exec.memory import fix_mmap_threshold
 from duckflock.local_duckdb import local_time_zone, open_duckdb
 from duckflock.transport.base import Transport
 
@@ -76,7 +75,6 @@ class Runtime:
         held_bytes: int | None = None,
     ) -> Runtime:
         """``held_bytes``: what the rank holds already (exec/budget.Budget.of_rank)."""
-        fix_mmap_threshold(config.malloc_mmap_threshold_bytes)  # process-wide, as below
         cores = len(os.sched_getaffinity(0))
         threads = config.threads or max(1, cores // max(1, ranks_on_node))
         config = with_derived_limits(config, ranks_on_node)
