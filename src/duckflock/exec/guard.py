@@ -36,8 +36,7 @@ def main(argv: list[str]) -> int:
     child = os.fork()
     if child == 0:  # the rank; it inherits the launcher's descriptors (MPICH's PMI connection among them)
         try:
-            if sys.platform.startswith("linux"):
-                die_with(guard)
+            die_with(guard)
             os.execv(program[0], program)
         except OSError as e:
             os.write(2, f"duckflock: cannot start rank {rank}: {e}\n".encode())
@@ -107,7 +106,10 @@ def _send(child: int, sig: int) -> None:
 def die_with(guard: int) -> None:
     """Make this process (a rank) die when ``guard`` dies: orphaned, it would keep the job's PMI
     connection open, and mpiexec would wait for it forever (or it would compute for no one).
-    Linux's parent-death signal; the stdlib has no wrapper for prctl, hence ctypes."""
+    Linux's parent-death signal (elsewhere nothing); the stdlib has no wrapper for prctl, hence
+    ctypes."""
+    if not sys.platform.startswith("linux"):
+        return
     import ctypes
 
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(_signal.SIGKILL))
