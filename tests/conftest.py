@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,16 @@ from hypothesis import settings
 settings.register_profile("default", max_examples=40, deadline=None)
 settings.register_profile("thorough", max_examples=500, deadline=None)
 settings.load_profile(os.environ.get("DUCKFLOCK_HYPOTHESIS", "default"))
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_as_at_a_terminal():
+    """Ctrl-C raises KeyboardInterrupt here and in the processes tests start, as under a terminal,
+    even where the suite was started in the background of a shell (which ignores SIGINT for it,
+    and an ignored signal stays ignored in every process started from it)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="session")

@@ -89,11 +89,10 @@ def _exit_code(child: int) -> int:
 
 
 def _pause(child: int) -> None:
-    """Stop the child, then this process as the terminal would have (so the shell says Stopped)."""
+    """Stop the child, then this process. SIGSTOP, not the terminal's SIGTSTP: in a process group
+    whose parent is gone (a job its shell left) the kernel drops a SIGTSTP with its default action."""
     _send(child, _signal.SIGSTOP)
-    _signal.signal(_signal.SIGTSTP, _signal.SIG_DFL)
-    os.kill(os.getpid(), _signal.SIGTSTP)  # returns once continued
-    _signal.signal(_signal.SIGTSTP, lambda _s, _f: _pause(child))
+    os.kill(os.getpid(), _signal.SIGSTOP)  # returns once continued
 
 
 def _send(child: int, sig: int) -> None:
