@@ -65,3 +65,11 @@ def rank_at_gate(gate: Path, rank: int, running) -> int:
         assert running() and time.monotonic() < deadline, "the rank never reached the gate"
         time.sleep(0.05)
     return int(marker.read_text())
+
+
+def wait_until(check, what: str, poll_s: float = 0.05) -> None:
+    """Poll ``check()`` until it holds; fail with ``what`` after BOUND_S seconds."""
+    deadline = time.monotonic() + BOUND_S
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(poll_s)

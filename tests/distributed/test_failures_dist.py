@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import duckflock
-from support import BOUND_S, make_table, oracle, rank_at_gate
+from support import BOUND_S, make_table, oracle, rank_at_gate, wait_until
 
 pytestmark = pytest.mark.dist
 
@@ -279,9 +279,12 @@ def test_signal_to_a_cli_just_started_is_not_lost(bad_dir, tmp_path):
     import signal
 
     with cli_held_at_gate(bad_dir, tmp_path, "SELECT count(*) FROM good", per_process=0) as (proc, _gate):
-        deadline = time.monotonic() + BOUND_S
-        while b"guard.py" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
-            assert proc.poll() is None and time.monotonic() < deadline
+        wait_until(
+            lambda: b"guard.py" in Path(f"/proc/{proc.pid}/cmdline").read_bytes() or proc.poll() is not None,
+            "the CLI never became the waiter",
+            poll_s=0,
+        )
+        assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=BOUND_S)
     assert proc.returncode == 130 and err.strip() == "interrupted", err
@@ -307,21 +310,12 @@ def test_stopped_cli_stops_its_ranks_and_goes_on(bad_dir, tmp_path):
     its own, stops with it, goes on with it (SIGCONT), and the query completes."""
     import signal
 
-    def state(pid: int) -> str:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-    def until(check) -> None:
-        deadline = time.monotonic() + BOUND_S
-        while not check():
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-
     with cli_held_at_gate(bad_dir, tmp_path, "SELECT count(*) FROM good", per_process=0) as (proc, gate):
         rank = rank_at_gate(gate, 0, lambda: proc.poll() is None)
         proc.send_signal(signal.SIGTSTP)
-        until(lambda: state(rank) == "T" and state(proc.pid) == "T")
+        wait_until(lambda: _state(rank) == "T" and _state(proc.pid) == "T", "the job did not stop")
         proc.send_signal(signal.SIGCONT)
-        until(lambda: state(rank) != "T" and state(proc.pid) != "T")
+        wait_until(lambda: _state(rank) != "T" and _state(proc.pid) != "T", "the job did not go on")
         (gate / "hold").unlink()
         out, err = proc.communicate(timeout=BOUND_S)
     assert proc.returncode == 0, err
@@ -338,16 +332,18 @@ def test_killed_cli_takes_its_ranks_with_it(bad_dir, tmp_path):
         assert rank != proc.pid
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=BOUND_S)
-    deadline = time.monotonic() + BOUND_S
-    while not _gone(rank):
-        assert time.monotonic() < deadline, "the ranks outlived the CLI"
-        time.sleep(0.05)
+    wait_until(lambda: _gone(rank), "the ranks outlived the CLI")
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, T, Z, ...) from /proc."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def _gone(pid: int) -> bool:
     """Ended: no such process, or a zombie its new parent has yet to reap."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return _state(pid) == "Z"
     except OSError:
         return True
 
@@ -364,10 +360,7 @@ def test_killed_guard_ends_the_job_and_its_rank(bad_dir, tmp_path):
         _, err = proc.communicate(timeout=BOUND_S)
     assert proc.returncode != 0 and "ended abnormally" in err, err
     assert err.count("error:") == 1 and "BAD TERMINATION" not in err, err
-    deadline = time.monotonic() + BOUND_S
-    while not _gone(rank):
-        assert time.monotonic() < deadline, "the rank outlived its guard"
-        time.sleep(0.05)
+    wait_until(lambda: _gone(rank), "the rank outlived its guard")
 
 
 @pytest.mark.parametrize("per_process", [1, 0], ids=["mpi", "threads-of-a-child"])
@@ -383,10 +376,10 @@ def test_interrupted_cli_ends_the_whole_job(bad_dir, tmp_path, signame, per_proc
         proc.send_signal(getattr(signal, signame))
         _, err = proc.communicate(timeout=BOUND_S)
     assert proc.returncode == 130 and "interrupted" in err, err
-    deadline = time.monotonic() + BOUND_S
-    while any(Path(f"/proc/{pid}").exists() for pid in ranks):  # ended by mpiexec, just after it
-        assert time.monotonic() < deadline, "a rank outlived the interrupted CLI"
-        time.sleep(0.05)
+    # ended by mpiexec, just after it
+    wait_until(
+        lambda: not any(Path(f"/proc/{pid}").exists() for pid in ranks), "a rank outlived the interrupted CLI"
+    )
 
 
 @pytest.mark.parametrize(("per_process", "named"), [(1, "rank 1 was"), (0, "the process of ranks 0-1 was")])
