@@ -18,6 +18,11 @@ from duckflock.sqltext import quote_ident as q
 from duckflock.sqltext import sql_literal
 
 
+def memory_limit(memory_bytes: int) -> str:
+    """DuckDB's memory_limit setting for ``memory_bytes`` (at least 64 MB)."""
+    return f"{max(memory_bytes >> 20, 64)}MB"
+
+
 def open_duckdb(
     threads: int,
     memory_bytes: int,
@@ -31,7 +36,7 @@ def open_duckdb(
     (empty: this host's)."""
     settings: dict[str, str | bool | int | float | list[str]] = {
         "threads": threads,
-        "memory_limit": f"{max(memory_bytes >> 20, 64)}MB",
+        "memory_limit": memory_limit(memory_bytes),
         # Row order is only promised where the query says ORDER BY; dropping it saves work.
         "preserve_insertion_order": False,
     }

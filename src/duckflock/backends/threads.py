@@ -9,6 +9,7 @@ from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.exec.budget import own_anon_bytes
 from duckflock.exec.driver import Driver
+from duckflock.exec.fused import ProcessRanks
 from duckflock.exec.ranks import LocalRanks
 from duckflock.exec.runtime import Runtime
 from duckflock.transport.inproc import InProcTransport
@@ -18,8 +19,10 @@ class ThreadsBackend(DriverBackend):
     def __init__(self, data: str, ranks: int, config: Config, fatal_exits: bool = False):
         """``fatal_exits``: see LocalRanks (for a process that runs nothing but the job)."""
         held = own_anon_bytes() // ranks  # this process's libraries serve all of its ranks
+        process = ProcessRanks(tuple(range(ranks))) if ranks > 1 else None
         runtimes = [
-            Runtime.create(t, Catalog.load(data), config, ranks, held) for t in InProcTransport.group(ranks)
+            Runtime.create(t, Catalog.load(data), config, ranks, held, process)
+            for t in InProcTransport.group(ranks)
         ]
         self.ranks_here = LocalRanks(runtimes, fatal_exits)
         super().__init__(Driver(runtimes[0]))

@@ -28,7 +28,8 @@ from duckflock.exec.budget import (
     with_derived_limits,
     with_share,
 )
-from duckflock.local_duckdb import local_time_zone, open_duckdb
+from duckflock.exec.fused import ProcessRanks
+from duckflock.local_duckdb import local_time_zone, memory_limit, open_duckdb
 from duckflock.transport.base import Transport
 
 
@@ -51,6 +52,8 @@ class Runtime:
     driver_threads: int = 0
     budget: Budget | None = None
     spill_dir: Path | None = None  # this rank's own, on node-local storage; removed by close()
+    # The ranks of this process, where it runs several: the stages run once for all (exec/fused.py).
+    process: ProcessRanks | None = None
     queries_running: int = 0  # this rank's part of a query under way (exec/rank_query.py)
     _driver_con: list[duckdb.DuckDBPyConnection] = field(default_factory=list)
     # Connections of stages running alongside another on this rank (plan/streaming.py), shared
@@ -73,8 +76,10 @@ class Runtime:
         config: Config,
         ranks_on_node: int,
         held_bytes: int | None = None,
+        process: ProcessRanks | None = None,
     ) -> Runtime:
-        """``held_bytes``: what the rank holds already (exec/budget.Budget.of_rank)."""
+        """``held_bytes``: what the rank holds already (exec/budget.Budget.of_rank); ``process``:
+        the ranks of this process, when it runs several."""
         cores = len(os.sched_getaffinity(0))
         threads = config.threads or max(1, cores // max(1, ranks_on_node))
         config = with_derived_limits(config, ranks_on_node)
@@ -95,8 +100,20 @@ class Runtime:
             config.time_zone,
         )
         driver_threads = cores if transport.rank == 0 and cores > threads else 0
+        if process is not None and process.first == transport.rank and transport.rank != 0:
+            driver_threads = min(cores, threads * len(process.ranks))  # for its fused stages
         rt = cls(
-            transport, mux, con, catalog, config, threads, ranks_on_node, driver_threads, budget, spill_dir
+            transport,
+            mux,
+            con,
+            catalog,
+            config,
+            threads,
+            ranks_on_node,
+            driver_threads,
+            budget,
+            spill_dir,
+            process,
         )
         mux.on_failure = lambda _qid: rt.interrupt()
         return rt
@@ -123,6 +140,20 @@ class Runtime:
                 )
             )
         return self._driver_con[0] if self._driver_con else self.con
+
+    @contextmanager
+    def fused_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The DuckDB for a stage run once for all of this process's ranks (exec/fused.py): the one
+        with every core where there is one, while it runs with the memory of all of them (their
+        own DuckDBs wait meanwhile)."""
+        assert self.process is not None and self.budget is not None
+        con = self.final_connection()
+        memory = self.budget.duckdb_bytes
+        con.execute(f"SET memory_limit = '{memory_limit(memory * len(self.process.ranks))}'")
+        try:
+            yield con
+        finally:
+            con.execute(f"SET memory_limit = '{memory_limit(memory)}'")
 
     @contextmanager
     def side_connection(
@@ -196,7 +227,8 @@ def mpi_runtimes(data: str | os.PathLike[str] | None, config: Config) -> list[Ru
     config = replace(config, time_zone=world.bcast(rank0, root=0))
     transports = NodeTransport.group(per_process)
     held = own_anon_bytes() // per_process  # the process's libraries are loaded once for all of them
+    process = ProcessRanks(tuple(t.rank for t in transports)) if per_process > 1 else None
     return [
-        Runtime.create(t, catalog, config, ranks_on_node, held)
+        Runtime.create(t, catalog, config, ranks_on_node, held, process)
         for t, catalog in zip(transports, catalogs, strict=True)
     ]

@@ -67,13 +67,17 @@ class StageStats:
         self.note = text
 
 
-def scan_source(catalog: Catalog, rank: int, size: int, only: tuple[int, ...] | None = None):
-    """FROM item for a Scan on this rank: its partitions' files (all of them when replicated; of
-    those, the partitions ``only`` names when given)."""
+def scan_source(catalog: Catalog, ranks: tuple[int, ...], size: int, only: tuple[int, ...] | None = None):
+    """FROM item for a Scan on ``ranks`` (this rank, or all of its process's for a fused stage):
+    their partitions' files (all of them when replicated; of those, the partitions ``only`` names
+    when given)."""
 
     def source(scan: Scan) -> str:
         info = catalog.table(scan.table)
-        parts = range(len(info.partitions)) if scan.replicated else info.partitions_of_rank(rank, size)
+        if scan.replicated:
+            parts: list[int] | range = range(len(info.partitions))
+        else:
+            parts = [p for r in ranks for p in info.partitions_of_rank(r, size)]
         if only is not None and not scan.replicated:
             parts = [p for p in parts if p in only]
         files = [catalog.path(f) for p in parts for f in info.partitions[p].files]
@@ -114,6 +118,14 @@ class _StageRun:
     hot: skew.HotKeys = field(default_factory=skew.HotKeys)  # the query's hot join keys (exec/skew.py)
     overlap: Overlap | None = None
     joins_as_written: bool = False  # it reads a stream through joins: plan them as written
+    fused: bool = False  # run once for all of the process's ranks (exec/fused.py)
+    sent_schema: pa.Schema | None = None  # what its exchange was closed with
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The ranks whose partitions the stage reads."""
+        process = self.rt.process
+        return process.ranks if self.fused and process is not None else (self.rt.rank,)
 
     @contextmanager
     def planning(self) -> Iterator[None]:
@@ -178,6 +190,8 @@ def run_stage(
     stats = StageStats(stage.sid, rt.rank)
     t_start = time.perf_counter()
     root = adaptive.resolve(stage.root, shuffled)
+    if rt.process is not None and part is None and overlap is None and stage.fusable:
+        return None, _run_fused(rt, qid, plan, stage, root, stats)
     taken = adaptive.reads(root)
     # The final stage, on the driver, may run on a DuckDB with every core of the node.
     con = rt.final_connection() if stage.on_driver and stage.output is None else rt.con
@@ -217,6 +231,50 @@ def run_stage(
         for xid in taken:
             received.done(xid)
         stats.total_s = time.perf_counter() - t_start
+
+
+def _run_fused(
+    rt: Runtime, qid: int, plan: StagePlan, stage: Stage, root: Node, stats: StageStats
+) -> StageStats:
+    """The stage once for all of this process's ranks, on its first (exec/fused.py); the others
+    wait for it, then end their output with no rows."""
+    t_start = time.perf_counter()
+    try:
+        if rt.config.stage_gate_dir:
+            _wait_at_gate(rt, qid, stage.sid)
+        _fused_part(rt, qid, plan, stage, root, stats)
+    finally:
+        stats.total_s = time.perf_counter() - t_start
+    return stats
+
+
+def _fused_part(rt: Runtime, qid: int, plan: StagePlan, stage: Stage, root: Node, stats: StageStats) -> None:
+    process, spec = rt.process, stage.output
+    assert process is not None and spec is not None
+    if rt.rank != process.first:
+        schema = process.wait(qid, stage.sid, lambda: _failure(rt, qid))
+        run = _StageRun(rt, qid, rt.con, stats)
+        _close(run, _writer(run, plan, spec, spec.kind), schema)
+        stats.set_note(f"run by rank {process.first} for {process.describe()}")
+        return
+    schema = None
+    try:
+        with rt.fused_connection() as con:
+            run = _StageRun(rt, qid, con, stats, fused=True)
+            try:
+                _send(run, plan, spec, root, None)
+            finally:
+                run.unregister_all()
+            schema = run.sent_schema
+    finally:
+        process.finished(qid, stage.sid, schema)
+    stats.set_note(f"run once for {process.describe()}" + (f"; {stats.note}" if stats.note else ""))
+
+
+def _failure(rt: Runtime, qid: int) -> Exception | None:
+    """The query's failure on any rank, told to this one: its error, or None."""
+    failure = rt.mux.failure(qid)
+    return failure.error() if failure is not None else None
 
 
 def _split(
@@ -312,7 +370,7 @@ def _driver_result(run: _StageRun, root: DriverQuery) -> pa.Table:
     afterwards. Wrapped in a WITH of those tables instead, the text's own CTEs read twice would be
     computed once per read, not once (a sampled CTE joined with itself matched 1 row of 5)."""
     assert run.rt.catalog is not None
-    source = scan_source(run.rt.catalog, run.rt.rank, run.rt.size)
+    source = scan_source(run.rt.catalog, run.ranks, run.rt.size)
     for name, child in root.inputs:
         run.con.execute(f"CREATE OR REPLACE TEMP VIEW {q(name)} AS {render(child, source)}")
         run.views.append(q(name))  # dropped with the stage's registrations (_StageRun.unregister_all)
@@ -321,7 +379,7 @@ def _driver_result(run: _StageRun, root: DriverQuery) -> pa.Table:
 
 def _stage_sql(run: _StageRun, root: Node) -> str:
     assert run.rt.catalog is not None
-    return render(root, scan_source(run.rt.catalog, run.rt.rank, run.rt.size))
+    return render(root, scan_source(run.rt.catalog, run.ranks, run.rt.size))
 
 
 def _send(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, root: Node, part: ResultWriter | None) -> None:
@@ -383,7 +441,7 @@ def _send_in_groups(
         if failure is not None:
             raise failure.error()
         split.read_group(run.con, group)
-        sql = render(root, scan_source(rt.catalog, rt.rank, rt.size, group))
+        sql = render(root, scan_source(rt.catalog, run.ranks, rt.size, group))
         t0 = time.perf_counter()
         reader = _reader(run, _routed(run, spec, sql))
         try:
@@ -413,6 +471,7 @@ def _writer(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, kind: ExchangeK
 
 
 def _close(run: _StageRun, writer: ExchangeWriter | ResultWriter, schema: pa.Schema) -> None:
+    run.sent_schema = schema
     if isinstance(writer, ExchangeWriter):
         writer.close(schema)
     else:

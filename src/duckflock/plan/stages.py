@@ -13,7 +13,7 @@ import pyarrow as pa
 from duckflock.catalog.partitioning import Partitioning
 from duckflock.plan import skew
 from duckflock.plan.kinds import ExchangeKind, SkewRole
-from duckflock.plan.nodes import AdaptiveJoin, Exchange, ExchangeRead, Node
+from duckflock.plan.nodes import AdaptiveJoin, Exchange, ExchangeRead, Node, Scan, walk
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,28 @@ class Stage:
     # Measured broadcasts that must all have fallen back to a shuffle for this stage to run: it
     # produces an input only the shuffle plan of an AdaptiveJoin reads.
     when: tuple[int, ...] = ()
+
+    @property
+    def reads_whole_tables(self) -> bool:
+        """Whether every rank reads some table of it whole (a replicated scan)."""
+        return any(isinstance(n, Scan) and n.replicated for n in walk(self.root))
+
+    @property
+    def fusable(self) -> bool:
+        """Whether the stage may run once for all the ranks of a process (exec/fused.py), and gains
+        by it: it reads tables only, one partitioned and one whole, and its output is spread anew
+        by an exchange on which the ranks need not agree while it runs."""
+        spec = self.output
+        if spec is None or self.on_driver or self.inputs or spec.kind not in _SPREAD_ANEW:
+            return False
+        if spec.local or spec.ordered or spec.skew is not None or spec.fallback_target is not None:
+            return False
+        scans = [n for n in walk(self.root) if isinstance(n, Scan)]
+        return any(s.replicated for s in scans) and any(not s.replicated for s in scans)
+
+
+# Exchanges whose rows go where their values (or nothing) say, not where they were produced.
+_SPREAD_ANEW = (ExchangeKind.HASH, ExchangeKind.RANGE, ExchangeKind.BROADCAST, ExchangeKind.GATHER)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,139 @@
+"""Stages run once for all the ranks of a process (exec/fused.py) give DuckDB's answer.
+
+A stage that reads a partitioned table and one read whole by every rank runs on the process's first
+rank over all of its ranks' partitions; the others send no rows. Each query below puts such a stage
+in front of another kind of exchange (a gather, a hash shuffle, a shuffle into range partitions),
+with NULL keys, outer and anti joins, ranks that hold no partition, and empty inputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import duckflock
+from support import assert_same, make_table, oracle
+
+pytestmark = pytest.mark.dist
+
+LEAD, FOLLOW = "run once for ranks", "run by rank"
+
+# name -> (query, whether a stage of it runs once per process)
+QUERIES = {
+    "gather of an aggregate": (
+        "SELECT count(*) AS n, sum(b.v) AS v, max(s.s) AS s, count(b.k) AS nk FROM big b JOIN small s ON b.k = s.k",
+        True,
+    ),
+    "hash shuffle by the small side's column": (
+        "SELECT s.s, count(*) AS n, sum(b.v) AS v FROM big b JOIN small s ON b.k = s.k GROUP BY s.s",
+        True,
+    ),
+    "left join, NULL keys kept": (
+        "SELECT b.id, b.k, s.s FROM big b LEFT JOIN small s ON b.k = s.k WHERE b.id % 97 = 0",
+        True,
+    ),
+    "anti join": (
+        "SELECT count(*) AS n, sum(v) AS v FROM big b WHERE NOT EXISTS (SELECT 1 FROM small s WHERE s.k = b.k)",
+        True,
+    ),
+    "semi join, then a shuffle to count distinct": (
+        "SELECT count(DISTINCT b.v % 1000) AS d FROM big b WHERE b.k IN (SELECT k FROM small WHERE k % 3 = 0)",
+        True,
+    ),
+    "into range partitions": (
+        "SELECT r.k, count(*) AS n, max(s.s) AS s FROM big b JOIN small s ON b.k = s.k "
+        "JOIN r ON r.k = b.id GROUP BY r.k",
+        None,  # as the planner chooses
+    ),
+    "top rows": (
+        "SELECT b.id, s.s FROM big b JOIN small s ON b.k = s.k ORDER BY b.id DESC, s.s LIMIT 9",
+        None,
+    ),
+    "no rows match": (
+        "SELECT count(*) AS n, max(s.s) AS s, sum(b.v) AS v FROM big b JOIN small s ON b.k = s.k WHERE b.v < 0",
+        True,
+    ),
+    "an empty table read whole": (
+        "SELECT count(*) AS n, count(e.k) AS m FROM big b LEFT JOIN empty e ON b.k = e.k",
+        True,
+    ),
+    "a table of two partitions, on more ranks": (
+        "SELECT count(*) AS n, sum(t.v) AS v, max(s.s) AS s FROM two t JOIN small s ON t.k = s.k",
+        True,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("fused")
+    make_table(
+        root,
+        "big",
+        "SELECT i AS id, CASE WHEN i % 11 = 0 THEN NULL ELSE i % 700 END AS k, i AS v FROM range(60000) t(i)",
+        4,
+        "hash",
+        ("id",),
+    )
+    make_table(
+        root,
+        "small",
+        "SELECT CASE WHEN i % 13 = 0 THEN NULL ELSE i % 500 END AS k, 's' || (i % 37)::VARCHAR AS s "
+        "FROM range(900) t(i)",
+        3,
+    )
+    make_table(root, "r", "SELECT i AS k, i % 5 AS w FROM range(0, 60000, 7) t(i)", 4, "range", ("k",))
+    make_table(root, "empty", "SELECT i AS k FROM range(10) t(i) WHERE i < 0", 2)
+    make_table(root, "two", "SELECT i % 600 AS k, i AS v FROM range(5000) t(i)", 2)
+    return root
+
+
+def fused_queries(result) -> tuple[bool, bool]:
+    """Whether a stage of the query ran once for all ranks, and whether other ranks said so."""
+    return any(LEAD in s.note for s in result.stats), any(FOLLOW in s.note for s in result.stats)
+
+
+@pytest.mark.parametrize(
+    ("transport", "ranks", "per_process"), [("threads", 2, 0), ("threads", 3, 0), ("mpi", 4, 2)]
+)
+def test_stages_run_once_per_process_match_duckdb(data, transport, ranks, per_process):
+    ref = oracle(data)
+    config = {"ranks_per_process": per_process} if per_process else {}
+    with duckflock.connect(str(data), ranks=ranks, transport=transport, config=config) as db:
+        for name, (sql, fused) in QUERIES.items():
+            result = db.sql(sql, profile=True)
+            assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
+            if fused is not None:
+                assert fused_queries(result) == (fused, fused), name
+            if fused and per_process:  # each process's first rank ran it
+                leads = {s.rank for s in result.stats if LEAD in s.note}
+                assert leads == {0, 2}, name
+
+
+def test_one_rank_per_process_runs_every_stage_on_every_rank(data):
+    ref = oracle(data)
+    sql = QUERIES["gather of an aggregate"][0]
+    with duckflock.connect(str(data), ranks=2, transport="mpi", config={"ranks_per_process": 1}) as db:
+        result = db.sql(sql, profile=True)
+        assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
+        assert fused_queries(result) == (False, False)
+
+
+def test_a_failing_fused_stage_ends_the_query_and_leaves_the_session_usable(data):
+    """The first rank's run fails part-way: the ranks waiting for it stop with its error, and the
+    next queries (fused again) give DuckDB's answer."""
+    ref = oracle(data)
+    failing = (
+        "SELECT count(*) AS n FROM big b JOIN small s ON b.k = s.k "
+        "WHERE CASE WHEN b.id = 59999 THEN error('boom in a fused stage') ELSE true END"
+    )
+    with duckflock.connect(str(data), ranks=3, transport="threads") as db:
+        for _ in range(2):
+            with pytest.raises(duckflock.DuckflockError, match="boom in a fused stage"):
+                db.sql(failing)
+        for name in ("gather of an aggregate", "hash shuffle by the small side's column"):
+            sql = QUERIES[name][0]
+            result = db.sql(sql, profile=True)
+            assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
+            assert fused_queries(result) == (True, True)
