@@ -57,8 +57,8 @@ def schema_db(catalog):
 
 @pytest.fixture
 def plan(catalog, schema_db):
-    def run(sql: str, size: int = 4, **config) -> StagePlan:
-        return plan_query(sql, catalog, schema_db, size, Config(**config))
+    def run(sql: str, size: int = 4, per_process: int = 1, **config) -> StagePlan:
+        return plan_query(sql, catalog, schema_db, size, Config(**config), per_process)
 
     return run
 
@@ -292,6 +292,24 @@ def test_shared_storage_reads_a_side_cheap_to_copy_on_every_rank(plan):
     j = the_join(p)
     assert j.strategy == "broadcast right" and all(s.replicated for s in scans(j.right))
     assert exchange_kinds(p) == ["gather"]
+
+
+def test_a_side_read_whole_may_use_the_memory_of_all_ranks_of_a_process(plan, catalog):
+    """Over the bound for one rank's copy, within the bound of a process's ranks together: read
+    whole where the stage reading it runs once for the process (exec/fused.py), else shuffled."""
+    join = "SELECT ua.v, tiny.name FROM ua JOIN tiny ON ua.k = tiny.k"
+    tiny = catalog.table("tiny")
+    cap = int(tiny.rows * tiny.row_width(["k", "name"])) // 3  # 3 of them hold tiny, not 1 or 2
+    settings = {"broadcast_threshold_bytes": 64, "broadcast_max_bytes": cap}
+    p = plan(join, per_process=4, **settings)
+    j = the_join(p)
+    assert j.strategy == "broadcast right" and all(s.replicated for s in scans(j.right))
+    assert [s.fusable for s in p.stages if s.output is not None] == [True]
+    for per_process in (1, 2):
+        assert the_join(plan(join, per_process=per_process, **settings)).strategy == "shuffle both"
+    # Sorted in parallel: the stage of the join is not run once per process, so neither is tiny read.
+    p = plan(f"{join} ORDER BY ua.v, tiny.name", per_process=4, range_sort_threshold_bytes=1, **settings)
+    assert the_join(p).strategy == "shuffle both"
 
 
 def test_the_preserved_side_of_an_outer_join_is_never_broadcast(plan):

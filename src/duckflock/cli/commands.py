@@ -153,13 +153,15 @@ def run_explain(args: argparse.Namespace) -> int:
                 code = _query(db, args)
         return code
     from duckflock.exec.budget import with_derived_limits
+    from duckflock.exec.launch import per_process
     from duckflock.plan.explain import explain_plan
     from duckflock.plan.planner import plan_query
     from duckflock.sql.schema_db import SchemaDB
 
     catalog = Catalog.load(args.data)
     config = with_derived_limits(Config.from_env(), args.ranks)  # as the ranks on this node would
-    plan = plan_query(args.query, catalog, SchemaDB(catalog), args.ranks, config)
+    k = per_process(args.ranks, config.ranks_per_process)
+    plan = plan_query(args.query, catalog, SchemaDB(catalog), args.ranks, config, k)
     _out().print(explain_plan(plan), highlight=False, markup=False)
     return 0
 

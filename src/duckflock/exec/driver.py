@@ -97,7 +97,8 @@ class Driver:
             from duckflock.plan.planner import plan_query
             from duckflock.sql.query_constants import reads_clock
 
-            plan = plan_query(sql, catalog, self._schema_db, self.rt.size, self.rt.config)
+            per_process = len(self.rt.process.ranks) if self.rt.process is not None else 1
+            plan = plan_query(sql, catalog, self._schema_db, self.rt.size, self.rt.config, per_process)
             if reads_clock(sql) or any(
                 isinstance(n, FunctionScan | DriverQuery) for s in plan.stages for n in walk(s.root)
             ):

@@ -103,17 +103,23 @@ class Target(NamedTuple):
     pairs: tuple[int, ...]  # the join's equi pairs the keys come from
 
 
-def distribute(plan: Node, catalog: Catalog, size: int, config: Config) -> Node:
-    planner = _Planner(catalog, size, config)
+def distribute(
+    plan: Node, catalog: Catalog, size: int, config: Config, per_process: int = 1
+) -> tuple[Node, bool]:
+    """``plan`` placed on ``size`` ranks, ``per_process`` of them in each process; and whether it
+    reads a table whole that fits the ranks' memory only once per process (exec/fused.py)."""
+    planner = _Planner(catalog, size, config, per_process)
     top = planner.place(plan)
-    return planner.to_single(top).node
+    return planner.to_single(top).node, planner.copies_per_process
 
 
 class _Planner:
-    def __init__(self, catalog: Catalog, size: int, config: Config):
+    def __init__(self, catalog: Catalog, size: int, config: Config, per_process: int = 1):
         self.catalog = catalog
         self.size = size
         self.config = config
+        self.per_process = per_process
+        self.copies_per_process = False  # a table read whole is allowed the memory of a process
         self._ids = itertools.count(1)
 
     def fresh(self, stem: str) -> str:
@@ -336,7 +342,15 @@ class _Planner:
         if small <= 0 or cap <= small or side.bytes <= small or copies > other.bytes:
             return 0
         if self.config.shared_storage and _scans_only(side.node):
-            return cap if self._scanned_bytes(side.node) <= cap else 0
+            scanned = self._scanned_bytes(side.node)
+            if scanned <= cap:
+                return cap
+            # Joined with tables only, its stage may run once for all the ranks of a process,
+            # with their memory: one copy per process (plan_query checks that it does).
+            if scanned <= cap * self.per_process and _scans_only(other.node):
+                self.copies_per_process = True
+                return cap * self.per_process
+            return 0
         return cap if node.left_keys and not other.replicated else 0
 
     def _scanned_bytes(self, node: Node) -> float:

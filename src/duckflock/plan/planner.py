@@ -17,8 +17,16 @@ from duckflock.sql.bind import bind
 from duckflock.sql.schema_db import SchemaDB
 
 
-def plan_query(sql: str, catalog: Catalog, schema_db: SchemaDB, size: int, config: Config) -> StagePlan:
-    """The stage plan of ``sql`` over ``size`` ranks, or SqlError/CatalogError naming what is wrong."""
+def plan_query(
+    sql: str, catalog: Catalog, schema_db: SchemaDB, size: int, config: Config, per_process: int = 1
+) -> StagePlan:
+    """The stage plan of ``sql`` over ``size`` ranks, ``per_process`` of them in each process, or
+    SqlError/CatalogError naming what is wrong."""
     bound = bind(sql, catalog, schema_db, config.driver_fallback_bytes)
-    physical = distribute(bound.plan, catalog, size, config)
-    return replace(cut(physical, bound.output_names, bound.arrow_schema), output_types=bound.output_types)
+    physical, fused = distribute(bound.plan, catalog, size, config, per_process)
+    plan = cut(physical, bound.output_names, bound.arrow_schema)
+    if fused and not all(s.fusable for s in plan.stages if s.reads_whole_tables):
+        # A table read whole, allowed one copy per process, would have one per rank after all.
+        physical, _ = distribute(bound.plan, catalog, size, config, 1)
+        plan = cut(physical, bound.output_names, bound.arrow_schema)
+    return replace(plan, output_types=bound.output_types)
