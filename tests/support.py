@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from duckflock.exec.launch import mpiexec_argv
 from duckflock.testing.compare import difference
@@ -17,7 +18,7 @@ from duckflock.testing.tables import make_table, oracle
 
 BOUND_S = 90  # a hang becomes a failure long before CI's limit
 
-__all__ = ["assert_same", "make_table", "oracle", "run_on_ranks"]
+__all__ = ["assert_same", "make_table", "oracle", "read_parts", "run_on_ranks"]
 
 RUNNER = Path(__file__).parent / "distributed" / "run_queries.py"
 
@@ -27,6 +28,14 @@ def assert_same(got: pa.Table, expected: pa.Table, order_by: list[str] | None = 
     types; with ``order_by`` the sequence of those columns must match too."""
     problem = difference(got, expected, order_by)
     assert problem is None, problem
+
+
+def read_parts(directory: Path) -> pa.Table:
+    """The part files of a result directory in name order, as a reader of it would take them."""
+    assert (directory / "_SUCCESS").exists()
+    parts = sorted(directory.glob("part-*.parquet"))
+    assert parts and not list(directory.glob(".*")), "temporary files left"
+    return pa.concat_tables([pq.read_table(p) for p in parts])
 
 
 def run_on_ranks(

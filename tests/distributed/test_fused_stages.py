@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 import duckflock
-from support import assert_same, make_table, oracle
+from support import assert_same, make_table, oracle, read_parts
 
 pytestmark = pytest.mark.dist
 
 LEAD, FOLLOW = "run once for ranks", "run by rank"
+FUSE = {"fuse_min_bytes": 0}  # these tables are small: run such stages once however little is read whole
 
 # name -> (query, whether a stage of it runs once per process)
 QUERIES = {
@@ -55,7 +56,8 @@ QUERIES = {
         True,
     ),
     "an empty table read whole": (
-        "SELECT count(*) AS n, count(e.k) AS m FROM big b LEFT JOIN empty e ON b.k = e.k",
+        "SELECT count(*) AS n, count(e.k) AS m, max(s.s) AS s FROM big b JOIN small s ON b.k = s.k "
+        "LEFT JOIN empty e ON b.k = e.k",
         True,
     ),
     "a table of two partitions, on more ranks": (
@@ -99,7 +101,7 @@ def fused_queries(result) -> tuple[bool, bool]:
 )
 def test_stages_run_once_per_process_match_duckdb(data, transport, ranks, per_process):
     ref = oracle(data)
-    config = {"ranks_per_process": per_process} if per_process else {}
+    config = {**FUSE, "ranks_per_process": per_process} if per_process else FUSE
     with duckflock.connect(str(data), ranks=ranks, transport=transport, config=config) as db:
         for name, (sql, fused) in QUERIES.items():
             result = db.sql(sql, profile=True)
@@ -114,7 +116,9 @@ def test_stages_run_once_per_process_match_duckdb(data, transport, ranks, per_pr
 def test_one_rank_per_process_runs_every_stage_on_every_rank(data):
     ref = oracle(data)
     sql = QUERIES["gather of an aggregate"][0]
-    with duckflock.connect(str(data), ranks=2, transport="mpi", config={"ranks_per_process": 1}) as db:
+    with duckflock.connect(
+        str(data), ranks=2, transport="mpi", config={**FUSE, "ranks_per_process": 1}
+    ) as db:
         result = db.sql(sql, profile=True)
         assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
         assert fused_queries(result) == (False, False)
@@ -128,7 +132,7 @@ def test_a_failing_fused_stage_ends_the_query_and_leaves_the_session_usable(data
         "SELECT count(*) AS n FROM big b JOIN small s ON b.k = s.k "
         "WHERE CASE WHEN b.id = 59999 THEN error('boom in a fused stage') ELSE true END"
     )
-    with duckflock.connect(str(data), ranks=3, transport="threads") as db:
+    with duckflock.connect(str(data), ranks=3, transport="threads", config=FUSE) as db:
         for _ in range(2):
             with pytest.raises(duckflock.DuckflockError, match="boom in a fused stage"):
                 db.sql(failing)
@@ -137,3 +141,31 @@ def test_a_failing_fused_stage_ends_the_query_and_leaves_the_session_usable(data
             result = db.sql(sql, profile=True)
             assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
             assert fused_queries(result) == (True, True)
+
+
+def test_little_read_whole_runs_on_every_rank(data):
+    """Under ``fuse_min_bytes`` of tables read whole, a copy per rank costs less: no stage fuses."""
+    ref = oracle(data)
+    sql = QUERIES["gather of an aggregate"][0]
+    with duckflock.connect(str(data), ranks=2, transport="threads") as db:
+        result = db.sql(sql, profile=True)
+        assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
+        assert fused_queries(result) == (False, False)
+
+
+def test_a_fused_stage_writes_part_files_and_feeds_a_stream(data, tmp_path):
+    """Its rows go to the first rank's part file, the other ranks' parts are empty; its output
+    streams into the stage reading it, which starts its query alongside."""
+    ref = oracle(data)
+    rows = "SELECT b.id, b.k, s.s FROM big b JOIN small s ON b.k = s.k"
+    config = {**FUSE, "stream_min_bytes": 0, "broadcast_threshold_bytes": 1 << 20}
+    with duckflock.connect(str(data), ranks=3, transport="threads", config=config) as db:
+        result = db.sql(rows, output=f"{tmp_path}/parts/", profile=True)
+        assert_same(read_parts(tmp_path / "parts"), ref.sql(rows).to_arrow_table())
+        assert len(list((tmp_path / "parts").glob("part-*.parquet"))) == 3
+        assert fused_queries(result) == (True, True)
+        grouped = QUERIES["hash shuffle by the small side's column"][0]
+        result = db.sql(grouped, profile=True)
+        assert_same(result.arrow(), ref.sql(grouped).to_arrow_table())
+        assert fused_queries(result) == (True, True)
+        assert any(s.streamed for s in result.stats)

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import duckflock
-from support import BOUND_S, assert_same, make_table, oracle
+from support import BOUND_S, assert_same, make_table, oracle, read_parts
 
 pytestmark = pytest.mark.dist
 
@@ -43,14 +43,6 @@ def data(tmp_path_factory) -> Path:
     )
     make_table(root, "d", "SELECT i AS k2, 'd' || i::VARCHAR AS s FROM range(5000) t(i)", 3)
     return root
-
-
-def read_parts(directory: Path) -> pa.Table:
-    """The parts in name order, as a reader of the directory would take them."""
-    assert (directory / "_SUCCESS").exists()
-    parts = sorted(directory.glob("part-*.parquet"))
-    assert parts and not list(directory.glob(".*")), "temporary files left"
-    return pa.concat_tables([pq.read_table(p) for p in parts])
 
 
 def duckdb_copy(data: Path, sql: str, path: Path) -> pa.Table:

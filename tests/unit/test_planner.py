@@ -300,15 +300,18 @@ def test_a_side_read_whole_may_use_the_memory_of_all_ranks_of_a_process(plan, ca
     join = "SELECT ua.v, tiny.name FROM ua JOIN tiny ON ua.k = tiny.k"
     tiny = catalog.table("tiny")
     cap = int(tiny.rows * tiny.row_width(["k", "name"])) // 3  # 3 of them hold tiny, not 1 or 2
-    settings = {"broadcast_threshold_bytes": 64, "broadcast_max_bytes": cap}
+    settings = {"broadcast_threshold_bytes": 64, "broadcast_max_bytes": cap, "fuse_min_bytes": 64}
     p = plan(join, per_process=4, **settings)
     j = the_join(p)
     assert j.strategy == "broadcast right" and all(s.replicated for s in scans(j.right))
-    assert [s.fusable for s in p.stages if s.output is not None] == [True]
+    assert [s.runs_once_per_process(catalog, 64) for s in p.stages] == [True, False]
     for per_process in (1, 2):
         assert the_join(plan(join, per_process=per_process, **settings)).strategy == "shuffle both"
     # Sorted in parallel: the stage of the join is not run once per process, so neither is tiny read.
     p = plan(f"{join} ORDER BY ua.v, tiny.name", per_process=4, range_sort_threshold_bytes=1, **settings)
+    assert the_join(p).strategy == "shuffle both"
+    # Nor when tables read whole run once per process only from more bytes than tiny's on.
+    p = plan(join, per_process=4, **{**settings, "fuse_min_bytes": 1 << 30})
     assert the_join(p).strategy == "shuffle both"
 
 

@@ -79,6 +79,10 @@ class TableInfo:
         measured = dict(self.widths)
         return sum(measured.get(c) or _type_width(t) for c, t in cols) or 1
 
+    def scanned_bytes(self, columns: tuple[str, ...] | list[str]) -> float:
+        """Rough bytes of all rows of the given columns: what a scan of them reads."""
+        return self.rows * self.row_width(list(columns))
+
     def hash_key_types(self) -> tuple[str, ...]:
         """The keys' canonical types, as the partition hash sees them."""
         return tuple(canonical_hash_type(self.column_type(k)) for k in self.keys)

@@ -190,8 +190,8 @@ def run_stage(
     stats = StageStats(stage.sid, rt.rank)
     t_start = time.perf_counter()
     root = adaptive.resolve(stage.root, shuffled)
-    if rt.process is not None and part is None and overlap is None and stage.fusable:
-        return None, _run_fused(rt, qid, plan, stage, root, stats)
+    if _runs_fused(rt, stage):
+        return None, _run_fused(rt, qid, plan, stage, root, stats, part, overlap)
     taken = adaptive.reads(root)
     # The final stage, on the driver, may run on a DuckDB with every core of the node.
     con = rt.final_connection() if stage.on_driver and stage.output is None else rt.con
@@ -233,42 +233,56 @@ def run_stage(
         stats.total_s = time.perf_counter() - t_start
 
 
+def _runs_fused(rt: Runtime, stage: Stage) -> bool:
+    """Whether ``stage`` runs once for all of this process's ranks (exec/fused.py)."""
+    if rt.process is None or rt.catalog is None:
+        return False
+    return stage.runs_once_per_process(rt.catalog, rt.config.fuse_min_bytes)
+
+
 def _run_fused(
-    rt: Runtime, qid: int, plan: StagePlan, stage: Stage, root: Node, stats: StageStats
+    rt: Runtime,
+    qid: int,
+    plan: StagePlan,
+    stage: Stage,
+    root: Node,
+    stats: StageStats,
+    part: ResultWriter | None,
+    overlap: Overlap | None,
 ) -> StageStats:
     """The stage once for all of this process's ranks, on its first (exec/fused.py); the others
-    wait for it, then end their output with no rows."""
+    wait for it, then end their output (or part file) with no rows."""
+    process, spec = rt.process, stage.output
+    assert process is not None and spec is not None
     t_start = time.perf_counter()
     try:
         if rt.config.stage_gate_dir:
             _wait_at_gate(rt, qid, stage.sid)
-        _fused_part(rt, qid, plan, stage, root, stats)
+        if rt.rank != process.first:
+            if overlap is not None:
+                overlap.started.set()  # no query here for the stages after it to wait for
+            schema = process.wait(qid, stage.sid, lambda: _failure(rt, qid))
+            run = _StageRun(rt, qid, rt.con, stats)
+            _close(run, part or _writer(run, plan, spec, spec.kind), schema)
+            stats.set_note(f"run by rank {process.first} for {process.describe()}")
+            return stats
+        sent = None
+        try:
+            with rt.fused_connection() as con:
+                run = _StageRun(rt, qid, con, stats, overlap=overlap, fused=True)
+                try:
+                    _send(run, plan, spec, root, part)
+                finally:
+                    run.unregister_all()
+                sent = run.sent_schema
+        finally:
+            process.finished(qid, stage.sid, sent)
+            if overlap is not None:
+                overlap.started.set()  # also when it failed before its query started
+        stats.set_note(f"run once for {process.describe()}" + (f"; {stats.note}" if stats.note else ""))
     finally:
         stats.total_s = time.perf_counter() - t_start
     return stats
-
-
-def _fused_part(rt: Runtime, qid: int, plan: StagePlan, stage: Stage, root: Node, stats: StageStats) -> None:
-    process, spec = rt.process, stage.output
-    assert process is not None and spec is not None
-    if rt.rank != process.first:
-        schema = process.wait(qid, stage.sid, lambda: _failure(rt, qid))
-        run = _StageRun(rt, qid, rt.con, stats)
-        _close(run, _writer(run, plan, spec, spec.kind), schema)
-        stats.set_note(f"run by rank {process.first} for {process.describe()}")
-        return
-    schema = None
-    try:
-        with rt.fused_connection() as con:
-            run = _StageRun(rt, qid, con, stats, fused=True)
-            try:
-                _send(run, plan, spec, root, None)
-            finally:
-                run.unregister_all()
-            schema = run.sent_schema
-    finally:
-        process.finished(qid, stage.sid, schema)
-    stats.set_note(f"run once for {process.describe()}" + (f"; {stats.note}" if stats.note else ""))
 
 
 def _failure(rt: Runtime, qid: int) -> Exception | None:

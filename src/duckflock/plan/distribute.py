@@ -355,12 +355,11 @@ class _Planner:
 
     def _scanned_bytes(self, node: Node) -> float:
         """The bytes of the table columns a subtree scans, before any filter."""
-        total = 0.0
-        for n in walk(node):
-            if isinstance(n, Scan):
-                info = self.catalog.table(n.table)
-                total += info.rows * info.row_width(list(n.source_columns))
-        return total
+        return sum(
+            self.catalog.table(n.table).scanned_bytes(n.source_columns)
+            for n in walk(node)
+            if isinstance(n, Scan)
+        )
 
     def _join_moving(self, node: Join, left: Placed, right: Placed, strategy: JoinStrategy) -> Placed:
         """Move the inputs as ``strategy`` says, then join them where they meet."""

@@ -25,7 +25,11 @@ def plan_query(
     bound = bind(sql, catalog, schema_db, config.driver_fallback_bytes)
     physical, fused = distribute(bound.plan, catalog, size, config, per_process)
     plan = cut(physical, bound.output_names, bound.arrow_schema)
-    if fused and not all(s.fusable for s in plan.stages if s.reads_whole_tables):
+    if fused and not all(
+        s.runs_once_per_process(catalog, config.fuse_min_bytes)
+        for s in plan.stages
+        if s.whole_table_bytes(catalog) > config.broadcast_max_bytes
+    ):
         # A table read whole, allowed one copy per process, would have one per rank after all.
         physical, _ = distribute(bound.plan, catalog, size, config, 1)
         plan = cut(physical, bound.output_names, bound.arrow_schema)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
+from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import Partitioning
 from duckflock.plan import skew
 from duckflock.plan.kinds import ExchangeKind, SkewRole
@@ -47,23 +48,24 @@ class Stage:
     # produces an input only the shuffle plan of an AdaptiveJoin reads.
     when: tuple[int, ...] = ()
 
-    @property
-    def reads_whole_tables(self) -> bool:
-        """Whether every rank reads some table of it whole (a replicated scan)."""
-        return any(isinstance(n, Scan) and n.replicated for n in walk(self.root))
+    def whole_table_bytes(self, catalog: Catalog) -> float:
+        """The bytes every rank reads of the tables it reads whole (replicated scans)."""
+        scans = [n for n in walk(self.root) if isinstance(n, Scan) and n.replicated]
+        return sum(catalog.table(n.table).scanned_bytes(n.source_columns) for n in scans)
 
-    @property
-    def fusable(self) -> bool:
-        """Whether the stage may run once for all the ranks of a process (exec/fused.py), and gains
-        by it: it reads tables only, one partitioned and one whole, and its output is spread anew
-        by an exchange on which the ranks need not agree while it runs."""
+    def runs_once_per_process(self, catalog: Catalog, min_bytes: int) -> bool:
+        """Whether the stage runs once for all the ranks of a process (exec/fused.py): it reads
+        tables only, one partitioned and at least ``min_bytes`` of them whole, and its output is
+        spread anew by an exchange on which the ranks need not agree while it runs."""
         spec = self.output
         if spec is None or self.on_driver or self.inputs or spec.kind not in _SPREAD_ANEW:
             return False
         if spec.local or spec.ordered or spec.skew is not None or spec.fallback_target is not None:
             return False
-        scans = [n for n in walk(self.root) if isinstance(n, Scan)]
-        return any(s.replicated for s in scans) and any(not s.replicated for s in scans)
+        if not any(isinstance(n, Scan) and not n.replicated for n in walk(self.root)):
+            return False
+        whole = self.whole_table_bytes(catalog)
+        return whole > 0 and whole >= min_bytes
 
 
 # Exchanges whose rows go where their values (or nothing) say, not where they were produced.
