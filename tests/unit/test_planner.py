@@ -304,7 +304,7 @@ def test_a_side_read_whole_may_use_the_memory_of_all_ranks_of_a_process(plan, ca
     p = plan(join, per_process=4, **settings)
     j = the_join(p)
     assert j.strategy == "broadcast right" and all(s.replicated for s in scans(j.right))
-    assert [s.runs_once_per_process(catalog, 64) for s in p.stages] == [True, False]
+    assert [s.once_per_process for s in p.stages] == [True, False]
     for per_process in (1, 2):
         assert the_join(plan(join, per_process=per_process, **settings)).strategy == "shuffle both"
     # Sorted in parallel: the stage of the join is not run once per process, so neither is tiny read.

@@ -18,6 +18,7 @@ Stage.runs_once_per_process).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -65,7 +66,10 @@ class ProcessRanks:
             error = failure()
             if error is not None:
                 raise error
-            run.finished.wait(0.05)
+            if run.finished.is_set():  # it failed, and is telling every rank: not yet told here
+                time.sleep(0.01)
+            else:
+                run.finished.wait(0.05)
         with self._lock:
             run.waiting -= 1
             if run.waiting == 0:

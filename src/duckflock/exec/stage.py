@@ -190,7 +190,7 @@ def run_stage(
     stats = StageStats(stage.sid, rt.rank)
     t_start = time.perf_counter()
     root = adaptive.resolve(stage.root, shuffled)
-    if _runs_fused(rt, stage):
+    if stage.once_per_process and rt.process is not None:
         return None, _run_fused(rt, qid, plan, stage, root, stats, part, overlap)
     taken = adaptive.reads(root)
     # The final stage, on the driver, may run on a DuckDB with every core of the node.
@@ -231,13 +231,6 @@ def run_stage(
         for xid in taken:
             received.done(xid)
         stats.total_s = time.perf_counter() - t_start
-
-
-def _runs_fused(rt: Runtime, stage: Stage) -> bool:
-    """Whether ``stage`` runs once for all of this process's ranks (exec/fused.py)."""
-    if rt.process is None or rt.catalog is None:
-        return False
-    return stage.runs_once_per_process(rt.catalog, rt.config.fuse_min_bytes)
 
 
 def _run_fused(

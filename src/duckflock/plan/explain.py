@@ -19,6 +19,8 @@ def explain_plan(plan: StagePlan, stats: list | None = None) -> str:
     lines: list[str] = []
     for stage in plan.stages:
         where = "driver" if stage.on_driver else "all ranks"
+        if stage.once_per_process:  # exec/fused.py
+            where = "all ranks, once per process"
         if stage.output is None:
             out = "result"
         else:

@@ -23,14 +23,26 @@ def plan_query(
     """The stage plan of ``sql`` over ``size`` ranks, ``per_process`` of them in each process, or
     SqlError/CatalogError naming what is wrong."""
     bound = bind(sql, catalog, schema_db, config.driver_fallback_bytes)
-    physical, fused = distribute(bound.plan, catalog, size, config, per_process)
-    plan = cut(physical, bound.output_names, bound.arrow_schema)
-    if fused and not all(
-        s.runs_once_per_process(catalog, config.fuse_min_bytes)
+    physical, per_process_copies = distribute(bound.plan, catalog, size, config, per_process)
+    plan = _once_per_process(
+        cut(physical, bound.output_names, bound.arrow_schema), catalog, config, per_process
+    )
+    if per_process_copies and any(
+        not s.once_per_process and s.whole_table_bytes(catalog) > config.broadcast_max_bytes
         for s in plan.stages
-        if s.whole_table_bytes(catalog) > config.broadcast_max_bytes
     ):
         # A table read whole, allowed one copy per process, would have one per rank after all.
         physical, _ = distribute(bound.plan, catalog, size, config, 1)
-        plan = cut(physical, bound.output_names, bound.arrow_schema)
+        plan = _once_per_process(
+            cut(physical, bound.output_names, bound.arrow_schema), catalog, config, per_process
+        )
     return replace(plan, output_types=bound.output_types)
+
+
+def _once_per_process(plan: StagePlan, catalog: Catalog, config: Config, per_process: int) -> StagePlan:
+    """``plan`` with the stages that run once for all the ranks of a process marked (exec/fused.py)."""
+    if per_process == 1:
+        return plan
+    once = config.fuse_min_bytes
+    stages = tuple(replace(s, once_per_process=s.runs_once_per_process(catalog, once)) for s in plan.stages)
+    return replace(plan, stages=stages)

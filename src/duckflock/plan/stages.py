@@ -47,6 +47,7 @@ class Stage:
     # Measured broadcasts that must all have fallen back to a shuffle for this stage to run: it
     # produces an input only the shuffle plan of an AdaptiveJoin reads.
     when: tuple[int, ...] = ()
+    once_per_process: bool = False  # run once for all the ranks of a process (exec/fused.py)
 
     def whole_table_bytes(self, catalog: Catalog) -> float:
         """The bytes every rank reads of the tables it reads whole (replicated scans)."""
