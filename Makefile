@@ -38,6 +38,7 @@ demo: bytecode
 
 test: bytecode
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 
