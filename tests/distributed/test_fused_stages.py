@@ -8,6 +8,7 @@ with NULL keys, outer and anti joins, ranks that hold no partition, and empty in
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,9 @@ def data(tmp_path_factory) -> Path:
     )
     make_table(root, "r", "SELECT i AS k, i % 5 AS w FROM range(0, 60000, 7) t(i)", 4, "range", ("k",))
     make_table(root, "empty", "SELECT i AS k FROM range(10) t(i) WHERE i < 0", 2)
+    make_table(
+        root, "big2", "SELECT i AS id, i % 700 AS k, i * 3 AS w FROM range(20000) t(i)", 4, "hash", ("id",)
+    )
     make_table(root, "two", "SELECT i % 600 AS k, i AS v FROM range(5000) t(i)", 2)
     return root
 
@@ -169,3 +173,49 @@ def test_a_fused_stage_writes_part_files_and_feeds_a_stream(data, tmp_path):
         assert_same(result.arrow(), ref.sql(grouped).to_arrow_table())
         assert fused_queries(result) == (True, True)
         assert any(s.streamed for s in result.stats)
+
+
+# Both sides of a join read a table whole, each in a stage run once per process; the join's stage
+# streams the left one, so all three run at once (plan/streaming.py).
+TWO_FUSED = (
+    "SELECT x.s, count(*) AS n, sum(y.w) AS w FROM (SELECT b.k AS k, b.v, s.s FROM big b JOIN small s ON b.k = s.k) x "
+    "JOIN (SELECT c.k AS k, c.w FROM big2 c JOIN small s2 ON c.k = s2.k WHERE s2.s <> 's3') y ON x.k = y.k GROUP BY x.s"
+)
+STREAMING = {**FUSE, "stream_min_bytes": 0, "broadcast_threshold_bytes": 65536}
+
+
+@pytest.mark.parametrize("threads", [0, len(os.sched_getaffinity(0))])
+def test_fused_stages_running_at_once_each_have_a_connection(data, threads):
+    """Two fused stages at once (and, with as many DuckDB threads per rank as cores, no second
+    DuckDB: the first rank's own runs the group's other stage too) each get a cursor; the memory
+    limit raised for them is back to a rank's once they end, and nothing of them is kept."""
+    ref = oracle(data)
+    config = {**STREAMING, "threads": threads}
+    with duckflock.connect(str(data), ranks=2, transport="threads", config=config) as db:
+        first = db._backend.ranks_here.runtimes[0]
+        for _ in range(3):
+            result = db.sql(TWO_FUSED, profile=True)
+            assert_same(result.arrow(), ref.sql(TWO_FUSED).to_arrow_table())
+            assert len({s.sid for s in result.stats if LEAD in s.note}) == 2
+            assert any(s.streamed for s in result.stats)
+        limit = "SELECT current_setting('memory_limit')"
+        cons = [first.con, *([first.driver_con] if first.driver_con is not None else [])]
+        assert {c.execute(limit).fetchall()[0] for c in cons} == {first.con.execute(limit).fetchall()[0]}
+        assert len(first._driver_con) <= 1
+        with pytest.raises(duckflock.DuckflockError, match="boom"):
+            db.sql(
+                TWO_FUSED.replace(
+                    "WHERE s2.s <> 's3'", "WHERE CASE WHEN c.id = 19999 THEN error('boom') ELSE true END"
+                )
+            )
+        assert first.process is not None and not first.process._runs
+
+
+def test_fused_stages_running_at_once_in_two_processes(data):
+    ref = oracle(data)
+    config = {**STREAMING, "ranks_per_process": 2}
+    with duckflock.connect(str(data), ranks=4, transport="mpi", config=config) as db:
+        for _ in range(2):
+            result = db.sql(TWO_FUSED, profile=True)
+            assert_same(result.arrow(), ref.sql(TWO_FUSED).to_arrow_table())
+            assert {s.rank for s in result.stats if LEAD in s.note} == {0, 2}

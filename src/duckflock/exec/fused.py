@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -27,19 +28,21 @@ import pyarrow as pa
 
 @dataclass
 class _Run:
-    finished: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
     schema: pa.Schema | None = None  # what the first rank sent: None until then, or if it failed
-    waiting: int = 0  # the other ranks still to take it
 
 
 class ProcessRanks:
-    """What a process's ranks share: which ranks they are (consecutive), and the fused stages under
-    way, by query and stage."""
+    """What a process's ranks share: which ranks they are (consecutive), the fused stages under way
+    (by query and stage, kept until every rank of the process has ended the query: a rank may
+    reach a stage after the first rank has finished the whole query), and how many run now."""
 
     def __init__(self, ranks: tuple[int, ...]):
         self.ranks = ranks
         self._lock = threading.Lock()
         self._runs: dict[tuple[int, int], _Run] = {}
+        self._ended: dict[int, int] = {}  # by query: its ranks here that have ended it
+        self._running = 0  # fused stages running now (on the first rank's threads)
 
     @property
     def first(self) -> int:
@@ -50,13 +53,13 @@ class ProcessRanks:
 
     def _run(self, qid: int, sid: int) -> _Run:
         with self._lock:
-            return self._runs.setdefault((qid, sid), _Run(waiting=len(self.ranks) - 1))
+            return self._runs.setdefault((qid, sid), _Run())
 
     def finished(self, qid: int, sid: int, schema: pa.Schema | None) -> None:
         """The first rank's run ended, having sent rows of ``schema`` (None: it failed)."""
         run = self._run(qid, sid)
         run.schema = schema
-        run.finished.set()
+        run.done.set()
 
     def wait(self, qid: int, sid: int, failure: Callable[[], BaseException | None]) -> pa.Schema:
         """On another rank: wait for the first rank's run; the schema it sent. Raises what
@@ -66,12 +69,33 @@ class ProcessRanks:
             error = failure()
             if error is not None:
                 raise error
-            if run.finished.is_set():  # it failed, and is telling every rank: not yet told here
+            if run.done.is_set():  # it failed, and is telling every rank: not yet told here
                 time.sleep(0.01)
             else:
-                run.finished.wait(0.05)
-        with self._lock:
-            run.waiting -= 1
-            if run.waiting == 0:
-                del self._runs[(qid, sid)]
+                run.done.wait(0.05)
         return run.schema
+
+    def ended(self, qid: int) -> None:
+        """A rank here has ended query ``qid`` (done or failed); after the last, its runs go."""
+        with self._lock:
+            self._ended[qid] = self._ended.get(qid, 0) + 1
+            if self._ended[qid] == len(self.ranks):
+                del self._ended[qid]
+                for key in [k for k in self._runs if k[0] == qid]:
+                    del self._runs[key]
+
+    @contextmanager
+    def running(self, start: Callable[[], None], stop: Callable[[], None]) -> Iterator[None]:
+        """Around a fused stage's run: ``start`` before the first of those running at once (it
+        raises the memory limit of the DuckDB they share), ``stop`` after the last."""
+        with self._lock:
+            if self._running == 0:
+                start()
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                if self._running == 0:
+                    stop()

@@ -72,6 +72,8 @@ def execute_on_rank(
             query.close()
     finally:
         rt.queries_running -= 1
+        if rt.process is not None:
+            rt.process.ended(cmd.qid)
     return query.result, query.stats
 
 
@@ -212,7 +214,8 @@ class _RankQuery:
                     xid = self.streams.get(stage.sid)
                     if xid is not None:  # the stream on the side DuckDB probes with
                         stage = dataclasses.replace(stage, root=streaming.probe_first(stage.root, xid))
-                    con = self.rt.con if k == 0 else connections.enter_context(self.rt.side_connection())
+                    own = k == 0 or (stage.once_per_process and self.rt.process is not None)  # exec/fused.py
+                    con = self.rt.con if own else connections.enter_context(self.rt.side_connection())
                     as_written = xid is not None and streaming.fixed_join_order(stage)
                     after = before.started if before else None
                     overlap = Overlap(con, after=after, joins_as_written=as_written)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -42,13 +43,15 @@ class Runtime:
     config: Config
     threads: int
     ranks_on_node: int
-    # Rank 0's second DuckDB, with every core of the node, for the driver-only final stage (the
-    # node's other ranks wait idle then). A second instance instead of SET threads up and down on
-    # the first: changing the thread count costs more per query than the extra core saves
-    # (measured on the seed query's final sort at SF 1: 119 ms switching, 78 ms on an instance
-    # that keeps both threads). Its threads sleep while the other stages run. Opened by the first
-    # stage that needs it (0 threads: never), so a rank that has none does not pay for it; a list,
-    # shared by the copies of this Runtime a query makes (dataclasses.replace).
+    # A second DuckDB with more cores: rank 0's, with every core of the node, for the driver-only
+    # final stage (the node's other ranks wait idle then); also the one a process's first rank
+    # runs its fused stages on (exec/fused.py; on a first rank other than 0, with the cores of the
+    # process's ranks). A second instance instead of SET threads up and down on the first:
+    # changing the thread count costs more per query than the extra core saves (measured on the
+    # seed query's final sort at SF 1: 119 ms switching, 78 ms on an instance that keeps both
+    # threads). Its threads sleep while the other stages run. Opened by the first stage that
+    # needs it (0 threads: never), so a rank that has none does not pay for it; a list, shared by
+    # the copies of this Runtime a query makes (dataclasses.replace), like the lock opening it.
     driver_threads: int = 0
     budget: Budget | None = None
     spill_dir: Path | None = None  # this rank's own, on node-local storage; removed by close()
@@ -56,6 +59,7 @@ class Runtime:
     process: ProcessRanks | None = None
     queries_running: int = 0  # this rank's part of a query under way (exec/rank_query.py)
     _driver_con: list[duckdb.DuckDBPyConnection] = field(default_factory=list)
+    _opening: threading.Lock = field(default_factory=threading.Lock)  # fused stages may run at once
     # Connections of stages running alongside another on this rank (plan/streaming.py), shared
     # by the copies of this Runtime like ``_driver_con``: a failure interrupts them too.
     _side_cons: list[duckdb.DuckDBPyConnection] = field(default_factory=list)
@@ -123,37 +127,49 @@ class Runtime:
         return self._driver_con[0] if self._driver_con else None
 
     def final_connection(self) -> duckdb.DuckDBPyConnection:
-        """The DuckDB for a driver-only final stage: every core of the node where that helps."""
-        if not self._driver_con and self.driver_threads:
-            # It runs the final stage only, after the rank's own DuckDB has finished the query's
-            # other stages and released its memory: both get DuckDB's part of the budget.
-            assert self.budget is not None and self.spill_dir is not None
-            restrict = self.config.restrict_to_data_dir and self.catalog is not None
-            self._driver_con.append(
-                open_duckdb(
-                    self.driver_threads,
-                    self.budget.duckdb_bytes,
-                    str(self.catalog.root) if restrict and self.catalog is not None else None,
-                    str(self.spill_dir / "driver"),
-                    self.config.max_temp_bytes,
-                    self.config.time_zone,
+        """The DuckDB for a driver-only final stage (every core of the node where that helps), or
+        for the fused stages of a process's first rank."""
+        with self._opening:
+            if not self._driver_con and self.driver_threads:
+                # A final stage runs after the rank's own DuckDB has finished the query's other
+                # stages and released its memory: both get DuckDB's part of the budget.
+                assert self.budget is not None and self.spill_dir is not None
+                restrict = self.config.restrict_to_data_dir and self.catalog is not None
+                self._driver_con.append(
+                    open_duckdb(
+                        self.driver_threads,
+                        self.budget.duckdb_bytes,
+                        str(self.catalog.root) if restrict and self.catalog is not None else None,
+                        str(self.spill_dir / "driver"),
+                        self.config.max_temp_bytes,
+                        self.config.time_zone,
+                    )
                 )
-            )
         return self._driver_con[0] if self._driver_con else self.con
 
     @contextmanager
     def fused_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The DuckDB for a stage run once for all of this process's ranks (exec/fused.py): the one
-        with every core where there is one, while it runs with the memory of all of them (their
-        own DuckDBs wait meanwhile)."""
-        assert self.process is not None and self.budget is not None
-        con = self.final_connection()
-        memory = self.budget.duckdb_bytes
-        con.execute(f"SET memory_limit = '{memory_limit(memory * len(self.process.ranks))}'")
-        try:
+        """A connection for a stage run once for all of this process's ranks (exec/fused.py), of
+        its own (several may run at once, plan/streaming.py; interrupted with the rank's), to the
+        DuckDB with more cores. While fused stages run, that DuckDB may use the memory of all
+        the process's ranks: theirs wait for the fused stage, or run a stage reading its stream."""
+        process, budget = self.process, self.budget
+        assert process is not None and budget is not None
+        wide = self.final_connection()
+
+        def limit(nbytes: int) -> None:
+            setter = wide.cursor()  # ``wide`` itself may be running a stage (no second DuckDB)
+            try:
+                setter.execute(f"SET memory_limit = '{memory_limit(nbytes)}'")
+            finally:
+                setter.close()
+
+        ranks = len(process.ranks)
+        with (
+            process.running(lambda: limit(budget.duckdb_bytes * ranks), lambda: limit(budget.duckdb_bytes)),
+            self.side_connection(of=wide) as con,
+        ):
             yield con
-        finally:
-            con.execute(f"SET memory_limit = '{memory_limit(memory)}'")
 
     @contextmanager
     def side_connection(

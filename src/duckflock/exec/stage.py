@@ -261,6 +261,8 @@ def _run_fused(
             return stats
         sent = None
         try:
+            if overlap is not None and overlap.after is not None:
+                _wait_for(rt, qid, overlap.after)
             with rt.fused_connection() as con:
                 run = _StageRun(rt, qid, con, stats, overlap=overlap, fused=True)
                 try:
@@ -282,6 +284,13 @@ def _failure(rt: Runtime, qid: int) -> Exception | None:
     """The query's failure on any rank, told to this one: its error, or None."""
     failure = rt.mux.failure(qid)
     return failure.error() if failure is not None else None
+
+
+def _raise_failure(rt: Runtime, qid: int) -> None:
+    """Raise the query's failure, if any rank has told this one of it."""
+    error = _failure(rt, qid)
+    if error is not None:
+        raise error
 
 
 def _split(
@@ -444,9 +453,7 @@ def _send_in_groups(
     written = 0
     schema = None
     for group in split.groups:
-        failure = rt.mux.failure(run.qid)  # another rank failed meanwhile: no more runs
-        if failure is not None:
-            raise failure.error()
+        _raise_failure(rt, run.qid)  # another rank failed meanwhile: no more runs
         split.read_group(run.con, group)
         sql = render(root, scan_source(rt.catalog, run.ranks, rt.size, group))
         t0 = time.perf_counter()
@@ -602,18 +609,14 @@ def _wait_at_gate(rt: Runtime, qid: int, sid: int) -> None:
     gate = Path(rt.config.stage_gate_dir)
     (gate / f"rank{rt.rank}.stage{sid}").write_text(str(os.getpid()))  # the process a test may kill
     while (gate / "hold").exists():
-        failure = rt.mux.failure(qid)
-        if failure is not None:
-            raise failure.error()
+        _raise_failure(rt, qid)
         time.sleep(0.02)
 
 
 def _wait_for(rt: Runtime, qid: int, event: threading.Event) -> None:
     """Wait for another stage of this rank to start its query; raise if the query failed meanwhile."""
     while not event.wait(0.05):
-        failure = rt.mux.failure(qid)
-        if failure is not None:
-            raise failure.error()
+        _raise_failure(rt, qid)
 
 
 def _drain(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -23,11 +23,11 @@ def plan_query(
     """The stage plan of ``sql`` over ``size`` ranks, ``per_process`` of them in each process, or
     SqlError/CatalogError naming what is wrong."""
     bound = bind(sql, catalog, schema_db, config.driver_fallback_bytes)
-    physical, per_process_copies = distribute(bound.plan, catalog, size, config, per_process)
+    physical, copies_per_process = distribute(bound.plan, catalog, size, config, per_process)
     plan = _once_per_process(
         cut(physical, bound.output_names, bound.arrow_schema), catalog, config, per_process
     )
-    if per_process_copies and any(
+    if copies_per_process and any(
         not s.once_per_process and s.whole_table_bytes(catalog) > config.broadcast_max_bytes
         for s in plan.stages
     ):
