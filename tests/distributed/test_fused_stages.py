@@ -9,12 +9,15 @@ with NULL keys, outer and anti joins, ranks that hold no partition, and empty in
 from __future__ import annotations
 
 import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 import duckflock
-from support import assert_same, make_table, oracle, read_parts
+from support import BOUND_S, assert_same, make_table, oracle, read_parts
 
 pytestmark = pytest.mark.dist
 
@@ -219,3 +222,39 @@ def test_fused_stages_running_at_once_in_two_processes(data):
             result = db.sql(TWO_FUSED, profile=True)
             assert_same(result.arrow(), ref.sql(TWO_FUSED).to_arrow_table())
             assert {s.rank for s in result.stats if LEAD in s.note} == {0, 2}
+
+
+def test_ctrl_c_in_a_fused_stage_stops_the_ranks_waiting_for_it(data, monkeypatch):
+    """A fault injected at an observed point: once rank 1 waits for rank 0's fused run, Ctrl-C
+    reaches rank 0 (the caller's thread) inside it. The query raises KeyboardInterrupt at once, the
+    waiting rank is told, and the next query (fused again) gives DuckDB's answer."""
+    from duckflock.exec import fused, stage
+
+    waiting = threading.Event()
+    real_wait, real_send = fused.ProcessRanks.wait, stage._send
+
+    def observed_wait(self, *args):
+        waiting.set()
+        return real_wait(self, *args)
+
+    def interrupted_send(run, *args):
+        if run.fused and not interrupted_send.done:
+            interrupted_send.done = True
+            assert waiting.wait(BOUND_S)
+            os.kill(os.getpid(), signal.SIGINT)  # to the main thread: this one
+            time.sleep(BOUND_S)
+        return real_send(run, *args)
+
+    interrupted_send.done = False
+    monkeypatch.setattr(fused.ProcessRanks, "wait", observed_wait)
+    monkeypatch.setattr(stage, "_send", interrupted_send)
+    sql = QUERIES["gather of an aggregate"][0]
+    with duckflock.connect(str(data), ranks=2, transport="threads", config=FUSE) as db:
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            db.sql(sql)
+        assert time.monotonic() - t0 < BOUND_S
+        result = db.sql(sql, profile=True)
+        assert_same(result.arrow(), oracle(data).sql(sql).to_arrow_table())
+        assert fused_queries(result) == (True, True)
+        assert not db._backend.ranks_here.runtimes[0].process._runs
