@@ -14,7 +14,7 @@ from duckflock.errors import CatalogError, SqlError, duckdb_message
 from duckflock.local_duckdb import restrict, set_time_zone
 from duckflock.plan.nodes import Node
 from duckflock.plan.render import render
-from duckflock.sql.functions import AggregateNames
+from duckflock.sql.functions import AggregateNames, FunctionRow, function_rows
 from duckflock.sqltext import quote_ident as q
 
 
@@ -31,23 +31,23 @@ class SchemaDB:
             self.con.execute(f"CREATE TABLE {q(name)} ({cols})")
 
     @functools.cached_property
+    def functions(self) -> list[FunctionRow]:
+        return function_rows(self.con)
+
+    @functools.cached_property
     def aggregate_names(self) -> AggregateNames:
         """DuckDB's aggregate functions (and aggregating macros), by lower-case name."""
-        return AggregateNames(self.con)
+        return AggregateNames(self.functions)
 
     @functools.cached_property
     def volatile_names(self) -> frozenset[str]:
         """DuckDB's VOLATILE functions (random, uuid, nextval, ...), lower-case."""
-        rows = self.con.execute("SELECT function_name FROM duckdb_functions() WHERE stability = 'VOLATILE'")
-        return frozenset(n.lower() for (n,) in rows.fetchall())
+        return frozenset(f.name.lower() for f in self.functions if f.stability == "VOLATILE")
 
     @functools.cached_property
     def function_aliases(self) -> dict[str, str]:
         """DuckDB's function aliases to the names they stand for, lower-case."""
-        rows = self.con.execute(
-            "SELECT DISTINCT function_name, alias_of FROM duckdb_functions() WHERE alias_of IS NOT NULL"
-        ).fetchall()
-        return {a.lower(): b.lower() for a, b in rows}
+        return {f.name.lower(): f.alias_of.lower() for f in self.functions if f.alias_of is not None}
 
     @functools.cached_property
     def type_aliases(self) -> dict[str, str]:
