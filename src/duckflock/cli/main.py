@@ -20,7 +20,7 @@ from duckflock.cli.bench_args import add_bench_parsers
 from duckflock.cli.errors_out import print_error
 from duckflock.cli.terminal import launch_env
 from duckflock.errors import DuckflockError
-from duckflock.exec.forked import fork_job
+from duckflock.exec.forked import exit_child, fork_job
 from duckflock.exec.launch import (
     job_outcome,
     launcher_rank,
@@ -127,14 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     try:
-        return _dispatch(args, argv)
+        code = _dispatch(args, argv)
     except DuckflockError as e:
         if launcher_rank() in (None, 0):  # one message per job, not one per rank
             print_error(str(e))
-        return 1
+        code = 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        code = 130
+    exit_child(code)  # a job's forked child ends here
+    return code
 
 
 def relaunch(ranks: int, configured: int, argv: list[str]) -> int:

@@ -19,6 +19,7 @@ KeyboardInterrupt raised inside DuckDB's calls there ends in tracebacks, and wha
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -31,6 +32,7 @@ from duckflock.exec.launch import killed_message, ranks_of
 
 _interruptible = False  # a query runs: the session turns a KeyboardInterrupt into a clean stop
 _interrupted = False
+_in_child = False
 
 
 def fork_job(ranks: int) -> None:
@@ -45,6 +47,8 @@ def fork_job(ranks: int) -> None:
     parent = os.getpid()
     child = os.fork()
     if child == 0:
+        global _in_child
+        _in_child = True
         os.setpgid(0, 0)
         # A background process group may not write to its terminal where `stty tostop` is set:
         # the child would stop at its first line of output. Ignoring SIGTTOU allows the writes.
@@ -56,6 +60,21 @@ def fork_job(ranks: int) -> None:
         return
     guard = str(Path(__file__).with_name("guard.py"))
     os.execv(sys.executable, [sys.executable, "-I", "-S", guard, "--wait", str(child), str(ranks)])
+
+
+def exit_child(code: int) -> None:
+    """In the child, once its job is over: run the exit handlers (spill directories), flush, and
+    exit without the interpreter's teardown of every module and object, which takes 0.13 s with
+    DuckDB, Arrow and sqlglot loaded (a tenth of a small query's time) and leaves nothing behind.
+    Elsewhere it returns."""
+    if not _in_child:
+        return
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            if stream is not None:
+                stream.flush()
+    os._exit(code)
 
 
 @contextlib.contextmanager
