@@ -19,6 +19,7 @@ import sys
 import tempfile
 import textwrap
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -98,13 +99,17 @@ def run_memory(
             qfile = work / "query.sql"
             qfile.write_text(QUERIES[name])
             want_path = work / "duckdb.parquet"
-            base = _repeat(runs, _duckdb, data, qfile, want_path, limit, work)
+            got_paths = {n: work / f"duckflock-{n}.parquet" for n in ranks}
+            calls: list[Callable[[], Measured | pss.Sampled]] = [
+                partial(_duckdb, data, qfile, want_path, limit, work),
+                *(partial(_duckflock, data, name, n, got_paths[n], limit, work) for n in ranks),
+            ]
+            base, *points = (_point(m) for m in _interleaved(runs, calls))
             want = pq.read_table(want_path) if base["ok"] else None
             results["points"].append({"query": name, "engine": "duckdb", "ranks": 1, **base})
             _say(name, "DuckDB", base)
-            for n in ranks:
-                got_path = work / f"duckflock-{n}.parquet"
-                point = _repeat(runs, _duckflock, data, name, n, got_path, limit, work)
+            for n, point in zip(ranks, points, strict=True):
+                got_path = got_paths[n]
                 if point["ok"] and want is not None:
                     problem = difference(pq.read_table(got_path), want, _ORDER.get(name))
                     point["correct"], point["problem"] = problem is None, problem
@@ -145,15 +150,20 @@ def _run(cmd: list[str], limit: int | None, spill: Path, env: dict[str, str]) ->
     return run_in_cgroup(cmd, limit, spill, env, timeout=900)
 
 
-def _repeat(runs: int, once: Callable[..., Measured | pss.Sampled], *args: object) -> dict:
-    """Medians over ``runs`` runs of ``once(*args)`` (peaks: the median run's); a failed run ends
-    the series."""
-    measured: list[Measured | pss.Sampled] = []
+def _interleaved(runs: int, calls: list[Callable[[], Measured | pss.Sampled]]) -> list[list]:
+    """``runs`` runs of each call, taking turns (DuckDB, then duckflock on each rank count, again):
+    a machine that slows down or speeds up during a series shifts every engine's times alike, not
+    the ones measured last. A failed run ends that call's series."""
+    measured: list[list[Measured | pss.Sampled]] = [[] for _ in calls]
     for _ in range(runs):
-        m = once(*args)
-        measured.append(m)
-        if m.returncode != 0:
-            break
+        for call, done in zip(calls, measured, strict=True):
+            if not done or done[-1].returncode == 0:
+                done.append(call())
+    return measured
+
+
+def _point(measured: list[Measured | pss.Sampled]) -> dict:
+    """Medians over the runs (peaks: the median run's)."""
     last = measured[-1]
     ok = last.returncode == 0
     point = {
