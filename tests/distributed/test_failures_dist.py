@@ -176,6 +176,26 @@ def test_failed_query_leaves_no_output_file(bad_dir, tmp_path):
     assert pq.read_table(target).num_rows == 2000
 
 
+def test_cli_job_leaves_no_spill_files(bad_dir, tmp_path):
+    """The forked child of a CLI job exits without Python's teardown (exec/forked.exit_child): its
+    spill directories still go, after a query whose received rows all spilled and after one that
+    failed, and its output and exit code still arrive."""
+    spill = tmp_path / "spill"
+    env = {**os.environ, "DUCKFLOCK_TEMP_DIR": str(spill), "DUCKFLOCK_EXCHANGE_MEMORY_BYTES": "1"}
+    join = "SELECT count(*) AS n FROM good a JOIN bad b ON a.k = b.k"
+    for query, code, needle in ((join, 0, "2000"), ("SELECT CAST(s AS INTEGER) FROM bad", 1, "oops")):
+        proc = subprocess.run(
+            [*CLI, "sql", "--data", str(bad_dir), "--ranks", "2", "--profile", query],
+            capture_output=True,
+            text=True,
+            timeout=BOUND_S,
+            env=env,
+        )
+        assert proc.returncode == code, proc.stderr
+        assert needle in proc.stdout + proc.stderr
+        assert spill.is_dir() and not any(spill.iterdir())
+
+
 def test_session_survives_failures(bad_dir):
     with duckflock.connect(bad_dir, ranks=3) as db:
         with pytest.raises(duckflock.ExecutionError) as info:
