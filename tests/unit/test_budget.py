@@ -46,14 +46,16 @@ def test_slurm_allocation_and_split(monkeypatch):
         (614, 2, 65536, 6, 4),
         (614, 2, 262144, 3, 4),  # larger batches, fewer stages
         (2048, 64, 65536, 4, 1),  # many targets: more chunks waiting per stage
-        (16384, 64, 65536, 8, 4),
+        (16384, 4, 65536, 8, 2),  # plenty of room: a rank's chunks hold SPLIT_BYTES over all targets
+        (16384, 64, 65536, 8, 1),
     ],
 )
 def test_stages_at_once_fit_what_duckdb_and_exchanges_leave(
     rank_mib, ranks, batch_rows, at_once, chunk_mib, monkeypatch
 ):
     """Streaming runs several stages at once only where each one's batch and the chunks it holds
-    for every target fit (exec/budget.py); chunks (4 MiB configured) shrink where that room is tight."""
+    for every target fit (exec/budget.py); chunks (4 MiB configured) shrink where that room is tight
+    or where there are many targets."""
     monkeypatch.setattr(budget, "own_anon_bytes", lambda: 100 << 20)
     config = Config(memory_limit_bytes=rank_mib << 20, batch_rows=batch_rows, chunk_bytes=4 << 20)
     got = budget.Budget.of_rank(config, 1, ranks)

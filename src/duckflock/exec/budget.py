@@ -40,9 +40,14 @@ INFLIGHT_PART = 0.05
 # is tight, chunks shrink (to 1 MiB at least: 3% slower than 4 MiB for the skewed join at SF 10 on
 # 4 ranks) so that CHUNKS_IN_ROOM of them per target fit: a 4-rank job in a 1.5 GiB node, 32 MB of
 # room, then runs the 3 stages of a streamed join at once instead of 1.
+# However much room there is, a rank's chunks for all its targets hold at most SPLIT_BYTES: what
+# a rank holds for its targets, and what a streamed input holds of its senders' messages (a few per
+# sender), would otherwise grow with the job's rank count (the issue's join at SF 1 on 4 ranks, no
+# cgroup: 640 MiB summed Pss with 4 MiB chunks, 580 with 2 MiB, in the same time).
 BATCH_BYTES_PER_ROW = 64
 CHUNKS_IN_ROOM = 8
 MIN_CHUNK_BYTES = 1 << 20
+SPLIT_BYTES = 8 << 20
 REST_PART = 1 - DUCKDB_PART - EXCHANGE_PART - INFLIGHT_PART
 MAX_STAGES_AT_ONCE = 8
 # A side broadcast for being cheaper to copy than the other side is to move may take up to one
@@ -72,7 +77,8 @@ class Budget:
         held = own_anon_bytes() if held_bytes is None else held_bytes
         free = max(total - held, total // 4)
         room = int(free * REST_PART)
-        chunk = min(config.chunk_bytes, max(MIN_CHUNK_BYTES, room // (CHUNKS_IN_ROOM * ranks)))
+        fits = min(room // (CHUNKS_IN_ROOM * ranks), SPLIT_BYTES // ranks)
+        chunk = min(config.chunk_bytes, max(MIN_CHUNK_BYTES, fits))
         stage = BATCH_BYTES_PER_ROW * config.batch_rows + ranks * chunk
         return cls(
             rank_bytes=total,
