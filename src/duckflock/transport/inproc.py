@@ -1,10 +1,12 @@
-"""In-process transport: n linked endpoints in one process, for fast tests of exchange logic."""
+"""In-process transport: n linked endpoints in one process (ranks that are threads of one process)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from duckflock.transport.base import Inbox, SendHandle, Transport
+import pyarrow as pa
+
+from duckflock.transport.base import Buffer, Inbox, SendHandle, Transport
 
 
 class _Done(SendHandle):
@@ -27,11 +29,8 @@ class InProcTransport(Transport):
         return [cls(r, boxes) for r in range(size)]
 
     def isend(self, dest: int, tag: int, data) -> SendHandle:
-        if isinstance(data, list):
-            copy: object = [bytes(memoryview(d).cast("B")) for d in data]
-        else:
-            copy = bytes(memoryview(data).cast("B"))
-        self._boxes[dest].put((self.rank, tag, copy))
+        payload = [_handed(d) for d in data] if isinstance(data, list) else _handed(data)
+        self._boxes[dest].put((self.rank, tag, payload))
         return _Done()
 
     def poll(self) -> list[tuple[int, int, object]]:
@@ -40,3 +39,11 @@ class InProcTransport(Transport):
     def set_waker(self, wake: Callable[[], None]) -> bool:
         self._boxes[self.rank].wake = wake
         return True
+
+
+def _handed(data: Buffer) -> Buffer:
+    """What the receiver gets: Arrow buffers and bytes themselves, which the sender never changes
+    once sent (the receiver's batches reference them, as they do a message a rank sends itself); a
+    copy of anything else, which the sender may reuse. Copying every message cost a memcpy per byte
+    exchanged and, at SF 1 on 4 ranks, 25 MB of the issue's join's summed peak (about 580 MiB)."""
+    return data if isinstance(data, (bytes, pa.Buffer)) else bytes(memoryview(data).cast("B"))
