@@ -637,3 +637,16 @@ def test_a_streamed_input_that_fails_is_reported_by_its_own_error_not_duckdbs_wr
     with pytest.raises(duckdb.Error) as own:
         con.sql("SELECT error('a cause of its own')").fetchall()
     assert describe_error(own.value, lost) == describe_error(own.value)
+
+
+def test_ranks_of_one_process_hand_over_arrow_buffers_and_copy_what_a_sender_may_reuse():
+    """Arrow buffers and bytes reach the receiver as they are (no copy of the exchanged data); a
+    writable buffer is copied, so changing it after sending changes nothing the receiver has."""
+    sender, receiver = InProcTransport.group(2)
+    arrow, reused = pa.py_buffer(b"rows"), bytearray(b"head")
+    sender.isend(1, 7, [b"meta", arrow, reused])
+    reused[:] = b"XXXX"
+    [(src, tag, (meta, got_arrow, got_reused))] = receiver.poll()
+    assert (src, tag, meta) == (0, 7, b"meta")
+    assert got_arrow is arrow
+    assert bytes(got_reused) == b"head"
