@@ -32,8 +32,9 @@ class Config:
     # and that join at SF 10 took no longer).
     batch_rows: int = 64 * 1024
     # Bytes buffered per target before a chunk is serialized and sent (at most: a rank with little
-    # room outside DuckDB takes smaller chunks, exec/budget.py). 1 MiB chunks held 20 MB less
-    # (summed over 2 ranks, the join at SF 1 and SF 10) but took 6% longer at SF 10.
+    # room outside DuckDB, or with more than 2 targets, takes smaller chunks, exec/budget.py). 1 MiB
+    # chunks held 20 MB less (summed over 2 ranks, the join at SF 1 and SF 10) but took 6%
+    # longer at SF 10.
     chunk_bytes: int = 4 * 1024 * 1024
     # Bytes a rank may have in flight (queued or sending) before the producer waits: back-pressure.
     max_inflight_bytes: int = 64 * 1024 * 1024

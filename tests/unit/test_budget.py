@@ -46,8 +46,8 @@ def test_slurm_allocation_and_split(monkeypatch):
         (614, 2, 65536, 6, 4),
         (614, 2, 262144, 3, 4),  # larger batches, fewer stages
         (2048, 64, 65536, 4, 1),  # many targets: more chunks waiting per stage
-        (16384, 4, 65536, 8, 2),  # plenty of room: a rank's chunks hold SPLIT_BYTES over all targets
-        (16384, 64, 65536, 8, 1),
+        (16384, 4, 65536, 8, 2),  # plenty of room: chunks of SPLIT_BYTES / targets
+        (16384, 64, 65536, 8, 1),  # ... but 1 MiB at least
     ],
 )
 def test_stages_at_once_fit_what_duckdb_and_exchanges_leave(

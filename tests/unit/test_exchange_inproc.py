@@ -644,9 +644,10 @@ def test_ranks_of_one_process_hand_over_arrow_buffers_and_copy_what_a_sender_may
     writable buffer is copied, so changing it after sending changes nothing the receiver has."""
     sender, receiver = InProcTransport.group(2)
     arrow, reused = pa.py_buffer(b"rows"), bytearray(b"head")
-    sender.isend(1, 7, [b"meta", arrow, reused])
+    meta_sent = b"meta"
+    sender.isend(1, 7, [meta_sent, arrow, reused])
     reused[:] = b"XXXX"
     [(src, tag, (meta, got_arrow, got_reused))] = receiver.poll()
     assert (src, tag, meta) == (0, 7, b"meta")
-    assert got_arrow is arrow
+    assert got_arrow is arrow and meta is meta_sent
     assert bytes(got_reused) == b"head"

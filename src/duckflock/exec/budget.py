@@ -29,8 +29,9 @@ from duckflock.errors import DuckflockError
 # Of a rank's share: DuckDB's memory_limit, received exchange data, bytes in flight; the rest is for
 # Python, Arrow buffers being split and sent, and DuckDB's own overshoot. DuckDB gets the most: a
 # join that spills in DuckDB is slow, while received data spills to IPC files DuckDB streams from
-# anyway. In a 1.5 GiB node, SF 10's comment join on 2 ranks took 35.9 s with 0.6/0.2 and 28.7 s
-# with 0.7/0.1 (DuckDB alone: 28.8 s), and peaked lower (674 against about 800 MiB).
+# anyway. In a 1.5 GiB node the issue's join at SF 10 on 2 ranks took 35.9 s with 0.6/0.2 and 28.7 s
+# with 0.7/0.1 (DuckDB alone: 28.8 s; one interleaved A/B of 3 runs each), and peaked lower (674
+# against about 800 MiB).
 DUCKDB_PART = 0.7
 EXCHANGE_PART = 0.1
 INFLIGHT_PART = 0.05
@@ -40,10 +41,11 @@ INFLIGHT_PART = 0.05
 # is tight, chunks shrink (to 1 MiB at least: 3% slower than 4 MiB for the skewed join at SF 10 on
 # 4 ranks) so that CHUNKS_IN_ROOM of them per target fit: a 4-rank job in a 1.5 GiB node, 32 MB of
 # room, then runs the 3 stages of a streamed join at once instead of 1.
-# However much room there is, a rank's chunks for all its targets hold at most SPLIT_BYTES: what
-# a rank holds for its targets, and what a streamed input holds of its senders' messages (a few per
-# sender), would otherwise grow with the job's rank count (the issue's join at SF 1 on 4 ranks, no
-# cgroup: 640 MiB summed Pss with 4 MiB chunks, 580 with 2 MiB, in the same time).
+# However much room there is, chunks are at most SPLIT_BYTES / targets (but 1 MiB at least): what a
+# rank holds for its targets, and what a streamed input holds of its senders' messages (a few per
+# sender), would otherwise grow with the job's rank count as fast as with 4 MiB chunks (the issue's
+# join at SF 1 on 4 ranks, no cgroup: 640 MiB summed Pss with 4 MiB chunks, 580 with 2 MiB, in the
+# same time).
 BATCH_BYTES_PER_ROW = 64
 CHUNKS_IN_ROOM = 8
 MIN_CHUNK_BYTES = 1 << 20

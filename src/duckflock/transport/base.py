@@ -22,7 +22,9 @@ TAG_BITS = 28
 class SendHandle(ABC):
     @abstractmethod
     def done(self) -> bool:
-        """True once the buffer may be reused (the transport no longer needs it)."""
+        """True once the transport no longer needs the buffer. A writable buffer may then be
+        reused; ``bytes`` and Arrow buffers never are (ranks of one process hand them over as they
+        are, and the receiver's batches keep referencing them)."""
 
 
 class Transport(ABC):
@@ -37,7 +39,8 @@ class Transport(ABC):
     @abstractmethod
     def isend(self, dest: int, tag: int, data: Buffer) -> SendHandle:
         """Start sending ``data`` (a buffer, or a list of them if ``multipart``) to ``dest``;
-        the caller keeps ``data`` alive until done()."""
+        the caller keeps ``data`` alive until done() and never writes to ``bytes`` or Arrow buffers
+        it has sent."""
 
     @abstractmethod
     def poll(self) -> list[tuple[int, int, Buffer]]:
