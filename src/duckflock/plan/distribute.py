@@ -66,6 +66,9 @@ FILTERED_SLACK = 4
 # the shuffle and 0.55x the memory; the skewed join's part (64 MB next to 2.4 GB) took 0.6x the time.
 COPY_MARGIN = 2
 
+# DuckDB's LIMIT is a BIGINT: a rank's top-k of LIMIT + OFFSET rows is capped here.
+_MAX_LIMIT = (1 << 63) - 1
+
 
 @dataclass(frozen=True)
 class Placed:
@@ -602,14 +605,17 @@ class _Planner:
         big = child.bytes > self.config.range_sort_threshold_bytes
         if isinstance(node, Sort) and node.limit is None and not node.offset and big:
             return self.range_sort(node, child)
-        # Top-k on every rank first: each rank sends at most limit + offset rows to the driver.
+        # Top-k on every rank first: each rank sends at most limit + offset rows to the driver
+        # (no more than DuckDB's largest LIMIT, which no rank's rows reach anyway).
         # Without a limit a local sort would be wasted: the driver sorts everything again.
         if node.limit is None:
             local = child.node
-        elif isinstance(node, Sort):
-            local = Sort(child.node.columns, child=child.node, keys=node.keys, limit=node.limit + node.offset)
         else:
-            local = Limit(child.node.columns, child=child.node, limit=node.limit + node.offset)
+            top = min(node.limit + node.offset, _MAX_LIMIT)
+            if isinstance(node, Sort):
+                local = Sort(child.node.columns, child=child.node, keys=node.keys, limit=top)
+            else:
+                local = Limit(child.node.columns, child=child.node, limit=top)
         gathered = self.to_single(replace(child, node=local))
         return Placed(node.with_children((gathered.node,)), (Single(),), child.rows, child.width)
 
