@@ -1,7 +1,8 @@
 """Stages run once for all the ranks of a process (exec/fused.py) give DuckDB's answer.
 
-A stage that reads a partitioned table and one read whole by every rank runs on the process's first
-rank over all of its ranks' partitions; the others send no rows. Each query below puts such a stage
+A stage that reads a partitioned table and one read whole by every rank, or that only scans (and
+filters) a partitioned table, runs on the process's first rank over all of its ranks' partitions;
+the others send no rows. Each query below puts such a stage
 in front of another kind of exchange (a gather, a hash shuffle, a shuffle into range partitions),
 with NULL keys, outer and anti joins, ranks that hold no partition, and empty inputs.
 """
@@ -66,6 +67,16 @@ QUERIES = {
     ),
     "a table of two partitions, on more ranks": (
         "SELECT count(*) AS n, sum(t.v) AS v, max(s.s) AS s FROM two t JOIN small s ON t.k = s.k",
+        True,
+    ),
+    # A scan alone, shuffled (nothing read whole): one DuckDB reads the process's partitions.
+    "a scanned side shuffled into range partitions, NULL keys kept": (
+        "SELECT count(*) AS n, count(r.w) AS m, sum(b.v) AS v FROM big b LEFT JOIN r ON r.k = b.k + 7 "
+        "WHERE b.v % 3 <> 1",
+        True,
+    ),
+    "a scanned side shuffled, no row passes its filter": (
+        "SELECT count(*) AS n, max(r.w) AS w FROM big b JOIN r ON r.k = b.k WHERE b.v < 0",
         True,
     ),
 }

@@ -315,6 +315,34 @@ def test_a_side_read_whole_may_use_the_memory_of_all_ranks_of_a_process(plan, ca
     assert the_join(p).strategy == "shuffle both"
 
 
+def test_a_stage_reading_a_table_whole_runs_once_when_the_copies_it_saves_are_large(plan, catalog):
+    """``fuse_min_bytes`` weighs the copies saved, one per other rank of the process: tiny's
+    columns twice over are saved by a process of 4 ranks (3 copies), not by one of 2 (1 copy)."""
+    join = "SELECT ua.v, tiny.name FROM ua JOIN tiny ON ua.k = tiny.k"
+    tiny = catalog.table("tiny")
+    twice = int(2 * tiny.rows * tiny.row_width(["k", "name"]))
+    settings = {"broadcast_threshold_bytes": 1 << 30, "broadcast_max_bytes": 1 << 30, "fuse_min_bytes": twice}
+    for per_process, once in ((4, True), (2, False)):
+        p = plan(join, per_process=per_process, **settings)
+        assert the_join(p).strategy == "broadcast right"
+        assert [s.once_per_process for s in p.stages] == [once, False]
+
+
+def test_a_stage_that_only_scans_runs_once_per_process(plan):
+    """A partitioned table scanned (and filtered) into a shuffle: one DuckDB reads the process's
+    partitions (exec/fused.py), from ``fuse_min_bytes`` scanned on; a stage holding a join's or an
+    aggregate's state runs per rank."""
+    join = "SELECT ua.v, ub.w FROM ua JOIN ub ON ua.k = ub.k WHERE ua.v > 2"
+    settings = {"broadcast_threshold_bytes": 64, "fuse_min_bytes": 64}
+    p = plan(join, per_process=4, **settings)
+    assert the_join(p).strategy == "shuffle both"
+    assert [s.once_per_process for s in p.stages] == [True, True, False, False]  # scans, join, driver
+    assert not any(s.once_per_process for s in plan(join, per_process=4, broadcast_threshold_bytes=64).stages)
+    assert not any(s.once_per_process for s in plan(join, per_process=1, **settings).stages)
+    grouped = plan("SELECT v, count(*) AS n FROM ua GROUP BY v", per_process=4, **settings)
+    assert not any(s.once_per_process for s in grouped.stages)
+
+
 def test_the_preserved_side_of_an_outer_join_is_never_broadcast(plan):
     """Broadcasting the preserved side would emit its unmatched rows once per rank."""
     p = plan(

@@ -4,15 +4,17 @@ Ranks that are threads of one process each built their own hash table of a table
 whole (a broadcast read from shared storage): the skewed join at SF 10 on 2 ranks held part twice,
 1.6x DuckDB's memory. A stage that reads tables only, one of them whole, now runs once, on the
 process's first rank, over the partitions of all its ranks, with their cores and memory; its other
-ranks send no rows, only the end of their output (or an empty part file).
+ranks send no rows, only the end of their output (or an empty part file). So does a stage that only
+scans and filters partitioned tables into an exchange: one pipeline's buffers instead of a
+pipeline per rank.
 
 Why the rows are the same: a plan is correct for any spread of partitions over ranks that keeps
 partition p of every input in one place (as for exec/partition_runs.py), and a process is such a
 place. Only for an output that an exchange spreads anew (not a rank's own share of replicated rows,
 nor a gather in rank order), for a stage whose ranks agree on nothing while it runs (measured
-broadcasts, hot keys, sort splitters), and from ``fuse_min_bytes`` read whole on: below, the copies
-cost less than one DuckDB with all the threads over all the partitions (plan/stages.py,
-Stage.runs_once_per_process).
+broadcasts, hot keys, sort splitters), and from ``fuse_min_bytes`` read whole (scanned, for a scan
+alone) on: below, the copies cost less than one DuckDB with all the threads over all the partitions
+(plan/stages.py, Stage.runs_once_per_process).
 """
 
 from __future__ import annotations

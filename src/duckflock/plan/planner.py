@@ -44,5 +44,7 @@ def _once_per_process(plan: StagePlan, catalog: Catalog, config: Config, per_pro
     if per_process == 1:
         return plan
     once = config.fuse_min_bytes
-    stages = tuple(replace(s, once_per_process=s.runs_once_per_process(catalog, once)) for s in plan.stages)
+    stages = tuple(
+        replace(s, once_per_process=s.runs_once_per_process(catalog, once, per_process)) for s in plan.stages
+    )
     return replace(plan, stages=stages)
