@@ -22,13 +22,14 @@ class Config:
     # A stage that reads tables only, some of them whole, runs once for all the ranks of a process
     # (exec/fused.py) when the copies that saves (one per other rank of the process, of the scanned
     # columns of tables read whole) hold at least this many bytes; a stage that only scans and
-    # filters partitioned tables, when it scans this many bytes. Below, a copy per rank costs less
-    # than one DuckDB with the process's threads over all its partitions: TPC-H Q21 at SF 1 on 2
-    # ranks (supplier read whole) peaks at 324 MB run once, at 185 MB run per rank (summed Pss).
-    # Above, it saves the copies: the skewed join at SF 10 on 2 ranks (part read whole) peaks at
-    # 1.15x DuckDB's memory run once, 1.62x run per rank; at SF 1 on 4 ranks (3 copies of part's
-    # 8.6 MB) at 1.38x run once, 1.85x per rank. Time at TPC-H SF 1: 2 ranks gained nothing from
-    # running stages reading 4 MB whole once (the geometric mean of the time ratios 3% higher).
+    # filters partitioned tables, when it scans this many bytes in a process of more ranks than
+    # cores. Below, a copy per rank costs less than one DuckDB with the process's threads over all
+    # its partitions: TPC-H Q21 at SF 1 on 2 ranks (supplier read whole) peaks at 324 MB run once,
+    # at 185 MB run per rank (summed Pss). Above, it saves the copies: the skewed join at SF 10 on
+    # 2 ranks (part read whole) peaks at 1.15x DuckDB's memory run once, 1.62x run per rank; at
+    # SF 1 on 4 ranks (3 copies of part's 8.6 MB) at 1.38x run once, 1.85x per rank. Time at TPC-H
+    # SF 1: 2 ranks gained nothing from running stages reading 4 MB whole once (the geometric mean
+    # of the time ratios 3% higher).
     fuse_min_bytes: int = 16 * 1024 * 1024
     # Rows per record batch pulled from DuckDB: enough to amortise Python's per-batch work, few
     # enough that a batch and its pieces split by target stay small (64Ki instead of 256Ki rows:

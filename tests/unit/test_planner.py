@@ -57,8 +57,8 @@ def schema_db(catalog):
 
 @pytest.fixture
 def plan(catalog, schema_db):
-    def run(sql: str, size: int = 4, per_process: int = 1, **config) -> StagePlan:
-        return plan_query(sql, catalog, schema_db, size, Config(**config), per_process)
+    def run(sql: str, size: int = 4, per_process: int = 1, cores: int = 2, **config) -> StagePlan:
+        return plan_query(sql, catalog, schema_db, size, Config(**config), per_process, cores)
 
     return run
 
@@ -328,18 +328,19 @@ def test_a_stage_reading_a_table_whole_runs_once_when_the_copies_it_saves_are_la
         assert [s.once_per_process for s in p.stages] == [once, False]
 
 
-def test_a_stage_that_only_scans_runs_once_per_process(plan):
+def test_a_stage_that_only_scans_runs_once_per_process_of_more_ranks_than_cores(plan):
     """A partitioned table scanned (and filtered) into a shuffle: one DuckDB reads the process's
-    partitions (exec/fused.py), from ``fuse_min_bytes`` scanned on; a stage holding a join's or an
-    aggregate's state runs per rank."""
+    partitions (exec/fused.py), from ``fuse_min_bytes`` scanned on, where the process's ranks
+    outnumber its cores; a stage holding a join's or an aggregate's state runs per rank."""
     join = "SELECT ua.v, ub.w FROM ua JOIN ub ON ua.k = ub.k WHERE ua.v > 2"
     settings = {"broadcast_threshold_bytes": 64, "fuse_min_bytes": 64}
-    p = plan(join, per_process=4, **settings)
+    p = plan(join, per_process=4, cores=2, **settings)
     assert the_join(p).strategy == "shuffle both"
     assert [s.once_per_process for s in p.stages] == [True, True, False, False]  # scans, join, driver
-    assert not any(s.once_per_process for s in plan(join, per_process=4, broadcast_threshold_bytes=64).stages)
-    assert not any(s.once_per_process for s in plan(join, per_process=1, **settings).stages)
-    grouped = plan("SELECT v, count(*) AS n FROM ua GROUP BY v", per_process=4, **settings)
+    for per_process, cores, more in ((4, 4, {}), (2, 2, {}), (1, 1, {}), (4, 2, {"fuse_min_bytes": 1 << 30})):
+        p = plan(join, per_process=per_process, cores=cores, **{**settings, **more})
+        assert not any(s.once_per_process for s in p.stages), (per_process, cores)
+    grouped = plan("SELECT v, count(*) AS n FROM ua GROUP BY v", per_process=4, cores=2, **settings)
     assert not any(s.once_per_process for s in grouped.stages)
 
 

@@ -7,6 +7,7 @@ exchange boundary).
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from duckflock.catalog import Catalog
@@ -18,14 +19,21 @@ from duckflock.sql.schema_db import SchemaDB
 
 
 def plan_query(
-    sql: str, catalog: Catalog, schema_db: SchemaDB, size: int, config: Config, per_process: int = 1
+    sql: str,
+    catalog: Catalog,
+    schema_db: SchemaDB,
+    size: int,
+    config: Config,
+    per_process: int = 1,
+    cores: int | None = None,
 ) -> StagePlan:
-    """The stage plan of ``sql`` over ``size`` ranks, ``per_process`` of them in each process, or
-    SqlError/CatalogError naming what is wrong."""
+    """The stage plan of ``sql`` over ``size`` ranks, ``per_process`` of them in each process of
+    ``cores`` cores (None: as many as this one), or SqlError/CatalogError naming what is wrong."""
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
     bound = bind(sql, catalog, schema_db, config.driver_fallback_bytes)
     physical, copies_per_process = distribute(bound.plan, catalog, size, config, per_process)
     plan = _once_per_process(
-        cut(physical, bound.output_names, bound.arrow_schema), catalog, config, per_process
+        cut(physical, bound.output_names, bound.arrow_schema), catalog, config, per_process, cores
     )
     if copies_per_process and any(
         not s.once_per_process and s.whole_table_bytes(catalog) > config.broadcast_max_bytes
@@ -34,17 +42,20 @@ def plan_query(
         # A table read whole, allowed one copy per process, would have one per rank after all.
         physical, _ = distribute(bound.plan, catalog, size, config, 1)
         plan = _once_per_process(
-            cut(physical, bound.output_names, bound.arrow_schema), catalog, config, per_process
+            cut(physical, bound.output_names, bound.arrow_schema), catalog, config, per_process, cores
         )
     return replace(plan, output_types=bound.output_types)
 
 
-def _once_per_process(plan: StagePlan, catalog: Catalog, config: Config, per_process: int) -> StagePlan:
+def _once_per_process(
+    plan: StagePlan, catalog: Catalog, config: Config, per_process: int, cores: int
+) -> StagePlan:
     """``plan`` with the stages that run once for all the ranks of a process marked (exec/fused.py)."""
     if per_process == 1:
         return plan
-    once = config.fuse_min_bytes
+    once, scans = config.fuse_min_bytes, per_process > cores
     stages = tuple(
-        replace(s, once_per_process=s.runs_once_per_process(catalog, once, per_process)) for s in plan.stages
+        replace(s, once_per_process=s.runs_once_per_process(catalog, once, per_process, scans))
+        for s in plan.stages
     )
     return replace(plan, stages=stages)

@@ -54,12 +54,14 @@ class Stage:
         scans = [n for n in walk(self.root) if isinstance(n, Scan) and n.replicated]
         return sum(catalog.table(n.table).scanned_bytes(n.source_columns) for n in scans)
 
-    def runs_once_per_process(self, catalog: Catalog, min_bytes: int, per_process: int) -> bool:
+    def runs_once_per_process(
+        self, catalog: Catalog, min_bytes: int, per_process: int, scans_once: bool
+    ) -> bool:
         """Whether the stage runs once for all the ``per_process`` ranks of a process
         (exec/fused.py): it reads tables only, one partitioned, and its output is spread anew by an
         exchange on which the ranks need not agree while it runs; and the copies of tables read
-        whole that it saves (one per other rank) hold at least ``min_bytes``, or it is a scan that
-        reads at least ``min_bytes``."""
+        whole that it saves (one per other rank) hold at least ``min_bytes``, or (``scans_once``)
+        it is a scan that reads at least ``min_bytes``."""
         spec = self.output
         if spec is None or self.on_driver or self.inputs or spec.kind not in _SPREAD_ANEW:
             return False
@@ -71,11 +73,14 @@ class Stage:
         whole = self.whole_table_bytes(catalog)
         if whole > 0 and whole * (per_process - 1) >= min_bytes:
             return True
-        # A scan and nothing more: one DuckDB reading the process's partitions with all its cores
-        # holds one pipeline's buffers, where each rank's copy holds its own (the join of the
-        # memory benchmark at SF 1 on 4 ranks: 556 -> 488 MiB, in the same time). Stages holding
-        # state (joins, aggregates) gain nothing from it: their ranks' states add up the same.
-        if not all(isinstance(n, (Scan, Filter, Project)) for n in walk(self.root)):
+        # A scan and nothing more, in a process of more ranks than cores: one DuckDB reading the
+        # process's partitions holds one pipeline's buffers, where each rank's copy holds its own
+        # (the join of the memory benchmark at SF 1 on 4 ranks and 2 cores: 556 -> 488 MiB, in the
+        # same time). With a core per rank, one thread splitting all rows by target is slower
+        # than each rank splitting its own (TPC-H SF 1 on 2 ranks: 1.30x -> 1.38x DuckDB's time,
+        # summed), and saves nothing measurable. Stages holding state (joins, aggregates) gain
+        # nothing either: their ranks' states add up the same.
+        if not scans_once or not all(isinstance(n, (Scan, Filter, Project)) for n in walk(self.root)):
             return False
         scanned = sum(catalog.table(n.table).scanned_bytes(n.source_columns) for n in scans)
         return scanned >= min_bytes
