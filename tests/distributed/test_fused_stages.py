@@ -1,8 +1,8 @@
 """Stages run once for all the ranks of a process (exec/fused.py) give DuckDB's answer.
 
 A stage that reads a partitioned table and one read whole by every rank, or that only scans (and
-filters) a partitioned table, runs on the process's first rank over all of its ranks' partitions;
-the others send no rows. Each query below puts such a stage
+filters) a partitioned table in a process of more ranks than cores, runs on the process's first
+rank over all of its ranks' partitions; the others send no rows. Each query below puts such a stage
 in front of another kind of exchange (a gather, a hash shuffle, a shuffle into range partitions),
 with NULL keys, outer and anti joins, ranks that hold no partition, and empty inputs.
 """
@@ -122,9 +122,7 @@ def fused_queries(result) -> tuple[bool, bool]:
 def test_stages_run_once_per_process_match_duckdb(data, transport, ranks, per_process):
     ref = oracle(data)
     config = {**FUSE, "ranks_per_process": per_process} if per_process else FUSE
-    # On one core every process has more ranks than cores, so stages that only scan run once too,
-    # on any machine (the planner and the launched processes see this process's cores).
-    with one_core(), duckflock.connect(str(data), ranks=ranks, transport=transport, config=config) as db:
+    with duckflock.connect(str(data), ranks=ranks, transport=transport, config=config) as db:
         for name, (sql, fused) in QUERIES.items():
             result = db.sql(sql, profile=True)
             assert_same(result.arrow(), ref.sql(sql).to_arrow_table())
@@ -155,6 +153,8 @@ def test_stages_that_only_scan_run_once_per_process_of_more_ranks_than_cores(
     config = {**FUSE, "broadcast_threshold_bytes": 1, "broadcast_max_bytes": -1}
     if per_process:
         config["ranks_per_process"] = per_process
+    # On one core every process has more ranks than cores, on any machine (the planner and the
+    # processes launched see this process's cores).
     with one_core(), duckflock.connect(str(data), ranks=ranks, transport=transport, config=config) as db:
         for name, sql in SCANS.items():
             result = db.sql(sql, profile=True)
