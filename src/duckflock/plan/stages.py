@@ -51,7 +51,10 @@ class Stage:
 
     def whole_table_bytes(self, catalog: Catalog) -> float:
         """The bytes every rank reads of the tables it reads whole (replicated scans)."""
-        scans = [n for n in walk(self.root) if isinstance(n, Scan) and n.replicated]
+        return self._scanned_bytes(catalog, whole_only=True)
+
+    def _scanned_bytes(self, catalog: Catalog, whole_only: bool) -> float:
+        scans = [n for n in walk(self.root) if isinstance(n, Scan) and (n.replicated or not whole_only)]
         return sum(catalog.table(n.table).scanned_bytes(n.source_columns) for n in scans)
 
     def runs_once_per_process(
@@ -67,8 +70,7 @@ class Stage:
             return False
         if spec.local or spec.ordered or spec.skew is not None or spec.fallback_target is not None:
             return False
-        scans = [n for n in walk(self.root) if isinstance(n, Scan)]
-        if not any(not n.replicated for n in scans):
+        if not any(isinstance(n, Scan) and not n.replicated for n in walk(self.root)):
             return False
         whole = self.whole_table_bytes(catalog)
         if whole > 0 and whole * (per_process - 1) >= min_bytes:
@@ -82,8 +84,7 @@ class Stage:
         # nothing either: their ranks' states add up the same.
         if not scans_once or not all(isinstance(n, (Scan, Filter, Project)) for n in walk(self.root)):
             return False
-        scanned = sum(catalog.table(n.table).scanned_bytes(n.source_columns) for n in scans)
-        return scanned >= min_bytes
+        return self._scanned_bytes(catalog, whole_only=False) >= min_bytes
 
 
 # Exchanges whose rows go where their values (or nothing) say, not where they were produced.
