@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
+import duckdb
 import pytest
 
 from duckflock.config import Config
 from duckflock.exec import budget
+from duckflock.local_duckdb import open_duckdb
 
 
 def test_cgroup_v2_limit_on_own_path_and_parents(tmp_path):
@@ -74,3 +78,33 @@ def test_broadcast_bound_is_a_share_of_duckdbs_part_of_the_rank(monkeypatch):
     limited = budget.with_derived_limits(Config(memory_limit_bytes=400 << 20), ranks_on_node=2)
     assert limited.broadcast_max_bytes == int((400 << 20) * budget.DUCKDB_PART) // budget.BROADCAST_SHARE
     assert budget.with_derived_limits(Config(broadcast_max_bytes=-1), 2).broadcast_max_bytes == -1
+
+
+@pytest.mark.parametrize(("ranks_on_node", "stream_mib"), [(1, 8), (2, 4), (4, 2), (8, 1), (32, 1)])
+def test_streams_share_what_the_node_keeps_waiting_in_memory(ranks_on_node, stream_mib, monkeypatch):
+    """A streamed input's batches waiting in memory are the rank's share of the node's (1 MiB at
+    least): the node does not hold more of them the more ranks it runs."""
+    monkeypatch.setattr(budget, "own_anon_bytes", lambda: 100 << 20)
+    got = budget.Budget.of_rank(Config(memory_limit_bytes=1 << 30), ranks_on_node, 4)
+    assert got.stream_bytes == stream_mib << 20
+
+
+def test_each_duckdb_hands_memory_back_at_its_ranks_share_of_duckdbs_thresholds():
+    """One rank on the node keeps DuckDB's own allocator thresholds; 4 ranks each a quarter."""
+
+    def thresholds(con: duckdb.DuckDBPyConnection) -> list[int]:
+        got = []
+        for name in ("allocator_flush_threshold", "allocator_bulk_deallocation_flush_threshold"):
+            number, unit = re.fullmatch(
+                r"([\d.]+) ?(B|KiB|MiB|GiB)", con.execute(f"SELECT current_setting('{name}')").fetchone()[0]
+            ).groups()
+            got.append(int(float(number) * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit]))
+        return got
+
+    with (
+        duckdb.connect() as plain,
+        open_duckdb(1, 64 << 20) as one,
+        open_duckdb(1, 64 << 20, ranks_on_node=4) as four,
+    ):
+        assert thresholds(one) == thresholds(plain)
+        assert thresholds(four) == [t // 4 for t in thresholds(plain)]

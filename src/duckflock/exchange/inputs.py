@@ -32,9 +32,12 @@ class _Receiving:
 
 
 class QueryInputs:
-    def __init__(self, mux: Mux, qid: int, spill: QuerySpill, chunk_bytes: int):
+    def __init__(
+        self, mux: Mux, qid: int, spill: QuerySpill, chunk_bytes: int, stream_bytes: int = MEMORY_BYTES
+    ):
         self.mux, self.qid, self.spill = mux, qid, spill
         self.chunk_bytes = chunk_bytes  # about the size of a sender's data message
+        self.stream_bytes = stream_bytes  # what a streamed input keeps in memory
         self._receiving: dict[int, _Receiving] = {}
         self.first_error: BaseException | None = None  # of any exchange, as its thread raised it
 
@@ -57,12 +60,12 @@ class QueryInputs:
         """A streamed input whose senders wait for credit while DuckDB has it: each may have
         ``window`` messages not yet pulled, about half of what the stream keeps in memory over all
         senders (messages are about ``chunk_bytes``; a sender with fewer in flight would idle)."""
-        window = max(2, MEMORY_BYTES // (2 * self.chunk_bytes * len(senders)))
+        window = max(2, self.stream_bytes // (2 * self.chunk_bytes * len(senders)))
 
         def granted(sender: int, taken: int, window: int) -> None:
             grant(self.mux, self.qid, xid, sender, taken, window)
 
-        return StreamedInput(self.spill, tuple(senders), window, granted)
+        return StreamedInput(self.spill, tuple(senders), window, granted, self.stream_bytes)
 
     def _run(self, xid: int, senders: list[int], ordered: bool, write) -> None:
         r = self._receiving[xid]

@@ -2,10 +2,10 @@
 
 The receiving thread adds batches; the stage's DuckDB query pulls them through a RecordBatchReader.
 Producers usually outpace the consumer (it may still be building a join's other side, and shares
-the rank's cores with the producer), so what waits is bounded: up to ``MEMORY_BYTES`` (and within
-the query's budget) in memory, the rest in local Arrow IPC files of ``FILE_BYTES`` each, queued
-behind the batches in memory and removed once read. Row order is not kept: only unordered
-exchanges are streamed.
+the rank's cores with the producer), so what waits is bounded: up to ``memory_bytes`` (the rank's
+part of exec/budget.STREAM_NODE_BYTES, and within the query's budget) in memory, the rest in local
+Arrow IPC files of ``FILE_BYTES`` each, queued behind the batches in memory and removed once read.
+Row order is not kept: only unordered exchanges are streamed.
 
 From the moment the stage hands the stream to DuckDB until its query has ended, the senders wait
 for credit (exchange/shuffle.py): each is told how many of its messages have been taken, and a
@@ -32,7 +32,7 @@ from duckflock.exchange.spill import QuerySpill
 _END = object()
 _names = itertools.count()
 
-MEMORY_BYTES = 8 << 20  # a stream's batches waiting in memory: a few chunks from each sender
+MEMORY_BYTES = 8 << 20  # a stream's batches waiting in memory, unless told otherwise
 FILE_BYTES = 32 << 20  # a spill file is handed to the reader once this full (or at the end)
 
 
@@ -50,11 +50,16 @@ class _Taken:
 
 class StreamedInput:
     def __init__(
-        self, spill: QuerySpill, senders: tuple[int, ...] = (), window: int = 0, grant: Grant | None = None
+        self,
+        spill: QuerySpill,
+        senders: tuple[int, ...] = (),
+        window: int = 0,
+        grant: Grant | None = None,
+        memory_bytes: int = MEMORY_BYTES,
     ):
         """``senders`` are granted credit through ``grant``, ``window`` messages each, while DuckDB
-        has the stream (never without ``grant``)."""
-        self.spill = spill
+        has the stream (never without ``grant``); past ``memory_bytes`` waiting, batches spill."""
+        self.spill, self.memory_bytes = spill, memory_bytes
         self._senders, self._window, self._grant = senders, window, grant
         self._taken: dict[int, int] = {}
         self._gated = False  # DuckDB has the stream: messages are taken when it pulls them
@@ -95,7 +100,7 @@ class StreamedInput:
         spilled = False
         for b in batches:
             with self._lock:
-                room = self.held_bytes + b.nbytes <= MEMORY_BYTES or self.spill.directory is None
+                room = self.held_bytes + b.nbytes <= self.memory_bytes or self.spill.directory is None
             if room and self.spill.reserve(b.nbytes):
                 with self._lock:
                     self.held_bytes += b.nbytes

@@ -50,6 +50,12 @@ BATCH_BYTES_PER_ROW = 64
 CHUNKS_IN_ROOM = 8
 MIN_CHUNK_BYTES = 1 << 20
 SPLIT_BYTES = 8 << 20
+# Batches of streamed inputs (exchange/stream.py) waiting for DuckDB in memory, over all of a
+# node's ranks; past a rank's share they go to its spill files. A share of its own for each rank
+# made the node hold more the more ranks it runs: the join at SF 1, no cgroup, on 4 ranks
+# peaked at 481 MiB summed Pss with 8 MiB per rank, 462 with 2 MiB, in the same time (4 runs each;
+# on 2 ranks 4 MiB each instead of 8 changed neither).
+STREAM_NODE_BYTES = 8 << 20
 REST_PART = 1 - DUCKDB_PART - EXCHANGE_PART - INFLIGHT_PART
 MAX_STAGES_AT_ONCE = 8
 # A side broadcast for being cheaper to copy than the other side is to move may take up to one
@@ -69,6 +75,7 @@ class Budget:
     inflight_bytes: int  # sent bytes not yet delivered before the producer waits
     stages_at_once: int = 1  # stages that may run at the same time (streaming, plan/streaming.py)
     chunk_bytes: int = 4 << 20  # rows split off for one target are sent once they reach this
+    stream_bytes: int = STREAM_NODE_BYTES  # a streamed input's batches waiting in memory
 
     @classmethod
     def of_rank(cls, config: Config, ranks_on_node: int, ranks: int, held_bytes: int | None = None) -> Budget:
@@ -89,6 +96,7 @@ class Budget:
             inflight_bytes=max(min(config.max_inflight_bytes, int(free * INFLIGHT_PART)), 2 * chunk),
             stages_at_once=min(MAX_STAGES_AT_ONCE, max(1, room // stage)),
             chunk_bytes=chunk,
+            stream_bytes=max(MIN_CHUNK_BYTES, STREAM_NODE_BYTES // max(1, ranks_on_node)),
         )
 
 

@@ -18,6 +18,7 @@ from duckflock.errors import DuckflockError, ExecutionError, duckdb_message
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exec import adaptive
+from duckflock.exec.budget import Budget
 from duckflock.exec.memory import release_free_memory
 from duckflock.exec.messages import RunQuery
 from duckflock.exec.progress import report
@@ -87,8 +88,9 @@ class _RankQuery:
         self.stage_id: int | None = None  # the stage running, for an error
         catalog = Catalog(rt.catalog.root if rt.catalog else ".", cmd.tables)
         self.rt_q = dataclasses.replace(rt, catalog=catalog)
-        budget = rt.budget.exchange_bytes if rt.budget is not None else 0
-        self.received = QueryInputs(rt.mux, cmd.qid, QuerySpill(rt.spill_dir, budget), rt.config.chunk_bytes)
+        budget = rt.budget or Budget(0, 0, 0, 0)
+        spill = QuerySpill(rt.spill_dir, budget.exchange_bytes)
+        self.received = QueryInputs(rt.mux, cmd.qid, spill, rt.config.chunk_bytes, budget.stream_bytes)
         self.shuffled: set[int] = set()  # measured broadcasts that fell back to a shuffle
         self.hot = HotKeys()  # hot join keys found by the stages that spread them
         self.started: set[int] = set()

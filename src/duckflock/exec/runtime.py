@@ -102,6 +102,7 @@ class Runtime:
             str(spill_dir / "duckdb"),
             config.max_temp_bytes,
             config.time_zone,
+            ranks_on_node,
         )
         driver_threads = cores if transport.rank == 0 and cores > threads else 0
         if process is not None and process.first == transport.rank and transport.rank != 0:
@@ -143,6 +144,7 @@ class Runtime:
                         str(self.spill_dir / "driver"),
                         self.config.max_temp_bytes,
                         self.config.time_zone,
+                        self.ranks_on_node,
                     )
                 )
         return self._driver_con[0] if self._driver_con else self.con
