@@ -1,14 +1,16 @@
-"""The node's memory limit is read from the rank's own cgroup path (v1 and v2) and SLURM."""
+"""The node's memory limit is read from the rank's own cgroup path (v1 and v2) and SLURM, and split;
+DuckDB and glibc hand memory back."""
 
 from __future__ import annotations
 
+import ctypes
 import re
 
 import duckdb
 import pytest
 
 from duckflock.config import Config
-from duckflock.exec import budget
+from duckflock.exec import budget, memory
 from duckflock.local_duckdb import open_duckdb
 
 
@@ -108,3 +110,19 @@ def test_each_duckdb_hands_memory_back_at_its_ranks_share_of_duckdbs_thresholds(
     ):
         assert thresholds(one) == thresholds(plain)
         assert thresholds(four) == [t // 4 for t in thresholds(plain)]
+
+
+def test_large_buffers_stay_mapped_after_one_is_freed():
+    """glibc would serve the second 1 MiB request from its heap, having raised its mmap threshold
+    when the first was freed; with it fixed both get a mapping of their own, returned when freed."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    memory.map_large_buffers()
+    libc.free(libc.malloc(1 << 20))
+    mapped = memory._mallinfo2().hblks
+    second = libc.malloc(1 << 20)
+    try:
+        assert memory._mallinfo2().hblks == mapped + 1
+    finally:
+        libc.free(second)

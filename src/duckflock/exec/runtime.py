@@ -30,6 +30,7 @@ from duckflock.exec.budget import (
     with_share,
 )
 from duckflock.exec.fused import ProcessRanks
+from duckflock.exec.memory import map_large_buffers
 from duckflock.local_duckdb import local_time_zone, memory_limit, open_duckdb
 from duckflock.transport.base import Transport
 
@@ -84,6 +85,7 @@ class Runtime:
     ) -> Runtime:
         """``held_bytes``: what the rank holds already (exec/budget.Budget.of_rank); ``process``:
         the ranks of this process, when it runs several."""
+        map_large_buffers()
         cores = len(os.sched_getaffinity(0))
         threads = config.threads or max(1, cores // max(1, ranks_on_node))
         config = with_derived_limits(config, ranks_on_node)
