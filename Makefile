@@ -12,13 +12,11 @@ setup: $(STAMP)
 
 # Exact, hashed versions from requirements.lock (regenerate with `make lock`), then duckflock itself
 # and the benchmarks project (benchmarks/, its own package: the core install holds no benchmark code).
-# Editable as a path on sys.path (src/, benchmarks/): setuptools' default for the benchmarks' flat
-# layout, an import hook, comes with a warning banner about folders shadowing the package.
 $(STAMP): pyproject.toml benchmarks/pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --require-hashes -r requirements.lock
-	$(BIN)/pip install --quiet --no-deps -e . -e benchmarks --config-settings editable_mode=compat
+	$(BIN)/pip install --quiet --no-deps -e . -e benchmarks
 	touch $(STAMP)
 
 lock:
