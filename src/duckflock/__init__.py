@@ -8,6 +8,7 @@ from duckflock.errors import (
     DuckflockError,
     ExecutionError,
     PlanError,
+    QueryCancelled,
     SqlError,
     TransportError,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "ExecutionError",
     "PlanError",
     "Progress",
+    "QueryCancelled",
     "Result",
     "Session",
     "SqlError",

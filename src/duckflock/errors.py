@@ -35,6 +35,11 @@ class TransportError(DuckflockError):
     """Moving bytes between ranks failed (peer lost, timeout, bad token)."""
 
 
+class QueryCancelled(DuckflockError):
+    """The query was stopped before it ended: by its caller (``Session.interrupt``, Ctrl-C, SIGTERM),
+    or because the caller went away. Its ranks are ready for the next query."""
+
+
 class ExecutionError(DuckflockError):
     """A stage failed on some rank. Carries the rank and stage so the message names them."""
 

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
 
 from duckflock.backends.base import Backend
 from duckflock.errors import DuckflockError
+from duckflock.exec import forked
+from duckflock.exec.cancel import Cancel
 from duckflock.exec.driver import QueryOutcome
 from duckflock.exec.progress import ProgressCallback
 from duckflock.exec.stage import StageStats
 from duckflock.local_duckdb import arrow_time_zone, check_exact_from_arrow, is_ctrl_c, set_time_zone
 from duckflock.plan.explain import explain_plan
 from duckflock.sqltext import quote_ident as q
+
+T = TypeVar("T")
+INTERRUPTED = "interrupted (Ctrl-C)"
 
 
 @dataclass
@@ -99,6 +105,8 @@ class Session:
         self._backend = backend
         self._turn = threading.Lock()
         self._closed = False
+        self._cancel: Cancel | None = None  # the running call's
+        self._stuck = False  # a query went on after a second Ctrl-C: the ranks are not free
 
     def sql(
         self,
@@ -119,7 +127,64 @@ class Session:
             raise DuckflockError("query parameters are not supported: write the values into the query text")
         with self._turn:
             self._check_open()
-            return Result(self._backend.run(query, profile=profile, progress=progress, output=output))
+            return Result(
+                self._call(
+                    lambda cancel: self._backend.run(
+                        query, profile=profile, progress=progress, output=output, cancel=cancel
+                    )
+                )
+            )
+
+    def interrupt(self) -> None:
+        """Stop the query running now, from any thread (a no-op when none runs): it stops on every
+        rank within about a second, and its ``sql()`` raises QueryCancelled. The session stays open."""
+        cancel = self._cancel
+        if cancel is not None:
+            cancel.set("the query was cancelled (Session.interrupt())")
+
+    def _call(self, run: Callable[[Cancel], T]) -> T:
+        """``run`` with a cancel token of its own. In the main thread the call runs in a thread of
+        its own while this one waits, so that a Ctrl-C lands here, in Python, at once, and cancels
+        it: DuckDB's calls do not return to Python for a signal, so a main thread inside one never
+        saw the Ctrl-C (a query of hours went on). After the query has stopped, KeyboardInterrupt
+        is raised; a second Ctrl-C meanwhile raises it at once and leaves the session unusable."""
+        cancel = Cancel()
+        self._cancel = cancel
+        try:
+            if threading.current_thread() is not threading.main_thread():
+                return run(cancel)
+            return self._run_aside(run, cancel)
+        finally:
+            self._cancel = None
+
+    def _run_aside(self, run: Callable[[Cancel], T], cancel: Cancel) -> T:
+        done: list[T] = []
+        failed: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                done.append(run(cancel))
+            except BaseException as e:  # handed to the waiting thread, which raises it
+                failed.append(e)
+
+        thread = threading.Thread(target=call, name="duckflock-query", daemon=True)
+        thread.start()
+        interrupted = False
+        with forked.interruptible():  # in a CLI job's child, its signals land here too
+            while thread.is_alive():
+                try:
+                    thread.join(0.25)
+                except KeyboardInterrupt:
+                    if interrupted:
+                        self._stuck = True
+                        raise
+                    interrupted = True
+                    cancel.set(INTERRUPTED)
+        if interrupted:
+            raise KeyboardInterrupt
+        if failed:
+            raise failed[0]
+        return done[0]
 
     @property
     def ranks(self) -> int:
@@ -131,7 +196,7 @@ class Session:
             self._check_open()
             if not analyze:
                 return explain_plan(self._backend.plan(query))
-            outcome = self._backend.run(query, profile=True)
+            outcome = self._call(lambda cancel: self._backend.run(query, profile=True, cancel=cancel))
         total = f"\ntotal {outcome.seconds:.3f} s, {outcome.table.num_rows:,} result rows"
         return explain_plan(outcome.plan, outcome.stats) + total
 
@@ -144,6 +209,10 @@ class Session:
     def _check_open(self) -> None:
         if self._closed:
             raise DuckflockError("the session is closed: open a new one with duckflock.connect()")
+        if self._stuck:
+            raise DuckflockError(
+                "the session's query was interrupted twice and may still run: open a new session"
+            )
 
     def __enter__(self) -> Session:
         return self

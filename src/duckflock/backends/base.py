@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from duckflock.exec.cancel import Cancel
     from duckflock.exec.driver import QueryOutcome
     from duckflock.exec.progress import ProgressCallback
     from duckflock.plan.stages import StagePlan
@@ -22,8 +23,11 @@ class Backend(Protocol):
         profile: bool = False,
         progress: ProgressCallback | None = None,
         output: str | None = None,
+        cancel: Cancel | None = None,
     ) -> QueryOutcome:
         """Run ``query`` on every rank; raises a DuckflockError naming the cause when it fails.
+        ``cancel`` may be set from another thread while it runs: the query then stops on every
+        rank within about a second, and this raises QueryCancelled (never waiting on a lost peer).
         ``progress`` is called with snapshots while it runs (possibly from another thread); an
         exception it raises fails the call once the query is over, not the session. With
         ``output`` the result is written there (a file, or part files in a directory) and the

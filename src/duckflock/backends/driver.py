@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from duckflock.exec.cancel import Cancel
 from duckflock.exec.driver import Driver, QueryOutcome
 from duckflock.exec.progress import ProgressCallback
 from duckflock.plan.stages import StagePlan
@@ -21,8 +22,9 @@ class DriverBackend:
         profile: bool = False,
         progress: ProgressCallback | None = None,
         output: str | None = None,
+        cancel: Cancel | None = None,
     ) -> QueryOutcome:
-        return self.driver.run(query, profile=profile, progress=progress, output=output)
+        return self.driver.run(query, profile=profile, progress=progress, output=output, cancel=cancel)
 
     def plan(self, query: str) -> StagePlan:
         return self.driver.plan(query)

@@ -13,6 +13,7 @@ from dataclasses import replace
 import pyarrow as pa
 
 from duckflock.errors import DuckflockError, TransportError
+from duckflock.exec.cancel import Cancel
 from duckflock.exec.driver import QueryOutcome
 from duckflock.exec.messages import (
     CloseRequest,
@@ -95,6 +96,7 @@ class FlightBackend:
         profile: bool = False,
         progress: ProgressCallback | None = None,
         output: str | None = None,
+        cancel: Cancel | None = None,
     ) -> QueryOutcome:
         """An ``output`` file is written here, from the result as it streams in."""
         if output is not None and is_directory(output):

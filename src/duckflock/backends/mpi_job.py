@@ -20,10 +20,12 @@ from pathlib import Path
 import pyarrow as pa
 
 from duckflock.catalog import Catalog
-from duckflock.errors import DuckflockError
+from duckflock.errors import DuckflockError, QueryCancelled
+from duckflock.exec.cancel import Cancel
 from duckflock.exec.driver import QueryOutcome
 from duckflock.exec.launch import job_outcome, mpiexec_job, owned_temp_dir, per_process
 from duckflock.exec.messages import (
+    CancelRequest,
     CloseRequest,
     ErrorReply,
     PlanReply,
@@ -38,6 +40,9 @@ from duckflock.exec.serve import AUTHKEY_ENV, STARTUP_ERROR
 from duckflock.plan.stages import StagePlan
 
 _POLL_S = 0.2  # how soon a Ctrl-C is seen while waiting for the ranks
+# How long a cancelled query's reply may take before the job is stopped instead: the ranks stop
+# within a second; one that does not (frozen, or a bug) must not hold the caller.
+_CANCEL_GRACE_S = 10.0
 
 
 class MpiJobBackend:
@@ -100,7 +105,10 @@ class MpiJobBackend:
         self._interrupted = False
 
     def _call(
-        self, request: SqlRequest | PlanRequest, progress: ProgressCallback | None = None
+        self,
+        request: SqlRequest | PlanRequest,
+        progress: ProgressCallback | None = None,
+        cancel: Cancel | None = None,
     ) -> SqlReply | PlanReply:
         if self._interrupted:
             raise DuckflockError(
@@ -108,12 +116,14 @@ class MpiJobBackend:
                 "exception raised meanwhile); open a new session to go on"
             )
         follow = Follow(progress)
+        cancel = cancel or Cancel()
         try:
             self._conn.send(request)
-            reply = self._recv()
-            while isinstance(reply, ProgressReply):  # snapshots come ahead of the reply
-                follow(reply.progress)
-                reply = self._recv()
+            with cancel.hooked(lambda reason: self._conn.send(CancelRequest(reason=reason))):
+                reply = self._recv(cancel)
+                while isinstance(reply, ProgressReply):  # snapshots come ahead of the reply
+                    follow(reply.progress)
+                    reply = self._recv(cancel)
         except (EOFError, ConnectionError):  # not any OSError: a caller's TimeoutError is one
             raise DuckflockError(self._ended()) from None
         except BaseException:
@@ -128,12 +138,23 @@ class MpiJobBackend:
         follow.raise_error()
         return reply
 
-    def _recv(self) -> SqlReply | PlanReply | ProgressReply | ErrorReply:
+    def _recv(self, cancel: Cancel) -> SqlReply | PlanReply | ProgressReply | ErrorReply:
         """The next message, waited for in short polls: a Ctrl-C the kernel hands to another thread
         of this process (DuckDB's, Arrow's) does not end a blocking read, so the main thread would
-        never see its KeyboardInterrupt."""
+        never see its KeyboardInterrupt. After a cancel, the job is stopped if rank 0 does not
+        answer within the grace period."""
+        cancelled_at: float | None = None
         while not self._conn.poll(_POLL_S):
-            pass
+            if cancel.reason is None:
+                continue
+            cancelled_at = cancelled_at or time.monotonic()
+            if time.monotonic() - cancelled_at > _CANCEL_GRACE_S:
+                self._interrupted = True
+                self._stop_job()
+                raise QueryCancelled(
+                    f"{cancel.reason}; the ranks did not stop within {_CANCEL_GRACE_S:.0f} s, so "
+                    "the session's job was stopped: open a new session to go on"
+                )
         return pickle.loads(self._conn.recv_bytes())  # pickled by exchange.pickling
 
     def _ended(self) -> str:
@@ -153,10 +174,12 @@ class MpiJobBackend:
         profile: bool = False,
         progress: ProgressCallback | None = None,
         output: str | None = None,
+        cancel: Cancel | None = None,
     ) -> QueryOutcome:
         if output is not None:
             output = _absolute(output)  # the ranks may run in another directory
-        reply = self._call(SqlRequest(query, profile, progress=progress is not None, output=output), progress)
+        request = SqlRequest(query, profile, progress=progress is not None, output=output)
+        reply = self._call(request, progress, cancel)
         assert isinstance(reply, SqlReply)
         try:
             with pa.memory_map(reply.rows) as source:

@@ -73,10 +73,9 @@ def run_sql(args: argparse.Namespace) -> int:
 def run_in_threads(args: argparse.Namespace, config: Config) -> int:
     """The command's query on ``args.ranks`` ranks as threads of this process."""
     from duckflock.backends.threads import ThreadsBackend
-    from duckflock.exec.forked import interruptible
     from duckflock.session import Session
 
-    with Session(ThreadsBackend(args.data, args.ranks, config, fatal_exits=True)) as db, interruptible():
+    with Session(ThreadsBackend(args.data, args.ranks, config, fatal_exits=True)) as db:
         return _query(db, args)
 
 

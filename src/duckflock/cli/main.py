@@ -20,7 +20,7 @@ from duckflock.cli.bench_args import add_bench_parsers
 from duckflock.cli.errors_out import print_error
 from duckflock.cli.terminal import launch_env
 from duckflock.errors import DuckflockError
-from duckflock.exec.forked import exit_child, fork_job
+from duckflock.exec.forked import exit_child, fork_job, interrupted_exit_code, note_interrupt
 from duckflock.exec.launch import (
     job_outcome,
     launcher_rank,
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         code = 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        code = 130
+        code = interrupted_exit_code()
     exit_child(code)  # a job's forked child ends here
     return code
 
@@ -172,6 +172,7 @@ def relaunch(ranks: int, configured: int, argv: list[str]) -> int:
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    note_interrupt(signum)
     raise KeyboardInterrupt  # SIGTERM (timeout, a scheduler) ends the job as Ctrl-C does
 
 

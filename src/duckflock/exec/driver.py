@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, cast
 import pyarrow as pa
 
 from duckflock.catalog import Catalog
-from duckflock.errors import ExecutionError
+from duckflock.errors import ExecutionError, QueryCancelled
 from duckflock.exchange import pickling
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
+from duckflock.exec.cancel import Cancel
 from duckflock.exec.duckdb_copy import column_count_problem
 from duckflock.exec.messages import (
     PlanReply,
@@ -114,13 +115,32 @@ class Driver:
         profile: bool = False,
         progress: ProgressCallback | None = None,
         output: str | None = None,
+        cancel: Cancel | None = None,
     ) -> QueryOutcome:
         """Run a query on every rank. ``progress`` is called with snapshots while it runs, from a
         thread of the driver's, the last one with every stage done. With ``output`` its result goes
         to that file, or to part files in that directory (exec/result_files.py), and the outcome's
-        table is empty."""
+        table is empty. ``cancel``, set from another thread, fails the query on every rank (which
+        interrupts their DuckDB) and this raises QueryCancelled."""
+        cancel = cancel or Cancel()
+        try:
+            return self._run(sql, profile, progress, output, cancel)
+        except Exception as e:
+            if cancel.reason is not None and not isinstance(e, QueryCancelled):
+                raise QueryCancelled(cancel.reason) from None  # whatever the stop made fail
+            raise
+
+    def _run(
+        self,
+        sql: str,
+        profile: bool,
+        progress: ProgressCallback | None,
+        output: str | None,
+        cancel: Cancel,
+    ) -> QueryOutcome:
         t0 = time.perf_counter()
         plan = self.plan(sql)
+        cancel.check()
         qid = next(self._qids)
         catalog = self.rt.catalog
         assert catalog is not None
@@ -132,7 +152,8 @@ class Driver:
         cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile, parts_dir)
         follower = Follower(self.rt.mux, qid, plan, self.rt.size, progress) if progress else None
         try:
-            table, stats = self._execute(cmd, result_file, follower)
+            with cancel.hooked(lambda reason: self.rt.mux.fail(qid, None, reason)):
+                table, stats = self._execute(cmd, result_file, follower)
             written = 0
             if parts_dir and table is None:  # every rank wrote its part in the gather's producer
                 direct = passed_on_gather(plan)
@@ -193,16 +214,20 @@ class Driver:
         request: SqlRequest | PlanRequest,
         keep_rows: Callable[[pa.Table], str],
         send_progress: Callable[[ProgressReply], None] | None = None,
+        cancel: Cancel | None = None,
     ) -> SqlReply | PlanReply:
         """A session backend's request answered; ``keep_rows`` stores a result's rows where the
         caller fetches them (a file, a Flight ticket) and says where. A SqlRequest asking for
-        progress has its snapshots passed to ``send_progress`` while it runs, before this returns."""
+        progress has its snapshots passed to ``send_progress`` while it runs, before this returns;
+        ``cancel`` stops it (QueryCancelled)."""
         if isinstance(request, PlanRequest):
             return PlanReply(self.plan(request.query))
         progress = None
         if request.progress and send_progress is not None:
             progress = lambda p: send_progress(ProgressReply(p))  # noqa: E731
-        outcome = self.run(request.query, profile=request.profile, progress=progress, output=request.output)
+        outcome = self.run(
+            request.query, profile=request.profile, progress=progress, output=request.output, cancel=cancel
+        )
         rows = keep_rows(outcome.table)
         outcome.table = outcome.table.slice(0, 0)  # the rows travel on their own
         return SqlReply(outcome, rows)

@@ -10,11 +10,12 @@ own). The child has a process group of its own: a terminal's Ctrl-C reaches the 
 hands it on (were both to receive it, the child would be interrupted twice at once; so would it by
 a SIGTERM that `timeout` sends to its process group).
 
-Ctrl-C, SIGTERM and SIGHUP stop the child as Ctrl-C stops a query of a session (KeyboardInterrupt,
-the ranks' clean-up included) while its query runs; anywhere else (starting up, planning, printing,
-closing), and at a second signal, the child says "interrupted" and exits at once: a
-KeyboardInterrupt raised inside DuckDB's calls there ends in tracebacks, and what the child leaves
-(its spill directories) the waiter removes.
+Ctrl-C, SIGTERM and SIGHUP stop the child as Ctrl-C stops a query of a session (the session's
+waiting thread cancels the query on every rank, then raises KeyboardInterrupt) while its query
+runs; anywhere else (starting up, printing, closing), and at a second signal, the child says
+"interrupted" and exits at once: a KeyboardInterrupt raised inside DuckDB's calls there ends in
+tracebacks, and what the child leaves (its spill directories) the waiter removes. Either way the
+exit code is 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from duckflock.exec.guard import FORWARDED, die_with
 from duckflock.exec.launch import killed_message, ranks_of
 
 _interruptible = False  # a query runs: the session turns a KeyboardInterrupt into a clean stop
-_interrupted = False
+_interrupted_by: int | None = None  # the first signal's number
 _in_child = False
 
 
@@ -79,7 +80,7 @@ def exit_child(code: int) -> None:
 
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
-    """In the child: while the block runs a query, a first signal raises KeyboardInterrupt."""
+    """In the child: while the block waits for a query, a first signal raises KeyboardInterrupt."""
     global _interruptible
     _interruptible = True
     try:
@@ -88,13 +89,25 @@ def interruptible() -> Iterator[None]:
         _interruptible = False
 
 
+def note_interrupt(signum: int) -> bool:
+    """Remember the signal that stops this command (the first one); whether it is the first."""
+    global _interrupted_by
+    first = _interrupted_by is None
+    if first:
+        _interrupted_by = signum
+    return first
+
+
+def interrupted_exit_code() -> int:
+    """The exit code of a command stopped by a signal: 128 + its number (Ctrl-C's, if none came)."""
+    return 128 + (_interrupted_by or signal.SIGINT)
+
+
 def _interrupt(signum: int, frame: object) -> None:
-    global _interrupted
-    if _interruptible and not _interrupted:
-        _interrupted = True
+    if note_interrupt(signum) and _interruptible:
         raise KeyboardInterrupt
     os.write(2, b"interrupted\n")
-    os._exit(128 + signal.SIGINT)
+    os._exit(interrupted_exit_code())
 
 
 def after_failure(ranks: int, sig: int | None) -> None:

@@ -4,14 +4,14 @@ Two conversations carry them:
   - driver <-> ranks, pickled on the multiplexer (``exchange.mux``): ``RunQuery`` and ``Stop`` on
     the CONTROL channel, ``RankStats`` back to the driver on the query's COLLECTIVE channel;
   - caller <-> a session's first rank, through a session backend (``backends/``): the requests
-    ``SqlRequest``, ``PlanRequest``, ``CloseRequest`` and the replies ``Ready``, ``SqlReply``,
-    ``PlanReply``, ``ErrorReply``; a ``SqlRequest`` asking for progress gets ``ProgressReply``
-    snapshots ahead of its reply (a stream of results over Flight). The MPI job's socket pickles
-    both ways; a Flight worker takes requests as JSON (``to_json``/``from_json``: it never
-    unpickles what a caller sends) and pickles its replies, which the caller trusts. Over Flight
-    the requests name their session and ``PrepareSession``/``StartSession``/``ResultTicket`` set
-    the session up and fetch rows (a worker answers ``PrepareSession`` with ``Prepared``);
-    ``WorkerStatus`` tells whether a session holds a worker.
+    ``SqlRequest``, ``PlanRequest``, ``CancelRequest``, ``CloseRequest`` and the replies
+    ``Ready``, ``SqlReply``, ``PlanReply``, ``ErrorReply``; a ``SqlRequest`` asking for progress
+    gets ``ProgressReply`` snapshots ahead of its reply (a stream of results over Flight). The MPI
+    job's socket pickles both ways; a Flight worker takes requests as JSON (``to_json``/
+    ``from_json``: it never unpickles what a caller sends) and pickles its replies, which the
+    caller trusts. Over Flight the requests name their session and ``PrepareSession``/
+    ``StartSession``/``ResultTicket`` set the session up and fetch rows (a worker answers
+    ``PrepareSession`` with ``Prepared``); ``WorkerStatus`` tells whether a session holds a worker.
 """
 
 from __future__ import annotations
@@ -75,6 +75,15 @@ class PlanRequest:
 @dataclass(frozen=True)
 class CloseRequest:
     session: str = ""
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """Caller -> a session's first rank, while a ``SqlRequest`` runs: stop it on every rank; its
+    reply is then an ``ErrorReply`` of QueryCancelled (none, when the query had ended already)."""
+
+    session: str = ""
+    reason: str = "the query was cancelled"
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import queue
 import tempfile
+import threading
 import traceback
-from multiprocessing.connection import Client
+from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,9 +23,19 @@ import pyarrow as pa
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
 from duckflock.exchange import pickling
+from duckflock.exec.cancel import Cancel
 from duckflock.exec.driver import Driver
 from duckflock.exec.launch import launcher_rank
-from duckflock.exec.messages import CloseRequest, ErrorReply, PlanReply, Ready, SqlReply
+from duckflock.exec.messages import (
+    CancelRequest,
+    CloseRequest,
+    ErrorReply,
+    PlanReply,
+    PlanRequest,
+    Ready,
+    SqlReply,
+    SqlRequest,
+)
 from duckflock.exec.ranks import LocalRanks
 from duckflock.exec.runtime import mpi_runtimes
 
@@ -60,19 +72,20 @@ def main() -> None:
         return
     driver = Driver(rt)
     conn = Client(args.address, authkey=bytes.fromhex(os.environ[AUTHKEY_ENV]))
+    requests = _Requests(conn)
     try:
         conn.send(Ready(rt.size))
         while True:
-            try:
-                request = conn.recv()
-            except EOFError:  # the client went away: shut the job down
-                break
-            if isinstance(request, CloseRequest):
+            request = requests.next()
+            if request is None or isinstance(request, CloseRequest):  # None: the client went away
                 break
             try:
                 # Progress snapshots go from the driver's progress thread, ahead of the reply.
                 reply: SqlReply | PlanReply | ErrorReply = driver.answer(
-                    request, write_result_file, lambda progress: conn.send_bytes(pickling.dumps(progress))
+                    request,
+                    write_result_file,
+                    lambda progress: conn.send_bytes(pickling.dumps(progress)),
+                    requests.cancel,
                 )
             except DuckflockError as e:
                 reply = ErrorReply(e)
@@ -89,6 +102,37 @@ def main() -> None:
         driver.broadcast_stop()
         ranks.close()
         conn.close()
+
+
+class _Requests:
+    """The client's requests, read by a thread of their own so that a ``CancelRequest`` (or the
+    client going away) stops the query under way at once, while the main thread runs it. Each
+    request gets its cancel token as it is read: a cancel read right behind it is its own."""
+
+    def __init__(self, conn: Connection):
+        self._conn = conn
+        self._queue: queue.Queue[tuple[object, Cancel]] = queue.Queue()
+        self._latest = Cancel()
+        self.cancel = self._latest  # the request being answered's
+        threading.Thread(target=self._read, name="duckflock-requests", daemon=True).start()
+
+    def next(self) -> SqlRequest | PlanRequest | CloseRequest | None:
+        request, self.cancel = self._queue.get()
+        return request  # type: ignore[return-value]
+
+    def _read(self) -> None:
+        while True:
+            try:
+                request = self._conn.recv()
+            except (EOFError, OSError):
+                self._latest.set("the session's caller went away")
+                self._queue.put((None, self._latest))
+                return
+            if isinstance(request, CancelRequest):  # for a query that may have ended already
+                self._latest.set(request.reason)
+                continue
+            self._latest = Cancel()
+            self._queue.put((request, self._latest))
 
 
 if __name__ == "__main__":
