@@ -23,7 +23,6 @@ from duckflock.plan.explain import explain_plan
 from duckflock.sqltext import quote_ident as q
 
 T = TypeVar("T")
-INTERRUPTED = "interrupted (Ctrl-C)"
 
 
 @dataclass
@@ -147,7 +146,8 @@ class Session:
         its own while this one waits, so that a Ctrl-C lands here, in Python, at once, and cancels
         it: DuckDB's calls do not return to Python for a signal, so a main thread inside one never
         saw the Ctrl-C (a query of hours went on). After the query has stopped, KeyboardInterrupt
-        is raised; a second Ctrl-C meanwhile raises it at once and leaves the session unusable."""
+        (or what a signal handler raised) is raised, and the session goes on; a second one
+        meanwhile is raised at once and leaves the session unusable."""
         cancel = Cancel()
         self._cancel = cancel
         try:
@@ -160,28 +160,33 @@ class Session:
     def _run_aside(self, run: Callable[[Cancel], T], cancel: Cancel) -> T:
         done: list[T] = []
         failed: list[BaseException] = []
+        # An event, not Thread.join: a join that a KeyboardInterrupt cut short can leave the thread
+        # reported as ended while it runs on (and closing the ranks then met a busy connection).
+        ended = threading.Event()
 
         def call() -> None:
             try:
                 done.append(run(cancel))
             except BaseException as e:  # handed to the waiting thread, which raises it
                 failed.append(e)
+            finally:
+                ended.set()
 
-        thread = threading.Thread(target=call, name="duckflock-query", daemon=True)
-        thread.start()
-        interrupted = False
+        threading.Thread(target=call, name="duckflock-query", daemon=True).start()
+        interrupted: BaseException | None = None
         with forked.interruptible():  # in a CLI job's child, its signals land here too
-            while thread.is_alive():
+            while not ended.is_set():
                 try:
-                    thread.join(0.25)
-                except KeyboardInterrupt:
-                    if interrupted:
+                    ended.wait(0.25)
+                except BaseException as e:  # Ctrl-C, or what a signal handler raised (a timeout)
+                    if interrupted is not None:
                         self._stuck = True
                         raise
-                    interrupted = True
-                    cancel.set(INTERRUPTED)
-        if interrupted:
-            raise KeyboardInterrupt
+                    interrupted = e
+                    what = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else type(e).__name__
+                    cancel.set(f"interrupted ({what})")
+        if interrupted is not None:
+            raise interrupted
         if failed:
             raise failed[0]
         return done[0]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import duckflock
-from support import BOUND_S, assert_same, make_table, oracle, read_parts
+from support import BOUND_S, assert_same, make_table, oracle, read_parts, wait_until
 
 pytestmark = pytest.mark.dist
 
@@ -268,7 +268,8 @@ def test_fused_stages_running_at_once_in_two_processes(data):
 
 def test_ctrl_c_in_a_fused_stage_stops_the_ranks_waiting_for_it(data, monkeypatch):
     """A fault injected at an observed point: once rank 1 waits for rank 0's fused run, Ctrl-C
-    reaches rank 0 (the caller's thread) inside it. The query raises KeyboardInterrupt at once, the
+    reaches the caller's thread while rank 0 is inside it; once the cancel has reached rank 0, its
+    DuckDB query starts (and is interrupted). The query raises KeyboardInterrupt at once, the
     waiting rank is told, and the next query (fused again) gives DuckDB's answer."""
     from duckflock.exec import fused, stage
 
@@ -283,8 +284,8 @@ def test_ctrl_c_in_a_fused_stage_stops_the_ranks_waiting_for_it(data, monkeypatc
         if run.fused and not interrupted_send.done:
             interrupted_send.done = True
             assert waiting.wait(BOUND_S)
-            os.kill(os.getpid(), signal.SIGINT)  # to the main thread: this one
-            time.sleep(BOUND_S)
+            os.kill(os.getpid(), signal.SIGINT)  # to the main thread, which waits for this one
+            wait_until(lambda: run.rt.mux.failure(run.qid) is not None, "the cancel never came")
         return real_send(run, *args)
 
     interrupted_send.done = False

@@ -153,15 +153,20 @@ def relaunch(ranks: int, configured: int, argv: list[str]) -> int:
             cmd, env={**os.environ, **launch_env(), **job_env}, stdout=subprocess.PIPE, start_new_session=True
         )
         assert proc.stdout is not None
-        previous = signal.signal(signal.SIGTERM, _interrupt)
+        # Both, as the forked child takes them: a shell starts a background job with SIGINT ignored.
+        previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             banner = relay_without_banner(proc.stdout, sys.stdout.buffer)
             code = proc.wait()
         except BaseException:
             _end_group(proc)
+            from duckflock.exec.budget import remove_orphaned_spill_dirs
+
+            remove_orphaned_spill_dirs()  # the ranks', which were killed with the group
             raise
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         death = job_outcome(job, code, banner, k)
     finally:
         shutil.rmtree(job, ignore_errors=True)

@@ -42,8 +42,8 @@ def _poll_sleep(quiet: float) -> float:
     return 0.005 if quiet > 1.0 else min(0.001, max(0.00002, quiet / 4))
 
 
-_QID_BITS = 13
-_CHANNEL_BITS = TAG_BITS - _QID_BITS
+QID_BITS = 13
+_CHANNEL_BITS = TAG_BITS - QID_BITS
 
 T = TypeVar("T")  # what every rank contributes to a collective: the same type on each
 
@@ -51,7 +51,7 @@ T = TypeVar("T")  # what every rank contributes to a collective: the same type o
 def make_tag(qid: int, channel: int) -> int:
     if channel >> _CHANNEL_BITS:  # it would spill into the query's bits: messages of another query
         raise TransportError(f"channel {channel} out of range: too many exchanges in one query")
-    return ((qid % (1 << _QID_BITS)) << _CHANNEL_BITS) | channel
+    return ((qid % (1 << QID_BITS)) << _CHANNEL_BITS) | channel
 
 
 def split_tag(tag: int) -> tuple[int, int]:
@@ -146,7 +146,7 @@ class Mux:
 
     def try_recv(self, qid: int, channel: int, timeout: float | None) -> tuple[int, object] | None:
         """Like ``recv``, but None when nothing arrived within ``timeout`` seconds."""
-        key = (qid % (1 << _QID_BITS), channel)
+        key = (qid % (1 << QID_BITS), channel)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
             while True:
@@ -160,7 +160,7 @@ class Mux:
 
     def recv_any(self, qid: int, channels: tuple[int, ...]) -> tuple[int, int, object]:
         """Next message on any of (qid, channel) as (channel, source, payload), first channels first."""
-        q = qid % (1 << _QID_BITS)
+        q = qid % (1 << QID_BITS)
         with self._cv:
             while True:
                 for channel in channels:
@@ -204,24 +204,24 @@ class Mux:
 
     def failure(self, qid: int) -> Failure | None:
         with self._cv:
-            return self._failures.get(qid % (1 << _QID_BITS))
+            return self._failures.get(qid % (1 << QID_BITS))
 
     def finish(self, qid: int) -> None:
         """Forget a finished query: drop its buffered messages and ignore late ones."""
-        q = qid % (1 << _QID_BITS)
+        q = qid % (1 << QID_BITS)
         with self._cv:
             self._finished.add(q)
-            self._finished.discard((q + (1 << (_QID_BITS - 1))) % (1 << _QID_BITS))  # window of reuse
+            self._finished.discard((q + (1 << (QID_BITS - 1))) % (1 << QID_BITS))  # window of reuse
             for key in [k for k in self._inbox if k[0] == q]:
                 del self._inbox[key]
-            for key in [k for k in self._early if k[0] % (1 << _QID_BITS) == q]:
+            for key in [k for k in self._early if k[0] % (1 << QID_BITS) == q]:
                 del self._early[key]
 
     def _check(self, qid: int, allow_control: bool = False) -> None:
         if self._fatal is not None:
             raise TransportError(self._fatal)
         if not allow_control:
-            f = self._failures.get(qid % (1 << _QID_BITS))
+            f = self._failures.get(qid % (1 << QID_BITS))
             if f is not None:
                 raise f.error()
 

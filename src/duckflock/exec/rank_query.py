@@ -50,6 +50,7 @@ def execute_on_rank(
     With ``cmd.parts_dir`` the ranks write the gathered rows to part files and return no result;
     with ``result_file`` (the driver) those rows stream into it as they arrive."""
     rt.queries_running += 1
+    rt.begin_query(cmd.qid)
     try:
         try:
             query = _RankQuery(rt, cmd, result_file)
@@ -72,6 +73,7 @@ def execute_on_rank(
         finally:
             query.close()
     finally:
+        rt.end_query()
         rt.queries_running -= 1
         if rt.process is not None:
             rt.process.ended(cmd.qid)

@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,7 +18,7 @@ from duckflock import versions
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
-from duckflock.exchange.mux import Mux
+from duckflock.exchange.mux import QID_BITS, Mux
 from duckflock.exec.budget import (
     DUCKDB_MIN_BYTES,
     Budget,
@@ -33,6 +33,52 @@ from duckflock.exec.fused import ProcessRanks
 from duckflock.exec.memory import map_large_buffers
 from duckflock.local_duckdb import local_time_zone, memory_limit, open_duckdb
 from duckflock.transport.base import Transport
+
+_REINTERRUPT_S = 0.1
+
+
+class _Interrupts:
+    """Which query runs on a rank, and the thread interrupting its DuckDB while that query has
+    failed. DuckDB forgets an interrupt that comes before its call starts (the call then runs to
+    its end: minutes for a large join), and a failure can land between a stage's last check and
+    its DuckDB call: so a failed query's connections are interrupted again every 0.1 s until the
+    rank has left the query. Shared by the copies of a Runtime a query makes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._qid: int | None = None  # the query running on this rank (its tag bits, as failures say)
+        self._thread: threading.Thread | None = None
+        self._left = threading.Event()
+
+    def begin(self, qid: int) -> None:
+        with self._lock:
+            self._qid = qid
+            self._left.clear()
+
+    def end(self) -> None:
+        """The rank has left its query: stop interrupting, before the next query can start."""
+        with self._lock:
+            self._qid = None
+            self._left.set()
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+
+    def failed(self, tag_qid: int, interrupt: Callable[[], None], bits: int) -> None:
+        """Query ``tag_qid`` failed: interrupt now and until the rank leaves it, if it runs here
+        (a query that has not begun here fails at its first check)."""
+        with self._lock:
+            if self._qid is None or self._qid % (1 << bits) != tag_qid or self._thread is not None:
+                return
+            self._thread = threading.Thread(
+                target=self._repeat, args=(interrupt,), name="duckflock-interrupt", daemon=True
+            )
+            self._thread.start()
+
+    def _repeat(self, interrupt: Callable[[], None]) -> None:
+        interrupt()
+        while not self._left.wait(_REINTERRUPT_S):
+            interrupt()
 
 
 @dataclass
@@ -64,6 +110,7 @@ class Runtime:
     # Connections of stages running alongside another on this rank (plan/streaming.py), shared
     # by the copies of this Runtime like ``_driver_con``: a failure interrupts them too.
     _side_cons: list[duckdb.DuckDBPyConnection] = field(default_factory=list)
+    _interrupts: _Interrupts = field(default_factory=_Interrupts)
 
     @property
     def rank(self) -> int:
@@ -122,7 +169,7 @@ class Runtime:
             spill_dir,
             process,
         )
-        mux.on_failure = lambda _qid: rt.interrupt()
+        mux.on_failure = rt.query_failed
         return rt
 
     @property
@@ -196,6 +243,20 @@ class Runtime:
         (it runs next to the DuckDB producing the rows: the part received exchange data has)."""
         memory = max(self.budget.exchange_bytes, DUCKDB_MIN_BYTES) if self.budget is not None else 0
         return threads, self.spill_dir, self.config.time_zone, memory
+
+    def begin_query(self, qid: int) -> None:
+        """This rank enters query ``qid`` (exec/rank_query.py); a failure told before is acted on."""
+        self._interrupts.begin(qid)
+        if self.mux.failure(qid) is not None:
+            self.query_failed(qid % (1 << QID_BITS))
+
+    def end_query(self) -> None:
+        self._interrupts.end()
+
+    def query_failed(self, tag_qid: int) -> None:
+        """The mux's notice that a query failed on some rank (or was cancelled): its DuckDB calls
+        here stop."""
+        self._interrupts.failed(tag_qid, self.interrupt, QID_BITS)
 
     def interrupt(self) -> None:
         # Called by the mux thread while a stage's side connection may be closing: a connection
