@@ -87,6 +87,34 @@ def test_cli_on_workers(tpch_dir, tmp_path):
         assert str(n) in proc.stdout
 
 
+def _worker_cli(listen: str, data, token_file) -> subprocess.CompletedProcess:
+    args = ["worker", "--listen", listen, "--data", str(data), "--token-file", str(token_file)]
+    return subprocess.run(
+        [sys.executable, "-m", "duckflock.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_worker_that_cannot_listen_says_why_in_one_line(tmp_path):
+    make_table(tmp_path / "data", "t", "SELECT 1 AS a", 1)
+    with Workers(tmp_path / "data", 1, tmp_path) as w:
+        taken = w.addresses[0]
+        cases = {
+            taken: f"cannot listen on {taken}: Address already in use",
+            "127.0.0.1:99999": "port 99999 is out of range (0-65535)",
+            ":99999": "port 99999 is out of range",
+            ":8815": "give the host too",
+            "no-such-host.invalid:0": "cannot resolve host 'no-such-host.invalid'",
+        }
+        for listen, message in cases.items():
+            proc = _worker_cli(listen, tmp_path / "data", w.token_file)
+            assert proc.returncode == 1 and proc.stdout == "", (listen, proc.stdout)
+            assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, (listen, proc.stderr)
+            assert message in proc.stderr, (listen, proc.stderr)
+
+
 def _status(address: str, token: str) -> dict:
     client = flight.FlightClient(f"grpc+tcp://{address}")
     options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])

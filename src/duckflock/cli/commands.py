@@ -117,23 +117,27 @@ def run_on_workers(args: argparse.Namespace) -> int:
 
 
 def run_worker(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
+    from duckflock.cli.listen import check_listen
     from duckflock.exec.worker import Worker
 
     if (args.tls_cert is None) != (args.tls_key is None):
         raise DuckflockError("--tls-cert and --tls-key go together")
-    host, _, port = args.listen.rpartition(":")
-    if not host or not port.isdigit():
-        raise DuckflockError(f"--listen wants HOST:PORT, got {args.listen!r}")
+    host, _ = check_listen(args.listen)
     cert, key = read_pem(args.tls_cert), read_pem(args.tls_key)
     tls = (cert, key) if cert is not None and key is not None else None
     scheme = "grpc+tls" if tls else "grpc+tcp"
-    worker = Worker(
-        f"{scheme}://{args.listen}",
-        args.data,
-        read_token(args.token_file),
-        tls=tls,
-        idle_timeout_s=args.idle_timeout,
-    )
+    try:
+        worker = Worker(
+            f"{scheme}://{args.listen}",
+            args.data,
+            read_token(args.token_file),
+            tls=tls,
+            idle_timeout_s=args.idle_timeout,
+        )
+    except pa.ArrowException as e:  # e.g. the port taken since check_listen tried it
+        raise DuckflockError(f"cannot listen on {args.listen}: {e}") from None
     _out().print(
         f"duckflock worker serving {args.data} on {scheme}://{host}:{worker.port}",
         highlight=False,
