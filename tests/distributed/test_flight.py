@@ -84,16 +84,23 @@ def test_cli_on_workers(tpch_dir, tmp_path):
         )
         assert proc.returncode == 0, proc.stderr
         n = oracle(tpch_dir).sql("SELECT count(*) FROM lineitem").fetchall()[0][0]
-        assert str(n) in proc.stdout
+        assert str(n) in proc.stdout and " s on 2 workers\n" in proc.stdout, proc.stdout
 
 
-def _worker_cli(listen: str, data, token_file) -> subprocess.CompletedProcess:
-    args = ["worker", "--listen", listen, "--data", str(data), "--token-file", str(token_file)]
+def test_cli_on_workers_refuses_a_data_directory(tmp_path):
+    """The workers read their own data directories: a --data given with --workers is refused, not ignored."""
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    proc = _cli(
+        "sql", "--workers", "127.0.0.1:1", "--token-file", str(token), "--data", str(tmp_path), "SELECT 1"
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("error: --data does not go with --workers: each worker reads"), proc.stderr
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "duckflock.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [sys.executable, "-m", "duckflock.cli.main", *args], capture_output=True, text=True, timeout=60
     )
 
 
@@ -109,7 +116,15 @@ def test_a_worker_that_cannot_listen_says_why_in_one_line(tmp_path):
             "no-such-host.invalid:0": "cannot resolve host 'no-such-host.invalid'",
         }
         for listen, message in cases.items():
-            proc = _worker_cli(listen, tmp_path / "data", w.token_file)
+            proc = _cli(
+                "worker",
+                "--listen",
+                listen,
+                "--data",
+                str(tmp_path / "data"),
+                "--token-file",
+                str(w.token_file),
+            )
             assert proc.returncode == 1 and proc.stdout == "", (listen, proc.stdout)
             assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, (listen, proc.stderr)
             assert message in proc.stderr, (listen, proc.stderr)

@@ -27,8 +27,9 @@ def _out() -> Console:
     return stdout_console()
 
 
-def _query(db, args: argparse.Namespace) -> int:
-    """Run the command's query on a session and print or write its result."""
+def _query(db, args: argparse.Namespace, on: str = "rank") -> int:
+    """Run the command's query on a session and print or write its result; ``on``: what the
+    session's ranks are (ranks, or Flight workers), for the timing line."""
     from duckflock.cli.errors_out import print_error
     from duckflock.cli.output import print_profile
 
@@ -41,7 +42,7 @@ def _query(db, args: argparse.Namespace) -> int:
             _out().print(f"wrote {result.outcome.rows_written} rows to {args.output}")
         else:
             result.show(max_rows=args.max_rows, console=_out())
-        _out().print(f"{result.seconds:.3f} s on {db.ranks} ranks")
+        _out().print(f"{result.seconds:.3f} s on {db.ranks} {on}{'' if db.ranks == 1 else 's'}")
         if args.profile:
             print_profile(result.stats, console=_out())
     except DuckflockError as e:
@@ -105,6 +106,11 @@ def run_on_workers(args: argparse.Namespace) -> int:
 
     if not args.token_file:
         raise DuckflockError("--workers needs --token-file")
+    if args.data:
+        raise DuckflockError(
+            "--data does not go with --workers: each worker reads the data directory it was started "
+            "with (duckflock worker --data DIR)"
+        )
     workers = [w.strip() for w in args.workers.split(",") if w.strip()]
     config = {"shared_storage": args.shared_data}
     with duckflock.connect(
@@ -113,7 +119,7 @@ def run_on_workers(args: argparse.Namespace) -> int:
         tls_root_cert=read_pem(args.tls_root),
         config=config,
     ) as db:
-        return _query(db, args)
+        return _query(db, args, on="worker")
 
 
 def run_worker(args: argparse.Namespace) -> int:
