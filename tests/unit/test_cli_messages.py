@@ -1,10 +1,13 @@
-"""What the CLI says on stderr beside its results: a warning when the ranks far outnumber the cores."""
+"""What the CLI says on stderr beside its results: a warning when the ranks far outnumber the cores;
+datagen's progress bar, on a terminal only."""
 
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -39,3 +42,41 @@ def test_ranks_far_beyond_the_cores_are_warned_of_and_run(tmp_path, ranks, warne
         assert proc.stderr.count("\n") == 1, proc.stderr
     else:
         assert proc.stderr == ""
+
+
+def _on_a_terminal(*args: str) -> tuple[int, str]:
+    """The CLI with stdout and stderr on a pseudo-terminal: its exit code and what it showed there."""
+    master, slave = os.openpty()
+    cmd = [sys.executable, "-m", "duckflock.cli.main", *args]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    os.close(slave)
+    shown = b""
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 1.0)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the CLI ended and closed the terminal
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            elif proc.poll() is not None:
+                break
+    finally:
+        os.close(master)
+    return proc.wait(timeout=60), shown.decode(errors="replace")
+
+
+def test_datagen_shows_its_parts_on_a_terminal_and_nothing_when_piped(tmp_path):
+    args = ("datagen", "tpch", "--sf", "0.01", "--parts", "2", "--out")
+    code, shown = _on_a_terminal(*args, str(tmp_path / "tty"))
+    assert code == 0 and "tpchgen sf=0.01" in shown and "3/3" in shown, shown
+    piped = subprocess.run(
+        [sys.executable, "-m", "duckflock.cli.main", *args, str(tmp_path / "piped")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (piped.returncode, piped.stdout, piped.stderr) == (0, "", "")
