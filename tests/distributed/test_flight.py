@@ -84,7 +84,50 @@ def test_cli_on_workers(tpch_dir, tmp_path):
         )
         assert proc.returncode == 0, proc.stderr
         n = oracle(tpch_dir).sql("SELECT count(*) FROM lineitem").fetchall()[0][0]
-        assert str(n) in proc.stdout
+        assert str(n) in proc.stdout and " s on 2 workers\n" in proc.stdout, proc.stdout
+
+
+def test_cli_on_workers_refuses_a_data_directory(tmp_path):
+    """The workers read their own data directories: a --data given with --workers is refused, not ignored."""
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    proc = _cli(
+        "sql", "--workers", "127.0.0.1:1", "--token-file", str(token), "--data", str(tmp_path), "SELECT 1"
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("error: --data does not go with --workers: each worker reads"), proc.stderr
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "duckflock.cli.main", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_worker_that_cannot_listen_says_why_in_one_line(tmp_path):
+    make_table(tmp_path / "data", "t", "SELECT 1 AS a", 1)
+    with Workers(tmp_path / "data", 1, tmp_path) as w:
+        taken = w.addresses[0]
+        cases = {
+            taken: f"cannot listen on {taken}: Address already in use",
+            "127.0.0.1:99999": "port 99999 is out of range (0-65535)",
+            ":99999": "port 99999 is out of range",
+            ":8815": "give the host too",
+            "no-such-host.invalid:0": "cannot resolve host 'no-such-host.invalid'",
+        }
+        for listen, message in cases.items():
+            proc = _cli(
+                "worker",
+                "--listen",
+                listen,
+                "--data",
+                str(tmp_path / "data"),
+                "--token-file",
+                str(w.token_file),
+            )
+            assert proc.returncode == 1 and proc.stdout == "", (listen, proc.stdout)
+            assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, (listen, proc.stderr)
+            assert message in proc.stderr, (listen, proc.stderr)
 
 
 def _status(address: str, token: str) -> dict:

@@ -98,6 +98,28 @@ def test_load_of_a_missing_file_fails_with_one_message(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_a_bad_csv_line_names_its_rank_once_and_leaves_nothing_behind(sources, tmp_path):
+    bad = tmp_path / "bad.csv"  # the bad line far below the lines DuckDB's sniffer samples
+    bad.write_text("k,v\n" + "".join(f"{i},{i}\n" for i in range(30000)) + "x,y\n")
+    for data, before in ((tmp_path / "new", None), (tmp_path / "old", ["dim"])):
+        if before:
+            assert (
+                cli("load", "--data", str(data), "--table", "dim", str(sources / "dim.csv")).returncode == 0
+            )
+        proc = cli(
+            "load", "--data", str(data), "--table", "t", str(bad), "--partition-by", "k", "--ranks", "2"
+        )
+        assert proc.returncode == 1
+        assert (
+            proc.stderr.startswith(f"error: rank 0: loading {bad} failed: ")
+            and proc.stderr.count("rank ") == 1
+        )
+        if before is None:
+            assert not data.exists(), list(data.rglob("*"))
+        else:
+            assert not (data / "t").exists() and sorted(Catalog.load(data).tables) == before
+
+
 def _place_by_another_hash(data, table: str, parts: int) -> None:
     """Rewrite a hash table as a DuckDB with another hash() would have placed it: rows by k % parts,
     under other file names, with that DuckDB's canary and version in the catalog."""

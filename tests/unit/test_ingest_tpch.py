@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
@@ -15,11 +16,14 @@ from duckflock.ingest.tpch import (
     ALIGNED,
     RANGE_KEYS,
     TABLES,
+    _progress,
+    _run_parallel,
     align_parts,
     generate_tpch,
     parent_intervals,
     part_file,
 )
+from support import wait_until
 
 SF = 0.01
 
@@ -200,3 +204,23 @@ def test_string_widths_are_recorded_and_added_to_older_catalogs(tpch):
     assert dict(again.table("partsupp").widths) == widths
     for info in again.tables.values():  # the module's catalog as it was
         cat.put(info)
+
+
+def test_the_bar_counts_each_part_as_it_ends():
+    """Not only once the last part has ended: at SF 1 the bar stood at 0 for the whole generation."""
+    release = threading.Event()
+
+    def ends_when_released() -> None:
+        release.wait(60)
+
+    with _progress(False) as bar:
+        tasks = [lambda: None, ends_when_released]
+        runner = threading.Thread(target=_run_parallel, args=(tasks, 2, bar, "parts"))
+        runner.start()
+        try:
+            wait_until(lambda: bar.tasks and bar.tasks[0].completed == 1, "the ended part was not counted")
+            assert runner.is_alive() and bar.tasks[0].completed == 1  # the other part still runs
+        finally:
+            release.set()
+            runner.join(60)
+    assert bar.tasks[0].completed == 2

@@ -28,6 +28,7 @@ from duckflock.catalog.partitioning import (
     canonical_hash_type,
     partitions_of_rank,
 )
+from duckflock.catalog.validate import VERSION, check_catalog
 from duckflock.errors import CatalogError
 
 CATALOG_FILE = "duckflock_catalog.json"
@@ -221,10 +222,14 @@ class Catalog:
             )
         try:
             data = json.loads(path.read_text())
+        except ValueError as e:
+            raise CatalogError(f"{path}: not a JSON catalog: {e}") from e
+        check_catalog(path, data)
+        try:
             tables = {n: TableInfo.from_json(n, t) for n, t in data["tables"].items()}
-            meta = dict(data.get("meta", {}))
-        except (ValueError, KeyError, TypeError) as e:
-            raise CatalogError(f"corrupt catalog {path}: {e}") from e
+        except (ValueError, TypeError, ArithmeticError) as e:  # a value of the right type that does not parse
+            raise CatalogError(f"{path}: {e}") from e
+        meta = dict(data.get("meta", {}))
         return cls(root, tables, meta)
 
     @classmethod
@@ -269,7 +274,7 @@ class Catalog:
         """Write atomically: a crash never leaves a half-written catalog."""
         self.root.mkdir(parents=True, exist_ok=True)
         data: dict[str, object] = {
-            "version": 1,
+            "version": VERSION,
             "tables": {n: t.to_json() for n, t in sorted(self.tables.items())},
         }
         if self.meta:

@@ -27,8 +27,9 @@ def _out() -> Console:
     return stdout_console()
 
 
-def _query(db, args: argparse.Namespace) -> int:
-    """Run the command's query on a session and print or write its result."""
+def _query(db, args: argparse.Namespace, on: str = "rank") -> int:
+    """Run the command's query on a session and print or write its result; ``on``: what the
+    session's ranks are (ranks, or Flight workers), for the timing line."""
     from duckflock.cli.errors_out import print_error
     from duckflock.cli.output import print_profile
 
@@ -41,7 +42,7 @@ def _query(db, args: argparse.Namespace) -> int:
             _out().print(f"wrote {result.outcome.rows_written} rows to {args.output}")
         else:
             result.show(max_rows=args.max_rows, console=_out())
-        _out().print(f"{result.seconds:.3f} s on {db.ranks} ranks")
+        _out().print(f"{result.seconds:.3f} s on {db.ranks} {on}{'' if db.ranks == 1 else 's'}")
         if args.profile:
             print_profile(result.stats, console=_out())
     except DuckflockError as e:
@@ -104,6 +105,11 @@ def run_on_workers(args: argparse.Namespace) -> int:
 
     if not args.token_file:
         raise DuckflockError("--workers needs --token-file")
+    if args.data:
+        raise DuckflockError(
+            "--data does not go with --workers: each worker reads the data directory it was started "
+            "with (duckflock worker --data DIR)"
+        )
     workers = [w.strip() for w in args.workers.split(",") if w.strip()]
     config = {"shared_storage": args.shared_data}
     with duckflock.connect(
@@ -112,27 +118,31 @@ def run_on_workers(args: argparse.Namespace) -> int:
         tls_root_cert=read_pem(args.tls_root),
         config=config,
     ) as db:
-        return _query(db, args)
+        return _query(db, args, on="worker")
 
 
 def run_worker(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
+    from duckflock.cli.listen import check_listen
     from duckflock.exec.worker import Worker
 
     if (args.tls_cert is None) != (args.tls_key is None):
         raise DuckflockError("--tls-cert and --tls-key go together")
-    host, _, port = args.listen.rpartition(":")
-    if not host or not port.isdigit():
-        raise DuckflockError(f"--listen wants HOST:PORT, got {args.listen!r}")
+    host, _ = check_listen(args.listen)
     cert, key = read_pem(args.tls_cert), read_pem(args.tls_key)
     tls = (cert, key) if cert is not None and key is not None else None
     scheme = "grpc+tls" if tls else "grpc+tcp"
-    worker = Worker(
-        f"{scheme}://{args.listen}",
-        args.data,
-        read_token(args.token_file),
-        tls=tls,
-        idle_timeout_s=args.idle_timeout,
-    )
+    try:
+        worker = Worker(
+            f"{scheme}://{args.listen}",
+            args.data,
+            read_token(args.token_file),
+            tls=tls,
+            idle_timeout_s=args.idle_timeout,
+        )
+    except pa.ArrowException as e:  # e.g. the port taken since check_listen tried it
+        raise DuckflockError(f"cannot listen on {args.listen}: {e}") from None
     _out().print(
         f"duckflock worker serving {args.data} on {scheme}://{host}:{worker.port}",
         highlight=False,

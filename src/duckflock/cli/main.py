@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 from duckflock.cli.bench_args import add_bench_parsers
-from duckflock.cli.errors_out import print_error
+from duckflock.cli.errors_out import print_error, print_warning
 from duckflock.cli.terminal import launch_env
 from duckflock.errors import DuckflockError
 from duckflock.exec.forked import exit_child, fork_job, interrupted_exit_code, note_interrupt
@@ -30,6 +30,8 @@ from duckflock.exec.launch import (
     relay_without_banner,
     under_mpi,
 )
+
+OVERSUBSCRIBED = 4  # ranks per core above which `sql`, `load` and `explain --analyze` warn
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -234,10 +236,12 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         config = Config.from_env()  # a bad DUCKFLOCK_ setting fails here, once, not in every rank
         if args.command == "load":  # each rank process loads its share (cli/commands.run_load)
+            _warn_if_oversubscribed(args.ranks)
             return relaunch(args.ranks, 1, argv)
         from duckflock.catalog import Catalog
 
         Catalog.load(args.data)  # fail fast, before starting any rank
+        _warn_if_oversubscribed(args.ranks)
         if per_process(args.ranks, config.ranks_per_process) < args.ranks:
             return relaunch(args.ranks, config.ranks_per_process, argv)
         fork_job(args.ranks)  # all ranks in one child process, without MPI (exec/forked.py)
@@ -245,6 +249,16 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         return run_in_threads(args, config)
     return _run_here(args)
+
+
+def _warn_if_oversubscribed(ranks: int) -> None:
+    """Ranks on this machine far beyond its cores: each waits by polling, so say what they get."""
+    cores = len(os.sched_getaffinity(0))
+    if ranks > OVERSUBSCRIBED * cores:
+        print_warning(
+            f"{ranks} ranks on {cores} core{'' if cores == 1 else 's'}: each rank gets a fraction of a "
+            "core (ranks busy-poll while they wait), so fewer ranks may well be faster"
+        )
 
 
 def _check_args(args: argparse.Namespace) -> None:

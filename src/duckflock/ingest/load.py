@@ -13,7 +13,7 @@ Requirements:
 Repartitioned tables are written as Parquet to ``DIR/<table>/part-<p>-r<rank>.parquet``: partition ``p``
 is the union of the files of all ranks with that ``p``. Files are first written to a staging directory
 ``DIR/<table>/.load-<qid>/`` and only moved into place once every rank has succeeded, so a failed load
-leaves the previous table intact.
+leaves the previous table intact, and no directory it created.
 
 ``repartition_table`` rewrites a stored hash table the same way, from its own files: for a table placed
 by a DuckDB whose ``hash()`` differs from this one's (see ``catalog.hash_canary``).
@@ -450,6 +450,8 @@ def _staged(
     """Repartition ``paths`` into ``table`` through a staging directory, which a failure cleans up.
     ``keep``: files of the table's directory that stay even when the new table does not list them."""
     mine = list(range(rt.rank, len(paths), rt.size))
+    # Checked before the allgather, so before any rank creates them: every rank sees the same.
+    created = [d for d in (root / table, root) if not d.exists()]
     # Named by rank 0 for all ranks, so that loads running at the same time never share one.
     staging = root / table / f"{_STAGING_PREFIX}{rt.mux.allgather(qid, uuid.uuid4().hex)[0]}"
     staging.mkdir(parents=True, exist_ok=True)
@@ -462,8 +464,10 @@ def _staged(
             if own.fullmatch(f.name):
                 f.unlink(missing_ok=True)
         shutil.rmtree(staging / f"r{rt.rank}", ignore_errors=True)
-        with contextlib.suppress(OSError):  # the last rank out removes the emptied directory
-            staging.rmdir()
+        # The last rank out removes the emptied directory, and those this load created.
+        with contextlib.suppress(OSError):
+            for d in (staging, *created):
+                d.rmdir()
         raise
 
 
@@ -536,7 +540,7 @@ def _repartition(
             written = _write_partitions(rt.con, scan, part_sql, staging, rt.rank)
         except duckdb.Error as e:
             names = ", ".join(str(paths[i]) for i in mine)
-            raise CatalogError(f"rank {rt.rank}: loading {names} failed: {e}") from e
+            raise CatalogError(f"loading {names} failed: {e}") from e  # the failure names the rank
     report: list[tuple[int, str, int, object, object]] = []
     range_key = keys[0] if scheme == "range" else None
     for p, fs in sorted(written.items()):

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -93,12 +93,14 @@ def _progress(enabled: bool) -> Iterator[Progress]:
 
 
 def _run_parallel(tasks: list[Callable[[], None]], jobs: int, bar: Progress, label: str) -> None:
-    """Run tasks on ``jobs`` threads; the first failure cancels what has not started and is raised."""
+    """Run tasks on ``jobs`` threads, counting each on ``bar`` as it ends; the first failure cancels
+    what has not started and is raised."""
     task = bar.add_task(label, total=len(tasks))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         pending = {pool.submit(t) for t in tasks}
         while pending:
-            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            # Not FIRST_EXCEPTION: without a failure that waits for all, and the bar stood at 0 till the end.
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
                 if (error := f.exception()) is not None:
                     for p in pending:
