@@ -664,6 +664,28 @@ def test_malformed_input_is_a_sql_error(plan, sql):
         plan(sql)
 
 
+@pytest.mark.parametrize(
+    "sql", ["SELECT 1 * FROM ua", "SELECT (k FROM ua", "SELECT k FROM ua WHERE", "SELECT k FROM ua LIMIT"]
+)
+def test_a_syntax_error_is_told_in_duckdbs_words(plan, sql):
+    # Not sqlglot's ("Required keyword: 'expression' missing for <class ...Mul>", "Expecting )").
+    with pytest.raises(duckdb.ParserException) as duckdbs:
+        duckdb.connect().extract_statements(sql)
+    with pytest.raises(SqlError) as ours:
+        plan(sql)
+    assert str(ours.value) == str(duckdbs.value)
+    assert str(ours.value).startswith("Parser Error: syntax error at or near")
+
+
+def test_sql_only_duckdb_parses_is_refused_naming_where_sqlglot_stopped(plan):
+    sql = "SELECT k IS NULL, count(*) FROM ua GROUP BY ROLLUP (k IS NULL)"
+    with pytest.raises(SqlError) as refused:
+        plan(sql, driver_fallback_bytes=-1)
+    message = str(refused.value)
+    assert 'sqlglot, cannot read it at "IS", line 1' in message
+    assert "Expecting" not in message and "<class" not in message
+
+
 # ---- range shuffle into a narrower key type ---------------------------------------------------------
 
 
