@@ -44,7 +44,7 @@ def plan_query(
         plan = _once_per_process(
             cut(physical, bound.output_names, bound.arrow_schema), catalog, config, per_process, cores
         )
-    return replace(plan, output_types=bound.output_types)
+    return replace(plan, output_types=bound.output_types, query=sql.strip())
 
 
 def _once_per_process(

@@ -97,6 +97,7 @@ class StagePlan:
     output_names: tuple[str, ...]
     output_schema: pa.Schema  # what single-process DuckDB returns for the query
     output_types: tuple[str, ...] = ()  # the result columns' DuckDB types (Python values follow them)
+    query: str = ""  # the user's SQL, for an error's message: a stage's SQL is a rewrite of it
 
     def stage(self, sid: int) -> Stage:
         return self.stages[sid]
