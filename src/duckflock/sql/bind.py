@@ -130,7 +130,7 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
     try:
         with _quiet_sqlglot():  # it logs a warning for statements it keeps as raw commands
             statements = sqlglot.parse(text, read="duckdb")
-    except ParseError as e:
+    except SqlglotError as e:  # ParseError, or TokenError
         # DuckDB accepts it (ROLLUP(x IS NULL)): say whose parser gave up, and let the driver
         # answer it as written.
         reason = f"cannot parse SQL (duckflock's SQL parser, sqlglot, cannot read it{_where(e)})"
@@ -191,12 +191,13 @@ def _parenthesized(e: exp.Expr) -> exp.Expr:
 _SQLGLOT_CLASS = re.compile(r"\s*(for )?<class 'sqlglot\.[^']*'>")
 
 
-def _where(e: ParseError) -> str:
+def _where(e: SqlglotError) -> str:
     """Where sqlglot's parser stopped, for the user: not its own wording, which names its classes
     ("Required keyword: 'expression' missing for <class 'sqlglot.expressions.core.Mul'>")."""
-    if not e.errors or not e.errors[0].get("highlight"):
+    errors = e.errors if isinstance(e, ParseError) else []
+    if not errors or not errors[0].get("highlight"):
         return ""
-    error = e.errors[0]
+    error = errors[0]
     return f' at "{error["highlight"]}", line {error["line"]}'
 
 
