@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +20,7 @@ from duckflock.testing.tables import make_table, oracle
 
 BOUND_S = 90  # a hang becomes a failure long before CI's limit
 
-__all__ = ["assert_same", "make_table", "oracle", "read_parts", "run_on_ranks"]
+__all__ = ["assert_same", "make_table", "one_core", "oracle", "read_parts", "run_on_ranks"]
 
 RUNNER = Path(__file__).parent / "distributed" / "run_queries.py"
 
@@ -28,6 +30,18 @@ def assert_same(got: pa.Table, expected: pa.Table, order_by: list[str] | None = 
     types; with ``order_by`` the sequence of those columns must match too."""
     problem = difference(got, expected, order_by)
     assert problem is None, problem
+
+
+@contextmanager
+def one_core() -> Iterator[None]:
+    """This process (and the ranks it starts) on one core: every process of ranks has more ranks
+    than cores, on any machine."""
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cores)
 
 
 def read_parts(directory: Path) -> pa.Table:

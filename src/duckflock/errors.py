@@ -9,10 +9,27 @@ _INTERNAL_HINT = re.compile(
     r'\s*Did you mean "(pg_|duckdb_|sqlite_|information_schema)[^"]*"\?', re.IGNORECASE
 )
 
+# DuckDB's context of an error in a statement, at the end of its message: the line, and a caret.
+_CONTEXT = re.compile(r"\n\s*LINE \d+: .*", re.DOTALL)
+# A column a failing cast read: a rewrite names them "alias.column" (aliases have no dot), or
+# "__o1" and the like for what it computed itself (where DuckDB would name no column).
+_SOURCE_COLUMN = re.compile(r"( when casting from source column )[^.\n]+\.", re.MULTILINE)
+_COMPUTED_COLUMN = re.compile(r" when casting from source column __\w+$", re.MULTILINE)
 
-def duckdb_message(e: Exception) -> str:
-    """A DuckDB error's text for the user: without hints that name DuckDB's internal tables."""
-    return _INTERNAL_HINT.sub("", str(e)).strip() or type(e).__name__
+
+def duckdb_message(e: Exception, query: str | None = None) -> str:
+    """A DuckDB error's text for the user: without hints that name DuckDB's internal tables.
+
+    ``query``: the user's SQL, of which the failed statement was a rewrite. Its names and text
+    are not the user's, so DuckDB's context (the statement's line, a caret) gives way to the
+    query, and a cast's source column is named as DuckDB names it in the query itself."""
+    text = _INTERNAL_HINT.sub("", str(e)).strip()
+    if query:
+        text, in_context = _CONTEXT.subn("", text)
+        text = _COMPUTED_COLUMN.sub("", _SOURCE_COLUMN.sub(r"\1", text))
+        if in_context:
+            text = f"{text}\n\nQuery: {query}"
+    return text or type(e).__name__
 
 
 class DuckflockError(Exception):

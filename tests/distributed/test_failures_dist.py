@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import duckflock
@@ -194,6 +195,25 @@ def test_cli_job_leaves_no_spill_files(bad_dir, tmp_path):
         assert proc.returncode == code, proc.stderr
         assert needle in proc.stdout + proc.stderr
         assert spill.is_dir() and not any(spill.iterdir())
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT k, CAST(s AS INTEGER) AS n FROM bad",
+        "SELECT g.v, CAST(b.s AS INTEGER) AS n FROM good g JOIN bad b ON g.k = b.k",
+        "SELECT CAST(t AS INTEGER) AS n FROM (SELECT k, s || '' AS t FROM bad) AS d",
+    ],
+)
+def test_runtime_error_is_duckdbs_about_the_users_query(bad_dir, sql):
+    """The ranks run a rewrite of the query (columns "bad.s", "__o1"): the message is DuckDB's own
+    about the query as written, which it quotes once instead of the rewrite's line."""
+    with pytest.raises(duckdb.ConversionException) as single:
+        oracle(bad_dir, threads=1).sql(sql).fetchall()
+    duckdbs = str(single.value).split("\n\nLINE ")[0]
+    with duckflock.connect(bad_dir, ranks=2) as db, pytest.raises(duckflock.ExecutionError) as info:
+        db.sql(sql)
+    assert info.value.cause == f"{duckdbs}\n\nQuery: {sql}"
 
 
 def test_session_survives_failures(bad_dir):

@@ -13,14 +13,13 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 import duckflock
-from support import BOUND_S, assert_same, make_table, oracle, read_parts, wait_until
+from support import BOUND_S, assert_same, make_table, one_core, oracle, read_parts, wait_until
 
 pytestmark = pytest.mark.dist
 
@@ -38,8 +37,14 @@ QUERIES = {
         True,
     ),
     "left join, NULL keys kept": (
-        "SELECT b.id, b.k, s.s FROM big b LEFT JOIN small s ON b.k = s.k WHERE b.id % 97 = 0",
+        "SELECT b.k, count(*) AS n, count(s.s) AS m FROM big b LEFT JOIN small s ON b.k = s.k "
+        "WHERE b.id % 97 = 0 GROUP BY b.k",
         True,
+    ),
+    # The result's rows as they are: each rank's own (its part file, with output=DIR/).
+    "rows returned as they are": (
+        "SELECT b.id, b.k, s.s FROM big b LEFT JOIN small s ON b.k = s.k WHERE b.id % 97 = 0",
+        False,
     ),
     "anti join": (
         "SELECT count(*) AS n, sum(v) AS v FROM big b WHERE NOT EXISTS (SELECT 1 FROM small s WHERE s.k = b.k)",
@@ -99,16 +104,6 @@ def data(tmp_path_factory) -> Path:
     )
     make_table(root, "two", "SELECT i % 600 AS k, i AS v FROM range(5000) t(i)", 2)
     return root
-
-
-@contextmanager
-def one_core() -> Iterator[None]:
-    cores = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(cores)})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, cores)
 
 
 def fused_queries(result) -> tuple[bool, bool]:
@@ -202,8 +197,9 @@ def test_little_read_whole_runs_on_every_rank(data):
         assert fused_queries(result) == (False, False)
 
 
-def test_a_fused_stage_writes_part_files_and_feeds_a_stream(data, tmp_path):
-    """Its rows go to the first rank's part file, the other ranks' parts are empty; its output
+def test_part_files_are_each_ranks_and_a_fused_stage_feeds_a_stream(data, tmp_path):
+    """The stage whose rows are the result as they are runs on every rank, each writing its own
+    part file (run once, it would leave them all in the first rank's); a fused stage's output
     streams into the stage reading it, which starts its query alongside."""
     ref = oracle(data)
     rows = "SELECT b.id, b.k, s.s FROM big b JOIN small s ON b.k = s.k"
@@ -211,8 +207,9 @@ def test_a_fused_stage_writes_part_files_and_feeds_a_stream(data, tmp_path):
     with duckflock.connect(str(data), ranks=3, transport="threads", config=config) as db:
         result = db.sql(rows, output=f"{tmp_path}/parts/", profile=True)
         assert_same(read_parts(tmp_path / "parts"), ref.sql(rows).to_arrow_table())
-        assert len(list((tmp_path / "parts").glob("part-*.parquet"))) == 3
-        assert fused_queries(result) == (True, True)
+        parts = sorted((tmp_path / "parts").glob("part-*.parquet"))
+        assert len(parts) == 3 and all(pq.read_metadata(p).num_rows for p in parts)
+        assert fused_queries(result) == (False, False)
         grouped = QUERIES["hash shuffle by the small side's column"][0]
         result = db.sql(grouped, profile=True)
         assert_same(result.arrow(), ref.sql(grouped).to_arrow_table())

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import duckflock
-from support import BOUND_S, assert_same, make_table, oracle, read_parts
+from support import BOUND_S, assert_same, make_table, one_core, oracle, read_parts
 
 pytestmark = pytest.mark.dist
 
@@ -77,6 +77,39 @@ def test_a_tiny_exchange_budget_still_writes_files(data, tmp_path):
     config = {**CONFIG, "exchange_memory_bytes": 1}
     with duckflock.connect(str(data), ranks=2, transport="threads", config=config) as db:
         check_outputs(db, data, tmp_path, 2)
+
+
+@pytest.mark.parametrize(
+    ("sql", "config"),
+    [
+        # A scan and filter, in a process of more ranks than cores (one core, see one_core).
+        ("SELECT k, v FROM f WHERE v % 7 = 0", {"shared_storage": False}),
+        # A join with d read whole by every rank from shared storage.
+        (
+            "SELECT f.k, d.s FROM f JOIN d ON f.k2 = d.k2 WHERE f.v % 3 = 0",
+            {"shared_storage": True, "broadcast_threshold_bytes": 1 << 30},
+        ),
+    ],
+)
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_every_rank_writes_its_share_where_stages_could_run_once_per_process(
+    data, tmp_path, sql, config, ranks
+):
+    """A stage that could run once for all of a process's ranks (exec/fused.py) runs on each rank
+    when its rows are the result's as they are: each rank's part holds that rank's rows, not the
+    first rank's part all of them."""
+    expected = oracle(data).sql(sql).to_arrow_table()
+    directory = tmp_path / "out"
+    with (
+        one_core(),
+        duckflock.connect(
+            str(data), ranks=ranks, transport="threads", config={**config, "fuse_min_bytes": 0}
+        ) as db,
+    ):
+        db.sql(sql, output=f"{directory}/")
+    assert_same(read_parts(directory), expected)
+    rows = [pq.read_metadata(part).num_rows for part in sorted(directory.glob("part-*.parquet"))]
+    assert len(rows) == ranks and all(rows), rows  # f's 4 partitions: one or two on every rank
 
 
 def test_directory_replaces_earlier_parts_and_csv_streams(data, tmp_path):

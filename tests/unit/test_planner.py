@@ -298,7 +298,8 @@ def test_shared_storage_reads_a_side_cheap_to_copy_on_every_rank(plan):
 def test_a_side_read_whole_may_use_the_memory_of_all_ranks_of_a_process(plan, catalog):
     """Over the bound for one rank's copy, within the bound of a process's ranks together: read
     whole where the stage reading it runs once for the process (exec/fused.py), else shuffled."""
-    join = "SELECT ua.v, tiny.name FROM ua JOIN tiny ON ua.k = tiny.k"
+    rows = "SELECT ua.v, tiny.name FROM ua JOIN tiny ON ua.k = tiny.k"
+    join = "SELECT count(*) AS n, max(ua.v) AS v, max(tiny.name) AS name FROM ua JOIN tiny ON ua.k = tiny.k"
     tiny = catalog.table("tiny")
     cap = int(tiny.rows * tiny.row_width(["k", "name"])) // 3  # 3 of them hold tiny, not 1 or 2
     settings = {"broadcast_threshold_bytes": 64, "broadcast_max_bytes": cap, "fuse_min_bytes": 64}
@@ -309,8 +310,10 @@ def test_a_side_read_whole_may_use_the_memory_of_all_ranks_of_a_process(plan, ca
     for per_process in (1, 2):
         assert the_join(plan(join, per_process=per_process, **settings)).strategy == "shuffle both"
     # Sorted in parallel: the stage of the join is not run once per process, so neither is tiny read.
-    p = plan(f"{join} ORDER BY ua.v, tiny.name", per_process=4, range_sort_threshold_bytes=1, **settings)
+    p = plan(f"{rows} ORDER BY ua.v, tiny.name", per_process=4, range_sort_threshold_bytes=1, **settings)
     assert the_join(p).strategy == "shuffle both"
+    # Nor where its rows are the result as they are (every rank writes its own part file).
+    assert the_join(plan(rows, per_process=4, **settings)).strategy == "shuffle both"
     # Nor when tables read whole run once per process only from more bytes than tiny's on.
     p = plan(join, per_process=4, **{**settings, "fuse_min_bytes": 1 << 30})
     assert the_join(p).strategy == "shuffle both"
@@ -319,7 +322,7 @@ def test_a_side_read_whole_may_use_the_memory_of_all_ranks_of_a_process(plan, ca
 def test_a_stage_reading_a_table_whole_runs_once_when_the_copies_it_saves_are_large(plan, catalog):
     """``fuse_min_bytes`` weighs the copies saved, one per other rank of the process: tiny's
     columns twice over are saved by a process of 4 ranks (3 copies), not by one of 2 (1 copy)."""
-    join = "SELECT ua.v, tiny.name FROM ua JOIN tiny ON ua.k = tiny.k"
+    join = "SELECT count(*) AS n, max(ua.v) AS v, max(tiny.name) AS name FROM ua JOIN tiny ON ua.k = tiny.k"
     tiny = catalog.table("tiny")
     twice = int(2 * tiny.rows * tiny.row_width(["k", "name"]))
     settings = {"broadcast_threshold_bytes": 1 << 30, "broadcast_max_bytes": 1 << 30, "fuse_min_bytes": twice}
@@ -343,6 +346,14 @@ def test_a_stage_that_only_scans_runs_once_per_process_of_more_ranks_than_cores(
         assert not any(s.once_per_process for s in p.stages), (per_process, cores)
     grouped = plan("SELECT v, count(*) AS n FROM ua GROUP BY v", per_process=4, cores=2, **settings)
     assert not any(s.once_per_process for s in grouped.stages)
+
+
+def test_a_stage_whose_rows_are_the_result_as_they_are_runs_on_every_rank(plan):
+    """Each rank writes the rows it produced to its own part file (output=DIR/): run once for a
+    process, the stage would leave them all in the first rank's part."""
+    settings = {"broadcast_threshold_bytes": 64, "fuse_min_bytes": 64}
+    scan = plan("SELECT k, v FROM ua WHERE v > 2", per_process=4, cores=2, **settings)
+    assert [s.once_per_process for s in scan.stages] == [False, False]  # into a shuffle, it would run once
 
 
 def test_the_preserved_side_of_an_outer_join_is_never_broadcast(plan):
@@ -662,6 +673,28 @@ def test_statements_other_than_select_are_refused(plan, sql, kind):
 def test_malformed_input_is_a_sql_error(plan, sql):
     with pytest.raises(DuckflockError):
         plan(sql)
+
+
+@pytest.mark.parametrize(
+    "sql", ["SELECT 1 * FROM ua", "SELECT (k FROM ua", "SELECT k FROM ua WHERE", "SELECT k FROM ua LIMIT"]
+)
+def test_a_syntax_error_is_told_in_duckdbs_words(plan, sql):
+    # Not sqlglot's ("Required keyword: 'expression' missing for <class ...Mul>", "Expecting )").
+    with pytest.raises(duckdb.ParserException) as duckdbs:
+        duckdb.connect().extract_statements(sql)
+    with pytest.raises(SqlError) as ours:
+        plan(sql)
+    assert str(ours.value) == str(duckdbs.value)
+    assert str(ours.value).startswith("Parser Error: syntax error at or near")
+
+
+def test_sql_only_duckdb_parses_is_refused_naming_where_sqlglot_stopped(plan):
+    sql = "SELECT k IS NULL, count(*) FROM ua GROUP BY ROLLUP (k IS NULL)"
+    with pytest.raises(SqlError) as refused:
+        plan(sql, driver_fallback_bytes=-1)
+    message = str(refused.value)
+    assert 'sqlglot, cannot read it at "IS", line 1' in message
+    assert "Expecting" not in message and "<class" not in message
 
 
 # ---- range shuffle into a narrower key type ---------------------------------------------------------

@@ -278,7 +278,7 @@ class _RankQuery:
         remote = self.rt.mux.failure(self.cmd.qid)
         if remote is not None:  # we were interrupted because another rank failed first
             return remote.error()
-        cause = describe_error(e, self.received.first_error)
+        cause = describe_error(e, self.received.first_error, self.plan.query)
         sid = self.stage_id if sid is None else sid
         self.rt.mux.fail(self.cmd.qid, sid, cause)
         return ExecutionError(self.rt.rank, sid, cause)
@@ -298,16 +298,17 @@ class _RankQuery:
 _FROM_PYTHON = "Detail: Python exception:"  # DuckDB's text for an error a Python reader raised
 
 
-def describe_error(e: Exception, received: BaseException | None = None) -> str:
-    """The cause for the user; ``received``: what a thread receiving an exchange raised, if any."""
+def describe_error(e: Exception, received: BaseException | None = None, query: str | None = None) -> str:
+    """The cause for the user; ``received``: what a thread receiving an exchange raised, if any;
+    ``query``: the user's SQL, which DuckDB's error names instead of the stage's rewrite of it."""
     if isinstance(e, duckdb.Error) and isinstance(received, Exception) and _FROM_PYTHON in str(e):
         # DuckDB reading a streamed input wraps what the receiving thread raised in its own text,
         # with a Python traceback: the cause is that error itself.
         return describe_error(received)
     if isinstance(e, duckdb.Error):
-        return duckdb_message(e)
+        return duckdb_message(e, query)
     if isinstance(e, DuckflockError):
         return str(e).strip()
     if isinstance(e, OSError) and re.match(r"[A-Z][A-Za-z ]* Error: ", str(e)):
-        return str(e).strip()  # DuckDB's error, raised through an Arrow stream reading its result
+        return duckdb_message(e, query)  # DuckDB's error, raised through an Arrow stream reading its result
     return f"{type(e).__name__}: {e}"

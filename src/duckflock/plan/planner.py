@@ -13,6 +13,7 @@ from dataclasses import replace
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.plan.distribute import distribute
+from duckflock.plan.nodes import ExchangeRead
 from duckflock.plan.stages import StagePlan, cut
 from duckflock.sql.bind import bind
 from duckflock.sql.schema_db import SchemaDB
@@ -44,7 +45,7 @@ def plan_query(
         plan = _once_per_process(
             cut(physical, bound.output_names, bound.arrow_schema), catalog, config, per_process, cores
         )
-    return replace(plan, output_types=bound.output_types)
+    return replace(plan, output_types=bound.output_types, query=sql.strip())
 
 
 def _once_per_process(
@@ -54,8 +55,10 @@ def _once_per_process(
     if per_process == 1:
         return plan
     once, scans = config.fuse_min_bytes, per_process > cores
+    final = plan.stages[-1].root
+    returned = final.xid if isinstance(final, ExchangeRead) else None  # a gather's rows, as they are
     stages = tuple(
-        replace(s, once_per_process=s.runs_once_per_process(catalog, once, per_process, scans))
+        replace(s, once_per_process=s.runs_once_per_process(catalog, once, per_process, scans, returned))
         for s in plan.stages
     )
     return replace(plan, stages=stages)

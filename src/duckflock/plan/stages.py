@@ -58,15 +58,21 @@ class Stage:
         return sum(catalog.table(n.table).scanned_bytes(n.source_columns) for n in scans)
 
     def runs_once_per_process(
-        self, catalog: Catalog, min_bytes: int, per_process: int, scans_once: bool
+        self, catalog: Catalog, min_bytes: int, per_process: int, scans_once: bool, returned: int | None
     ) -> bool:
         """Whether the stage runs once for all the ``per_process`` ranks of a process
         (exec/fused.py): it reads tables only, one partitioned, and its output is spread anew by an
         exchange on which the ranks need not agree while it runs; and the copies of tables read
         whole that it saves (one per other rank) hold at least ``min_bytes``, or (``scans_once``)
-        it is a scan that reads at least ``min_bytes``."""
+        it is a scan that reads at least ``min_bytes``.
+
+        ``returned``: the exchange whose rows the final stage returns as they are. Its rows are
+        not spread anew: each rank writes those it produced to its own part file (``output=DIR/``),
+        which would leave all of a process's rows in its first rank's part."""
         spec = self.output
         if spec is None or self.on_driver or self.inputs or spec.kind not in _SPREAD_ANEW:
+            return False
+        if spec.xid == returned:
             return False
         if spec.local or spec.ordered or spec.skew is not None or spec.fallback_target is not None:
             return False
@@ -97,6 +103,7 @@ class StagePlan:
     output_names: tuple[str, ...]
     output_schema: pa.Schema  # what single-process DuckDB returns for the query
     output_types: tuple[str, ...] = ()  # the result columns' DuckDB types (Python values follow them)
+    query: str = ""  # the user's SQL, for an error's message: a stage's SQL is a rewrite of it
 
     def stage(self, sid: int) -> Stage:
         return self.stages[sid]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -25,7 +26,7 @@ from sqlglot.optimizer.qualify import qualify
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import canonical_hash_type, check_spreadable, common_hash_type
-from duckflock.errors import CatalogError, DuckflockError, SqlError
+from duckflock.errors import CatalogError, DuckflockError, SqlError, duckdb_message
 from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
     Aggregate,
@@ -122,15 +123,18 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
     text = sql.strip().rstrip(";")
     if not text:
         raise SqlError("empty query")
+    try:  # DuckDB's parser is the authority on what is SQL: a syntax error is told in its words
+        parsed = schema_db.con.extract_statements(text)
+    except duckdb.Error as e:
+        raise SqlError(duckdb_message(e)) from None
     try:
         with _quiet_sqlglot():  # it logs a warning for statements it keeps as raw commands
             statements = sqlglot.parse(text, read="duckdb")
-    except ParseError as e:
-        why = e.errors[0]["description"] if e.errors else str(e)
-        # DuckDB may well accept it (ROLLUP(x IS NULL)): say whose parser gave up, and let the
-        # driver answer it as written.
-        reason = f"cannot parse SQL (duckflock's SQL parser, sqlglot, cannot read it): {why}"
-        return _unparsed(text, catalog, schema_db, reason, driver_fallback_bytes)
+    except SqlglotError as e:  # ParseError, or TokenError
+        # DuckDB accepts it (ROLLUP(x IS NULL)): say whose parser gave up, and let the driver
+        # answer it as written.
+        reason = f"cannot parse SQL (duckflock's SQL parser, sqlglot, cannot read it{_where(e)})"
+        return _unparsed(text, parsed, catalog, schema_db, reason, driver_fallback_bytes)
     # Empty statements (";SELECT 1"), and a comment after the last one (a Semicolon to sqlglot).
     found = [s for s in statements if s is not None and not isinstance(s, exp.Semicolon)]
     if len(found) != 1:
@@ -183,14 +187,31 @@ def _parenthesized(e: exp.Expr) -> exp.Expr:
     return e if atomic else exp.Paren(this=e)
 
 
-def _unparsed(text: str, catalog: Catalog, schema_db: SchemaDB, reason: str, limit_bytes: int) -> BoundQuery:
+# sqlglot's own classes, as its messages name them ("... missing for <class 'sqlglot...Where'>").
+_SQLGLOT_CLASS = re.compile(r"\s*(for )?<class 'sqlglot\.[^']*'>")
+
+
+def _where(e: SqlglotError) -> str:
+    """Where sqlglot's parser stopped, for the user: not its own wording, which names its classes
+    ("Required keyword: 'expression' missing for <class 'sqlglot.expressions.core.Mul'>")."""
+    errors = e.errors if isinstance(e, ParseError) else []
+    if not errors or not errors[0].get("highlight"):
+        return ""
+    error = errors[0]
+    return f' at "{error["highlight"]}", line {error["line"]}'
+
+
+def _unparsed(
+    text: str,
+    statements: list[duckdb.Statement],
+    catalog: Catalog,
+    schema_db: SchemaDB,
+    reason: str,
+    limit_bytes: int,
+) -> BoundQuery:
     """A query sqlglot cannot parse, answered by DuckDB on the driver where DuckDB's own parser
-    finds one SELECT that passes the introspection checks (by name, there being no tree), else
-    SqlError naming ``reason``."""
-    try:
-        statements = schema_db.con.extract_statements(text)
-    except duckdb.Error:
-        raise SqlError(reason) from None
+    found (``statements``) one SELECT that passes the introspection checks (by name, there being
+    no tree), else SqlError naming ``reason``."""
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
         raise SqlError(reason)
     check_introspection_text(text)
@@ -253,7 +274,9 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
         plan = builder.query(tree, prefix=None)
     except (SqlglotError, AssertionError, ValueError, KeyError, TypeError, AttributeError) as e:
         # sqlglot's rewrites raise these on queries they do not understand: refuse, never guess.
-        raise SqlError(f"cannot plan this query: {type(e).__name__}: {e}") from None
+        # The user reads this (explain, a refusal): sqlglot's name for its error or classes say nothing.
+        why = str(e) if isinstance(e, SqlglotError) else f"{type(e).__name__}: {e}"
+        raise SqlError(f"cannot plan this query: {_SQLGLOT_CLASS.sub('', why)}") from None
     # Only Filter and Project carry subquery plans; a token anywhere else has no rows behind it.
     tokens = [q(t) for t in builder.subplans]
     for node in walk(plan):
