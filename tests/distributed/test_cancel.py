@@ -215,3 +215,27 @@ def test_signal_stops_the_cli_inside_duckdb(data, tmp_path, signame, per_process
     assert out == ""
     wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in ranks), "a rank outlived the CLI")
     wait_until(lambda: not _files(spill), "the stopped CLI left spill files")
+
+
+def test_an_mpi_session_whose_caller_is_killed_stops_its_query_and_ranks(data, tmp_path):
+    """kill -9 of a Python caller while its MPI job's ranks run a query of minutes: rank 0 sees the
+    caller's socket close, cancels the query on every rank and the job ends; nothing is left."""
+    gate = _gate(tmp_path)
+    script = (
+        "import duckflock, sys\n"
+        "config = {'stage_gate_dir': sys.argv[2], 'ranks_per_process': 1, 'fuse_min_bytes': 1 << 40}\n"
+        "with duckflock.connect(sys.argv[1], ranks=2, transport='mpi', config=config) as db:\n"
+        f"    db.sql({SLOW_JOIN!r})\n"
+    )
+    caller = subprocess.Popen([sys.executable, "-c", script, str(data), str(gate)])
+    try:
+        ranks = [rank_at_gate(gate, r, lambda: caller.poll() is None) for r in (0, 1)]
+        (gate / "hold").unlink()
+        caller.kill()
+        caller.wait(BOUND_S)
+        wait_until(
+            lambda: not any(Path(f"/proc/{pid}").exists() for pid in ranks), "a rank outlived its caller"
+        )
+    finally:
+        if caller.poll() is None:
+            caller.kill()
