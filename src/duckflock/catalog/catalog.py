@@ -53,6 +53,7 @@ class TableInfo:
     partitions: tuple[PartitionInfo, ...]
     kind: str = "none"  # "hash", "range" or "none"
     keys: tuple[str, ...] = ()
+    # How files are read: a CSV dialect; for Parquet of a Delta or Iceberg table {"union_by_name": True}.
     csv_options: dict[str, object] = field(default_factory=dict, compare=False)
     # Hive partition columns DuckDB adds from the paths of files registered as they are, with their
     # types (also in ``columns``); () reads the files without hive partitioning (a data directory
@@ -63,6 +64,8 @@ class TableInfo:
     duckdb_version: str = field(default="", compare=False)
     # Measured average bytes per value of string columns (ingest/widths.py); others by their type.
     widths: tuple[tuple[str, int], ...] = field(default=(), compare=False)
+    # A Delta or Iceberg table registered in place: where it is and which version of it (ingest/lake.py).
+    source: dict[str, object] = field(default_factory=dict, compare=False)
 
     @property
     def rows(self) -> int:
@@ -137,6 +140,7 @@ class TableInfo:
             "csv_options": self.csv_options,
             **({"hive": dict(self.hive)} if self.hive is not None else {}),
             **({"widths": dict(self.widths)} if self.widths else {}),
+            **({"source": self.source} if self.source else {}),
             "partitions": [
                 {"files": list(p.files), "rows": p.rows, "min": _enc(p.min), "max": _enc(p.max)}
                 for p in self.partitions
@@ -161,6 +165,7 @@ class TableInfo:
             hash_canary=part.get("hash_canary"),
             duckdb_version=part.get("duckdb", ""),
             widths=tuple((c, int(w)) for c, w in data.get("widths", {}).items()),
+            source=data.get("source", {}),
         )
 
 

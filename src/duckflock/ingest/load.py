@@ -336,17 +336,20 @@ def load_table(
     partitions: int | None = None,
     scheme: str | None = None,
     fmt: str | None = None,
+    hive_key: str | None = None,
 ) -> TableInfo | None:
     """Load ``files`` as table ``name`` of the data directory ``catalog_dir``; call on every rank.
 
     Without ``partition_by`` the files are registered as they are (one partition each). With it they
     are rewritten as Parquet, split by ``scheme`` ("hash", the default, or "range" on one column) into
-    ``partitions`` partitions (default 12). Returns the new TableInfo on rank 0 and None elsewhere;
+    ``partitions`` partitions (default 12). With ``hive_key`` instead they are registered as they are,
+    hash-partitioned on that hive column of their paths (ingest/hive.py). Returns the new TableInfo
+    on rank 0 and None elsewhere;
     rank 0 saves the catalog. Errors are raised as exceptions; the caller reports them to the other
     ranks (``rt.mux.fail``), which are then released from their waits.
     """
     with _root_cause(rt, qid):
-        return _load(rt, qid, catalog_dir, name, files, partition_by, partitions, scheme, fmt)
+        return _load(rt, qid, catalog_dir, name, files, partition_by, partitions, scheme, fmt, hive_key)
 
 
 def stale_hash_tables(catalog: Catalog) -> list[str]:
@@ -384,6 +387,13 @@ def _interrupted(e: BaseException | None) -> bool:
     return False
 
 
+def table_name(name: str) -> str:
+    """The catalog's name of a table to load: SQL's, in lower case."""
+    if not _TABLE_NAME.fullmatch(name):
+        raise CatalogError(f"invalid table name {name!r} (letters, digits and underscores)")
+    return name.lower()
+
+
 def _load(
     rt: Runtime,
     qid: int,
@@ -394,10 +404,9 @@ def _load(
     partitions: int | None,
     scheme: str | None,
     fmt: str | None,
+    hive_key: str | None = None,
 ) -> TableInfo | None:
-    if not _TABLE_NAME.fullmatch(name):
-        raise CatalogError(f"invalid table name {name!r} (letters, digits and underscores)")
-    table = name.lower()
+    table = table_name(name)
     root = Path(catalog_dir).resolve()
     con = rt.con
     # Every rank checks all names (cheap), so a missing file fails every rank alike, without messages.
@@ -408,10 +417,17 @@ def _load(
     except duckdb.Error as e:
         what = f"input file {paths[0]}" if len(paths) == 1 else "the input files together"
         raise CatalogError(f"cannot read {what}: {e}") from e
-    keys, scheme, count = _plan(source.columns, partition_by, partitions, scheme)
+    if hive_key is not None and (partition_by or scheme):
+        raise CatalogError("a hive partitioning key registers files in place: give no partition_by or scheme")
+    # With a hive key, the partition count is the hive placement's (checked there).
+    keys, scheme, count = _plan(source.columns, partition_by, None if hive_key else partitions, scheme)
     mine = list(range(rt.rank, len(paths), rt.size))
     for i in mine:
         _check_readable(con, source, paths[i])
+    if hive_key is not None:
+        from duckflock.ingest.hive import register_hive  # it imports this module
+
+        return register_hive(rt, qid, root, table, source, [str(p) for p in paths], hive_key, partitions)
 
     if not keys:
         return _register(rt, qid, root, table, source, paths, mine)

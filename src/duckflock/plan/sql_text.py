@@ -45,12 +45,15 @@ def read_files(
     """The DuckDB table function reading ``paths``, e.g. ``read_parquet(['a.parquet'])``.
 
     CSV is read with the options ``csv_options`` and the column names and types ``columns``, the
-    way the executor reads a CSV table of the catalog. ``hive``: the hive partition columns the
+    way the executor reads a CSV table of the catalog; Parquet with ``union_by_name`` among them
+    (lake tables) by column name, in those types. ``hive``: the hive partition columns the
     paths give, with their types; () reads none, None leaves it to DuckDB's auto-detection.
     """
     files = files_sql(paths)
     opts = _hive_options(hive)
     if fmt == "parquet":
+        if (csv_options or {}).get("union_by_name") and columns:
+            return _by_name_parquet(files, opts, columns)
         return f"read_parquet({files}{opts})"
     opts += "".join(f", {k} = {sql_literal(v)}" for k, v in (csv_options or {}).items())
     if not columns:
@@ -67,6 +70,18 @@ def _sniffed_csv(files: str, opts: str, columns: Sequence[tuple[str, str]], hive
     types = {n: t for n, t in columns if n not in partition_columns}
     select = ", ".join(q(n) for n, _ in columns)
     return f"(SELECT {select} FROM read_csv({files}, types = {sql_literal(types)}{opts}))"
+
+
+def _by_name_parquet(files: str, opts: str, columns: Sequence[tuple[str, str]]) -> str:
+    """Parquet files of a table whose schema evolved (Delta, Iceberg), matched by column name: a
+    column a file lacks reads as NULL, one the table dropped is left out, and each column has the
+    table's current type, whichever files a rank reads (a union over an empty relation of those
+    types gives every column even where none of the files has it)."""
+    select = ", ".join(f"CAST({q(n)} AS {t}) AS {q(n)}" for n, t in columns)
+    return (
+        f"(SELECT {select} FROM ({typed_empty(columns)} UNION ALL BY NAME "
+        f"SELECT * FROM read_parquet({files}, union_by_name = true{opts})))"
+    )
 
 
 def _hive_options(hive: Sequence[tuple[str, str]] | None) -> str:

@@ -1,0 +1,197 @@
+"""Tables registered in place whose layout says where their rows are: hive ``key=value`` directories,
+Delta Lake and Iceberg tables. Shared here: the hash bucket each file's rows fall in, files grouped
+into partitions, and the table recorded in the catalog. No file is rewritten.
+
+A file counts as placed by hash only where DuckDB itself, reading the file as the ranks will, finds
+all its rows in one bucket of ``hash_sql`` (the partition function of tables duckflock writes, NULL
+keys included): so a table recorded as hash-partitioned is exactly that, whatever its metadata claims,
+and joins a duckflock hash table of the same key type and partition count co-located.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import urllib.parse
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from duckflock.catalog import PartitionInfo, TableInfo
+from duckflock.catalog.partitioning import canonical_hash_type
+from duckflock.errors import CatalogError
+from duckflock.exec.runtime import Runtime
+from duckflock.ingest.load import Input, _publish, _rel, parquet_stats
+from duckflock.plan.sql_text import hash_sql
+from duckflock.sqltext import quote_ident
+
+# The files of a table whose columns may differ from file to file (its schema evolved): read by name.
+BY_NAME: dict[str, object] = {"union_by_name": True}
+
+
+@dataclass(frozen=True)
+class DataFile:
+    path: str  # as DuckDB reads it: a local path or a URI (s3://...)
+    size: int  # bytes, to balance partitions
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Files grouped into partitions: by hash bucket of ``key`` (``key`` set) or by bytes."""
+
+    parts: list[list[int]]  # file indexes per partition
+    rows: list[int]  # per file
+    key: str | None = None
+
+
+def local_path(uri: str) -> str:
+    """A ``file://`` URI as the local path DuckDB reads; other URIs (s3://...) and paths as they are."""
+    if uri.startswith("file://"):
+        return urllib.parse.unquote(urllib.parse.urlparse(uri).path)
+    return uri
+
+
+def stored_path(root: Path, path: str) -> str:
+    """How the catalog names a file: relative to the data directory inside it, else absolute; URIs
+    as they are."""
+    return path if "://" in path else _rel(root, Path(path).resolve())
+
+
+def check_present(paths: list[str], what: str) -> None:
+    """A local data file that is gone fails the load naming it (a URI fails when DuckDB reads it)."""
+    for p in paths:
+        if "://" not in p and not os.path.isfile(p):
+            raise CatalogError(f"{what}: data file {p} does not exist (removed, e.g. by a vacuum, or moved)")
+
+
+def file_buckets(
+    rt: Runtime,
+    qid: int,
+    scan: Callable[[list[str]], str],
+    paths: list[str],
+    key: str,
+    key_type: str,
+    count: int,
+) -> tuple[list[int | None], list[int]] | str:
+    """Per file the one bucket of ``hash_sql`` its rows' ``key`` gives (None for a file without rows)
+    and its rows; or why the files are not placed so (the same answer on every rank). Every rank
+    reads its share of the files (file ``i`` on rank ``i % size``)."""
+    try:
+        bucket = hash_sql([quote_ident(key)], (canonical_hash_type(key_type),), count)
+    except ValueError as e:
+        return str(e)
+    mine: list[tuple[int, int | None, int]] = []
+    reason = None
+    for i in range(rt.rank, len(paths), rt.size):
+        rows_sql = f"SELECT {bucket} AS b FROM {scan([paths[i]])}"
+        query = f"SELECT count(DISTINCT b), min(b), count(*) FROM ({rows_sql})"
+        try:
+            kinds, b, rows = rt.con.execute(query).fetchall()[0]
+        except duckdb.Error as e:
+            raise CatalogError(f"cannot read data file {paths[i]}: {e}") from e
+        if kinds > 1:
+            reason = f"{paths[i]} holds rows of several values of {key}"
+            break
+        mine.append((i, None if rows == 0 else int(b), int(rows)))
+    gathered = rt.mux.allgather(qid, (mine, reason))
+    reasons = [r for _, r in gathered if r is not None]
+    if reasons:
+        return reasons[0]
+    buckets: list[int | None] = [None] * len(paths)
+    rows_of = [0] * len(paths)
+    for part, _ in gathered:
+        for i, b, n in part:
+            buckets[i], rows_of[i] = b, n
+    return buckets, rows_of
+
+
+def file_rows(rt: Runtime, qid: int, paths: list[str]) -> list[int]:
+    """Rows of each Parquet file, from its footer (each rank reads its share)."""
+    mine = list(range(rt.rank, len(paths), rt.size))
+    try:
+        stats = parquet_stats(rt.con, [paths[i] for i in mine])
+    except duckdb.Error as e:
+        raise CatalogError(f"cannot read the data files: {e}") from e
+    rows = [0] * len(paths)
+    for part in rt.mux.allgather(qid, [(i, s[0]) for i, s in zip(mine, stats, strict=True)]):
+        for i, n in part:
+            rows[i] = n
+    return rows
+
+
+def balanced(sizes: list[int], count: int) -> list[list[int]]:
+    """File indexes in at most ``count`` partitions of about equal bytes (largest file first, into the
+    lightest partition): partition ``p`` is read by rank ``p % ranks``, so the ranks' bytes even out."""
+    count = max(1, min(count, len(sizes)))
+    parts: list[list[int]] = [[] for _ in range(count)]
+    heap = [(0, p) for p in range(count)]
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        load, p = heapq.heappop(heap)
+        parts[p].append(i)
+        heapq.heappush(heap, (load + sizes[i], p))
+    return parts
+
+
+def place(
+    rt: Runtime,
+    qid: int,
+    scan: Callable[[list[str]], str],
+    files: list[DataFile],
+    key: tuple[str, str] | None,
+    count: int,
+    table: str,
+) -> Placement:
+    """Partitions of the files: by hash bucket of ``key`` (name, DuckDB type) where every file holds
+    one bucket, else by bytes (with a warning on rank 0 saying why the key is not used)."""
+    paths = [f.path for f in files]
+    if key is not None:
+        found = file_buckets(rt, qid, scan, paths, key[0], key[1], count)
+        if not isinstance(found, str):
+            buckets, rows = found
+            parts: list[list[int]] = [[] for _ in range(count)]
+            for i, b in enumerate(buckets):
+                parts[i % count if b is None else b].append(i)  # a file without rows goes anywhere
+            return Placement(parts, rows, key[0])
+        if rt.rank == 0:
+            warnings.warn(
+                f"table {table!r} is registered as unpartitioned, not hash-partitioned on {key[0]}: {found}",
+                stacklevel=2,
+            )
+    return Placement(balanced([f.size for f in files], count), file_rows(rt, qid, paths))
+
+
+def register(
+    rt: Runtime,
+    root: Path,
+    table: str,
+    source: Input,
+    files: list[DataFile],
+    placement: Placement,
+    origin: dict[str, object],
+) -> TableInfo | None:
+    """Record the files as table ``table`` (rank 0; None elsewhere): a hash table on the placement's
+    key (its canary recorded as for tables duckflock partitions) or an unpartitioned one."""
+    if rt.rank != 0:
+        return None
+    partitions = tuple(
+        PartitionInfo(
+            tuple(stored_path(root, files[i].path) for i in part), sum(placement.rows[i] for i in part)
+        )
+        for part in placement.parts
+    )
+    info = TableInfo(
+        name=table,
+        format=source.fmt,
+        columns=source.columns,
+        partitions=partitions,
+        kind="hash" if placement.key else "none",
+        keys=(placement.key,) if placement.key else (),
+        csv_options=source.csv_options,
+        hive=source.hive,
+        source=origin,
+    )
+    inputs = {Path(f.path).resolve() for f in files if "://" not in f.path}
+    return _publish(rt, root, info, [], inputs)
