@@ -17,6 +17,8 @@ from duckflock.spmd import spmd
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from duckflock.exec.runtime import Runtime
+
 
 @functools.cache
 def _out() -> Console:
@@ -191,6 +193,8 @@ def run_load(args: argparse.Namespace) -> int:
         if args.repartition:
             for qid, name in enumerate(_tables_to_repartition(args, rt.rank), start=1):
                 _print_loaded("repartitioned", repartition_table(rt, qid, args.data, name))
+        elif args.format in ("delta", "iceberg"):
+            _print_loaded("loaded", _load_lake(rt, qid, args))
         else:
             keys = [k.strip() for k in args.partition_by.split(",")] if args.partition_by else None
             info = load_table(
@@ -203,6 +207,7 @@ def run_load(args: argparse.Namespace) -> int:
                 args.partitions,
                 args.scheme,
                 args.format,
+                args.hive_partitioning_key,
             )
             _print_loaded("loaded", info)
     except Exception as e:
@@ -219,6 +224,27 @@ def run_load(args: argparse.Namespace) -> int:
     finally:
         rt.close()
     return code
+
+
+def _load_lake(rt: Runtime, qid: int, args: argparse.Namespace) -> TableInfo | None:
+    """A Delta or Iceberg table registered in place (ingest/delta.py, ingest/iceberg.py)."""
+    if args.format == "delta":
+        from duckflock.ingest.delta import load_delta
+
+        return load_delta(rt, qid, args.data, args.table, args.files[0], args.version, args.partitions)
+    from duckflock.ingest.iceberg import load_iceberg
+
+    return load_iceberg(
+        rt,
+        qid,
+        args.data,
+        args.table,
+        args.iceberg_catalog,
+        args.iceberg_table,
+        args.snapshot,
+        args.partitions,
+        args.iceberg_catalog_name,
+    )
 
 
 def _tables_to_repartition(args: argparse.Namespace, rank: int) -> list[str]:

@@ -67,7 +67,22 @@ def _add_load(sub: argparse._SubParsersAction) -> None:
     ld.add_argument(
         "--scheme", choices=["hash", "range"], default=None, help="with --partition-by (default hash)"
     )
-    ld.add_argument("--format", choices=["parquet", "csv"], default=None)
+    ld.add_argument(
+        "--format",
+        choices=["parquet", "csv", "delta", "iceberg"],
+        default=None,
+        help="delta: the one input is a Delta table's path; iceberg: give --iceberg-catalog/--iceberg-table",
+    )
+    ld.add_argument(
+        "--hive-partitioning-key",
+        default=None,
+        help="register the files in place, hash-partitioned on this hive key=value column of their paths",
+    )
+    ld.add_argument("--version", type=int, default=None, help="Delta: the table version (default latest)")
+    ld.add_argument("--iceberg-catalog", default=None, help="Iceberg: catalog URI (sqlite:///cat.db, ...)")
+    ld.add_argument("--iceberg-catalog-name", default="default", help="Iceberg: the catalog's name")
+    ld.add_argument("--iceberg-table", default=None, help="Iceberg: namespace.table")
+    ld.add_argument("--snapshot", type=int, default=None, help="Iceberg: snapshot id (default current)")
     ld.add_argument("--ranks", type=int, default=2, help="ranks that load in parallel (default 2)")
     ld.add_argument(
         "--repartition",
@@ -209,10 +224,34 @@ def _check_load_args(args: argparse.Namespace) -> None:
                 "--repartition rewrites stored tables as they are partitioned: "
                 "give no input files, --partition-by, --partitions, --scheme or --format"
             )
+    elif args.format in ("delta", "iceberg"):
+        _check_lake_args(args)
+    elif args.version is not None or args.snapshot is not None or args.iceberg_table or args.iceberg_catalog:
+        raise DuckflockError("--version is for --format delta, --snapshot and --iceberg-* for iceberg")
     elif not args.table or not args.files:
         raise DuckflockError("load needs --table and input files (or --repartition)")
-    elif not args.partition_by and (args.scheme or args.partitions is not None):
+    elif args.hive_partitioning_key and (args.partition_by or args.scheme):
+        raise DuckflockError("--hive-partitioning-key registers the files in place: give no --partition-by")
+    elif not (args.partition_by or args.hive_partitioning_key) and (
+        args.scheme or args.partitions is not None
+    ):
         raise DuckflockError("--scheme and --partitions need --partition-by: the key columns to partition by")
+
+
+def _check_lake_args(args: argparse.Namespace) -> None:
+    if not args.table:
+        raise DuckflockError(f"load --format {args.format} needs --table")
+    if args.partition_by or args.scheme or args.hive_partitioning_key:
+        raise DuckflockError(
+            f"a {args.format} table is registered in place, partitioned as its metadata says: "
+            "give no --partition-by, --scheme or --hive-partitioning-key"
+        )
+    if args.format == "delta" and (len(args.files) != 1 or args.snapshot is not None or args.iceberg_table):
+        raise DuckflockError("load --format delta takes one input, the table's path (and --version N)")
+    if args.format == "iceberg" and (args.files or args.version is not None):
+        raise DuckflockError("load --format iceberg takes no input files: give --iceberg-table, --snapshot")
+    if args.format == "iceberg" and not (args.iceberg_catalog and args.iceberg_table):
+        raise DuckflockError("load --format iceberg needs --iceberg-catalog URI and --iceberg-table ns.table")
 
 
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
