@@ -90,7 +90,7 @@ def read_log(uri: str, version: int | None) -> DeltaVersion:
     if config.get("delta.columnMapping.mode", "none") != "none":
         raise CatalogError(f"{what} uses column mapping (its files name columns otherwise): not supported")
     actions = pa.table(dt.get_add_actions(flatten=True))
-    _refuse_deletion_vectors(dt, actions, what)
+    _refuse_deletion_vectors(dt, what)
     schema = pa.schema(dt.schema().to_arrow())
     rel = duckdb.from_arrow(schema.empty_table())
     columns = tuple((c, str(t)) for c, t in zip(rel.columns, rel.types, strict=True))
@@ -107,15 +107,17 @@ def read_log(uri: str, version: int | None) -> DeltaVersion:
     return DeltaVersion(uri, dt.version(), columns, partition_columns, files, values)
 
 
-def _refuse_deletion_vectors(dt: Any, actions: Any, what: str) -> None:
+def _refuse_deletion_vectors(dt: Any, what: str) -> None:
     """Rows deleted by a deletion vector are still in their file: reading the file would return them."""
-    features = set(dt.protocol().reader_features or ())
-    if "deletionVectors" not in features:
+    import pyarrow as pa
+
+    if "deletionVectors" not in set(dt.protocol().reader_features or ()):
         return
-    dv_columns = [c for c in actions.column_names if "deletion" in c.lower()]
-    if not dv_columns:
-        raise CatalogError(f"{what} may have deletion vectors, which duckflock cannot apply: not supported")
-    if any(actions.column(c).null_count < actions.num_rows for c in dv_columns):
+    try:
+        found = pa.RecordBatchReader.from_stream(dt.deletion_vectors()).read_all().num_rows
+    except Exception as e:  # delta-rs cannot read them: neither can duckflock tell which rows go
+        raise CatalogError(f"{what} has deletion vectors, which duckflock cannot apply ({e})") from e
+    if found:
         raise CatalogError(
             f"{what} has deletion vectors (rows deleted inside their files), which duckflock cannot "
             "apply: rewrite its files without them (e.g. OPTIMIZE/purge) to register it"

@@ -129,7 +129,7 @@ def plan(
         identity = len(fields) == 1 and isinstance(fields[0].transform, IdentityTransform)
         keys.add(schema.find_column_name(fields[0].source_id) if identity else None)
     key = keys.pop() if len(keys) == 1 else None
-    if tasks and key is None:
+    if key is None and any(specs[t.file.spec_id].fields for t in tasks):  # partitioned otherwise
         warnings.warn(
             f"table {table!r} is registered as unpartitioned: the files of {what} are not all "
             "partitioned by identity on one column (a bucket transform hashes with murmur3, not "

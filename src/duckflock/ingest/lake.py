@@ -192,6 +192,6 @@ def register(
         csv_options=source.csv_options,
         hive=source.hive,
         source=origin,
-    )
+    ).stamped()  # a hash table: this DuckDB's canary, as for tables duckflock partitions
     inputs = {Path(f.path).resolve() for f in files if "://" not in f.path}
     return _publish(rt, root, info, [], inputs)
