@@ -292,9 +292,9 @@ class StorageTransport(Transport):
         """Read the objects addressed to this rank that are next in their source's sequence."""
         ready: set[tuple[int, int]] = set()
         for name in self.store.list(f"to-{self.rank}"):
-            src, _, seq = name.partition("-")
-            if src.isdigit() and seq.isdigit():
-                ready.add((int(src), int(seq)))
+            sender, _, seq = name.partition("-")
+            if sender.isdigit() and seq.isdigit():
+                ready.add((int(sender), int(seq)))
         got = False
         for src in range(self.size):
             while (src, expected[src]) in ready:
