@@ -1,0 +1,130 @@
+"""Rank processes that share only a directory (the storage transport): the same plans give DuckDB's
+answers; a failure ends the query with one message naming the rank; the job's objects are gone
+afterwards, whatever happened. (The .test corpus over storage: tests/sql/test_sqllogic.py.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import duckflock
+from support import BOUND_S, assert_same, make_table, oracle, rank_at_gate
+from test_queries_dist import TPCH_JOINS
+
+pytestmark = pytest.mark.dist
+
+
+def storage(data: Path, exchange: Path, ranks: int, **config: object) -> duckflock.Session:
+    return duckflock.connect(
+        str(data), ranks=ranks, transport="storage", config={"exchange_uri": str(exchange), **config}
+    )
+
+
+def assert_removed(exchange: Path) -> None:
+    assert not exchange.exists() or list(exchange.iterdir()) == [], list(exchange.rglob("*"))
+
+
+@pytest.fixture(scope="module")
+def bad_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("bad")
+    # Only row 1003 is not a number: the rank holding its partition fails.
+    make_table(
+        root,
+        "bad",
+        "SELECT i AS k, CASE WHEN i = 1003 THEN 'oops' ELSE CAST(i AS VARCHAR) END AS s FROM range(2000) t(i)",
+        4,
+    )
+    make_table(root, "good", "SELECT i AS k, i * 2 AS v FROM range(2000) t(i)", 4, "hash", ("k",))
+    return root
+
+
+def _bad_partition(root: Path) -> int:
+    import duckdb
+
+    catalog = duckflock.catalog.Catalog.load(root)
+    return next(
+        p
+        for p, info in enumerate(catalog.table("bad").partitions)
+        if duckdb.execute(f"SELECT count(*) FROM '{catalog.path(info.files[0])}' WHERE s = 'oops'").fetchall()[0][0]
+    )
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_tpch_joins_over_storage_match_duckdb(tpch_dir, tmp_path, ranks):
+    exchange = tmp_path / "exchange"
+    ref = oracle(tpch_dir)
+    # Broadcasts off: every join shuffles, so rows really cross ranks through the directory.
+    with storage(tpch_dir, exchange, ranks, broadcast_threshold_bytes=0) as db:
+        for query, order in TPCH_JOINS:
+            assert_same(db.sql(query).arrow(), ref.sql(query).to_arrow_table(), order)
+    assert_removed(exchange)
+
+
+def test_cli_error_on_one_rank_names_it_and_leaves_no_objects(bad_dir, tmp_path):
+    exchange = tmp_path / "exchange"
+    proc = subprocess.run(
+        [sys.executable, "-m", "duckflock.cli.main", "sql", "--data", str(bad_dir), "--ranks", "3"]
+        + ["--transport", "storage", "--exchange-uri", str(exchange)]
+        + ["SELECT k, CAST(s AS INTEGER) AS n FROM bad"],
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert f"rank {_bad_partition(bad_dir) % 3}," in proc.stderr, proc.stderr
+    assert "Conversion Error" in proc.stderr and "oops" in proc.stderr
+    assert proc.stderr.count("error:") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert_removed(exchange)
+
+
+def test_killed_rank_is_named_and_the_job_removed(bad_dir, tmp_path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    exchange = tmp_path / "exchange"
+    db = storage(bad_dir, exchange, 3, stage_gate_dir=str(gate))
+    failure: list[BaseException] = []
+
+    def query() -> None:
+        try:
+            db.sql("SELECT count(*) FROM good JOIN bad ON good.k = bad.k").arrow()
+        except BaseException as e:
+            failure.append(e)
+
+    t = threading.Thread(target=query)
+    t.start()
+    os.kill(rank_at_gate(gate, 2, t.is_alive), signal.SIGKILL)
+    t.join(BOUND_S)
+    assert not t.is_alive()
+    assert failure and isinstance(failure[0], duckflock.DuckflockError), failure
+    message = str(failure[0])
+    assert "storage job ended" in message and "rank 2 was killed by signal 9 (SIGKILL)" in message
+    db.close()
+    assert_removed(exchange)
+
+
+def test_interrupted_query_is_cancelled_and_the_session_goes_on(bad_dir, tmp_path):
+    """Ctrl-C in the caller while the ranks hold at a gate: the query stops on every rank, the
+    session answers the next query, and nothing is left in the directory at the end."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    exchange = tmp_path / "exchange"
+    with storage(bad_dir, exchange, 2, stage_gate_dir=str(gate)) as db:
+
+        def interrupt_at_gate() -> None:
+            rank_at_gate(gate, 1, lambda: True)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        threading.Thread(target=interrupt_at_gate, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            db.sql("SELECT count(*) FROM good")
+        (gate / "hold").unlink()
+        assert db.sql("SELECT count(*) FROM good JOIN bad USING (k)").fetchall() == [(2000,)]
+    assert_removed(exchange)
