@@ -12,10 +12,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_queries_dist import TPCH_JOINS
 
 import duckflock
 from support import BOUND_S, assert_same, make_table, oracle, rank_at_gate
-from test_queries_dist import TPCH_JOINS
 
 pytestmark = pytest.mark.dist
 
@@ -51,7 +51,9 @@ def _bad_partition(root: Path) -> int:
     return next(
         p
         for p, info in enumerate(catalog.table("bad").partitions)
-        if duckdb.execute(f"SELECT count(*) FROM '{catalog.path(info.files[0])}' WHERE s = 'oops'").fetchall()[0][0]
+        if duckdb.execute(
+            f"SELECT count(*) FROM '{catalog.path(info.files[0])}' WHERE s = 'oops'"
+        ).fetchall()[0][0]
     )
 
 
@@ -69,9 +71,11 @@ def test_tpch_joins_over_storage_match_duckdb(tpch_dir, tmp_path, ranks):
 def test_cli_error_on_one_rank_names_it_and_leaves_no_objects(bad_dir, tmp_path):
     exchange = tmp_path / "exchange"
     proc = subprocess.run(
-        [sys.executable, "-m", "duckflock.cli.main", "sql", "--data", str(bad_dir), "--ranks", "3"]
-        + ["--transport", "storage", "--exchange-uri", str(exchange)]
-        + ["SELECT k, CAST(s AS INTEGER) AS n FROM bad"],
+        [
+            *(sys.executable, "-m", "duckflock.cli.main", "sql", "--data", str(bad_dir), "--ranks", "3"),
+            *("--transport", "storage", "--exchange-uri", str(exchange)),
+            "SELECT k, CAST(s AS INTEGER) AS n FROM bad",
+        ],
         capture_output=True,
         text=True,
         timeout=BOUND_S,
