@@ -132,3 +132,8 @@ def test_interrupted_query_is_cancelled_and_the_session_goes_on(bad_dir, tmp_pat
         (gate / "hold").unlink()
         assert db.sql("SELECT count(*) FROM good JOIN bad USING (k)").fetchall() == [(2000,)]
     assert_removed(exchange)
+
+
+def test_unusable_exchange_uri_fails_the_start_with_the_ranks_reason(bad_dir):
+    with pytest.raises(duckflock.DuckflockError, match=r"did not start: cannot exchange through /proc/nope"):
+        storage(bad_dir, Path("/proc/nope"), 2)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+import pyarrow as pa
+
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
@@ -23,9 +25,12 @@ def storage_runtimes(data: str, config: Config) -> list[Runtime]:
     if not config.exchange_uri:
         raise DuckflockError("a storage job needs exchange_uri (DUCKFLOCK_EXCHANGE_URI)")
     rank, size = int(os.environ[STORAGE_RANK_ENV]), int(os.environ[STORAGE_RANKS_ENV])
-    transport = StorageTransport(
-        config.exchange_uri, os.environ[STORAGE_JOB_ENV], rank, size, config.peer_timeout_s
-    )
+    try:
+        transport = StorageTransport(
+            config.exchange_uri, os.environ[STORAGE_JOB_ENV], rank, size, config.peer_timeout_s
+        )
+    except (OSError, pa.ArrowException) as e:  # said once, by the backend, as why the job did not start
+        raise DuckflockError(f"cannot exchange through {config.exchange_uri}: {e}") from None
     # The launcher starts every rank on this machine: each takes its share of it.
     return [Runtime.create(transport, catalog, config, size, own_anon_bytes())]
 
