@@ -1,6 +1,7 @@
 """Rank processes that share only a directory (the storage transport): the same plans give DuckDB's
 answers; a failure ends the query with one message naming the rank; the job's objects are gone
-afterwards, whatever happened. (The .test corpus over storage: tests/sql/test_sqllogic.py.)"""
+afterwards, whatever happened. (The .test corpus over storage: tests/sql/test_sqllogic.py; a killed
+rank: tests/distributed/test_failures_dist.py.)"""
 
 from __future__ import annotations
 
@@ -84,32 +85,6 @@ def test_cli_error_on_one_rank_names_it_and_leaves_no_objects(bad_dir, tmp_path)
     assert f"rank {_bad_partition(bad_dir) % 3}," in proc.stderr, proc.stderr
     assert "Conversion Error" in proc.stderr and "oops" in proc.stderr
     assert proc.stderr.count("error:") == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert_removed(exchange)
-
-
-def test_killed_rank_is_named_and_the_job_removed(bad_dir, tmp_path):
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    (gate / "hold").touch()
-    exchange = tmp_path / "exchange"
-    db = storage(bad_dir, exchange, 3, stage_gate_dir=str(gate))
-    failure: list[BaseException] = []
-
-    def query() -> None:
-        try:
-            db.sql("SELECT count(*) FROM good JOIN bad ON good.k = bad.k").arrow()
-        except BaseException as e:
-            failure.append(e)
-
-    t = threading.Thread(target=query)
-    t.start()
-    os.kill(rank_at_gate(gate, 2, t.is_alive), signal.SIGKILL)
-    t.join(BOUND_S)
-    assert not t.is_alive()
-    assert failure and isinstance(failure[0], duckflock.DuckflockError), failure
-    message = str(failure[0])
-    assert "storage job ended" in message and "rank 2 was killed by signal 9 (SIGKILL)" in message
-    db.close()
     assert_removed(exchange)
 
 
