@@ -16,7 +16,7 @@ import pytest
 from test_queries_dist import TPCH_JOINS
 
 import duckflock
-from support import BOUND_S, assert_same, make_table, oracle, rank_at_gate
+from support import BOUND_S, assert_same, oracle, rank_at_gate
 
 pytestmark = pytest.mark.dist
 
@@ -29,20 +29,6 @@ def storage(data: Path, exchange: Path, ranks: int, **config: object) -> duckflo
 
 def assert_removed(exchange: Path) -> None:
     assert not exchange.exists() or list(exchange.iterdir()) == [], list(exchange.rglob("*"))
-
-
-@pytest.fixture(scope="module")
-def bad_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("bad")
-    # Only row 1003 is not a number: the rank holding its partition fails.
-    make_table(
-        root,
-        "bad",
-        "SELECT i AS k, CASE WHEN i = 1003 THEN 'oops' ELSE CAST(i AS VARCHAR) END AS s FROM range(2000) t(i)",
-        4,
-    )
-    make_table(root, "good", "SELECT i AS k, i * 2 AS v FROM range(2000) t(i)", 4, "hash", ("k",))
-    return root
 
 
 def _bad_partition(root: Path) -> int:
