@@ -81,8 +81,11 @@ class Config:
     # threads): short, so the multiplexer thread gets the GIL promptly while DuckDB's result batches
     # are split in another thread. 0 leaves the process's setting alone.
     gil_switch_interval_s: float = 0.0005
-    # Seconds without any sign of life from a peer before a query fails (Flight transport).
+    # Seconds without any sign of life from a peer before a query fails (Flight and storage transports).
     peer_timeout_s: float = 30.0
+    # Where ranks of the storage transport exchange (a directory, file:// or s3:// URI): every
+    # message is an object under <exchange_uri>/<job>/ (transport/storage.py).
+    exchange_uri: str = ""
     # DuckDB may read only the data directory (workers serving remote callers).
     restrict_to_data_dir: bool = False
     # The DuckDB TimeZone of every rank: a TIMESTAMPTZ renders, truncates, casts and hashes by it,

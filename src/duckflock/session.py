@@ -238,12 +238,14 @@ def connect(
 ) -> Session:
     """A session of warm ranks.
 
-    With ``workers=["host:port", ...]`` and ``token``: a session on running ``duckflock worker``
-    processes over Arrow Flight (TLS when ``tls_root_cert`` is given). Otherwise ``ranks`` ranks over
-    the data directory ``data`` on this machine: ``transport="mpi"`` as an MPI job (``mpiexec``),
-    ``"threads"`` as threads of this process. An MPI job puts ``ranks_per_process`` ranks in each of
-    its processes (0, the default: all in one). ``config`` overrides Config fields (e.g.
-    ``{"broadcast_threshold_bytes": 0}``). Use as a context manager, or call ``close()``.
+        With ``workers=["host:port", ...]`` and ``token``: a session on running ``duckflock worker``
+        processes over Arrow Flight (TLS when ``tls_root_cert`` is given). Otherwise ``ranks`` ranks over
+        the data directory ``data`` on this machine: ``transport="mpi"`` as an MPI job (``mpiexec``),
+        ``"threads"`` as threads of this process, ``"storage"`` as rank processes that exchange only
+    through objects under ``config={"exchange_uri": DIR_OR_URI}`` (a shared directory, or s3://...).
+    An MPI job puts ``ranks_per_process`` ranks in each of
+        its processes (0, the default: all in one). ``config`` overrides Config fields (e.g.
+        ``{"broadcast_threshold_bytes": 0}``). Use as a context manager, or call ``close()``.
     """
 
     if workers is not None:
@@ -259,8 +261,17 @@ def connect(
         from duckflock.config import Config
 
         return Session(ThreadsBackend(str(data), ranks, Config.from_env(**(config or {}))))
+    if transport == "storage":
+        from duckflock.backends.storage_job import StorageJobBackend
+        from duckflock.config import Config
+
+        uri = Config.from_env(**(config or {})).exchange_uri
+        if not uri:
+            raise DuckflockError("transport='storage' needs config={'exchange_uri': DIR_OR_URI}")
+        env = {f"DUCKFLOCK_{k.upper()}": str(v) for k, v in (config or {}).items()}
+        return Session(StorageJobBackend(str(data), ranks, uri, env, start_timeout))
     if transport != "mpi":
-        raise DuckflockError(f"unknown transport {transport!r} (use 'mpi' or 'threads')")
+        raise DuckflockError(f"unknown transport {transport!r} (use 'mpi', 'threads' or 'storage')")
     from duckflock.backends.mpi_job import MpiJobBackend
     from duckflock.config import Config
 

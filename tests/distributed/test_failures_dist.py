@@ -18,26 +18,9 @@ import duckdb
 import pytest
 
 import duckflock
-from support import BOUND_S, make_table, oracle, rank_at_gate, wait_until
+from support import BOUND_S, oracle, rank_at_gate, wait_until
 
 pytestmark = pytest.mark.dist
-
-
-@pytest.fixture(scope="module")
-def bad_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("bad")
-    # Rows are dealt round-robin over 4 partitions: i % 4 == 3 lands in partition 3, which lives on
-    # rank 3 % ranks. Only those rows hold a string that is not a number.
-    make_table(
-        root,
-        "bad",
-        "SELECT i AS k, CASE WHEN i = 1003 THEN 'oops' ELSE CAST(i AS VARCHAR) END AS s FROM range(2000) t(i)",
-        4,
-    )
-    make_table(root, "good", "SELECT i AS k, i * 2 AS v FROM range(2000) t(i)", 4, "hash", ("k",))
-    make_table(root, "gone", "SELECT i AS k FROM range(100) t(i)", 2)
-    (root / "gone" / "gone.1.parquet").write_bytes(b"this is not parquet")
-    return root
 
 
 CLI = [sys.executable, "-m", "duckflock.cli.main"]
@@ -424,16 +407,21 @@ def test_interrupted_cli_ends_the_whole_job(bad_dir, tmp_path, signame, per_proc
     )
 
 
-@pytest.mark.parametrize(("per_process", "named"), [(1, "rank 1 was"), (0, "the process of ranks 0-1 was")])
-def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path, per_process, named):
+@pytest.mark.parametrize(
+    ("transport", "per_process", "named"),
+    [("mpi", 1, "rank 1 was"), ("mpi", 0, "the process of ranks 0-1 was"), ("storage", 1, "rank 1 was")],
+)
+def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path, transport, per_process, named):
+    """A storage job's objects (in ``exchange``) are removed too."""
     import signal
     import threading
 
     gate = tmp_path / "gate"
     gate.mkdir()
     (gate / "hold").touch()
-    config = {"stage_gate_dir": str(gate), "ranks_per_process": per_process}
-    db = duckflock.connect(str(bad_dir), ranks=2, transport="mpi", config=config)
+    exchange = tmp_path / "exchange"
+    config = {"stage_gate_dir": str(gate), "ranks_per_process": per_process, "exchange_uri": str(exchange)}
+    db = duckflock.connect(str(bad_dir), ranks=2, transport=transport, config=config)
     failure: list[BaseException] = []
 
     def query() -> None:
@@ -450,6 +438,7 @@ def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path, pe
     assert failure and isinstance(failure[0], duckflock.DuckflockError), failure
     assert f"{named} killed by signal 9 (SIGKILL)" in str(failure[0])
     db.close()
+    assert not any(exchange.rglob("*"))
     with duckflock.connect(str(bad_dir), ranks=2, transport="mpi") as again:
         assert again.sql("SELECT count(*) FROM good").fetchall() == [(2000,)]
 

@@ -7,6 +7,7 @@ of them that still covers every transport, 1-4 ranks, and broadcasts/gathered so
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,9 @@ TRANSPORTS = {
     "threads": ("threads", {}),
     "mpi": ("mpi", {"ranks_per_process": 1}),
     "mpi2": ("mpi", {"ranks_per_process": 2}),
+    # Rank processes that share only a directory (transport/storage.py); each job has its own
+    # directory under it, removed when the session ends.
+    "storage": ("storage", {"exchange_uri": tempfile.gettempdir()}),
 }
 # (transport, ranks, config)
 FULL = [(t, r, c) for t in ("threads", "mpi") for r in (1, 2, 3, 4) for c in ("default", "off")]
@@ -47,10 +51,20 @@ WIDE = {
 }
 
 
+# The storage transport on the files whose queries exchange the most shapes of data.
+STORAGE = {"joins": [("storage", 2, "off")], "subqueries": [("storage", 3, "default")]}
+
+
 def _cases() -> list:
     if os.environ.get("DUCKFLOCK_SLT_FULL"):
-        return [pytest.param(p, *c, id=f"{p.stem}-{c}") for p in FILES for c in FULL]
-    return [pytest.param(p, *c, id=f"{p.stem}-{c}") for p in FILES for c in WIDE.get(p.stem, QUICK)]
+        full = [(p, c) for p in FILES for c in FULL]
+        full += [(p, ("storage", r, c)) for p in FILES for r in (2, 3) for c in ("default", "off")]
+        return [pytest.param(p, *c, id=f"{p.stem}-{c}") for p, c in full]
+    return [
+        pytest.param(p, *c, id=f"{p.stem}-{c}")
+        for p in FILES
+        for c in [*WIDE.get(p.stem, QUICK), *STORAGE.get(p.stem, [])]
+    ]
 
 
 @pytest.mark.parametrize(("path", "transport", "ranks", "config"), _cases())

@@ -46,6 +46,12 @@ _CANCEL_GRACE_S = 10.0
 
 
 class MpiJobBackend:
+    kind = "MPI job"  # for messages
+    serve_module = "duckflock.exec.serve"  # what the job's processes run
+    # A process group of the job's own: a terminal's Ctrl-C then reaches only this process, whose
+    # session cancels the query (a storage job; an MPI job's ranks have always taken it with us).
+    _own_group = False
+
     def __init__(
         self, data: str, ranks: int, configured: int, config_env: dict[str, str], start_timeout: float
     ):
@@ -61,18 +67,17 @@ class MpiJobBackend:
         self._listener.bind(address)
         self._listener.listen(1)
         self._listener.settimeout(0.2)
-        argv, job_env = mpiexec_job(
-            ranks,
-            self._per_process,
-            ["-m", "duckflock.exec.serve", "--data", str(data), "--address", address],
-            self._dir,
+        argv, job_env = self._command(
+            ranks, ["-m", self.serve_module, "--data", str(data), "--address", address]
         )
         env = {**os.environ, **config_env, **job_env, AUTHKEY_ENV: key.hex()}
         # mpiexec's own output (MPICH's banner when a rank dies) goes to a log: how a rank died is
         # reported as one message by _call.
         self._log = os.path.join(self._dir, "mpiexec.out")
         with open(self._log, "wb") as log:
-            self._proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log)
+            self._proc = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=log, start_new_session=self._own_group
+            )
         # Wait for rank 0, but give up as soon as mpiexec ends, and after start_timeout at most.
         deadline = time.monotonic() + start_timeout
         while True:
@@ -94,7 +99,7 @@ class MpiJobBackend:
                 why = (
                     causes[0].read_text()
                     if causes
-                    else f"mpiexec exited with code {code}"
+                    else f"{Path(argv[0]).name} exited with code {code}"
                     if code is not None
                     else f"not within {start_timeout:.0f} s"
                 )
@@ -103,6 +108,10 @@ class MpiJobBackend:
         ready: Ready = self._conn.recv()
         self.ranks = ready.ranks
         self._interrupted = False
+
+    def _command(self, ranks: int, python_args: list[str]) -> tuple[list[str], dict[str, str]]:
+        """The job's launcher command and its environment."""
+        return mpiexec_job(ranks, self._per_process, python_args, self._dir)
 
     def _call(
         self,
@@ -165,8 +174,11 @@ class MpiJobBackend:
             self._proc.kill()
             code = self._proc.wait()
         banner = Path(self._log).read_bytes() if os.path.exists(self._log) else b""
-        why = job_outcome(self._dir, code, banner, self._per_process) or f"exit code {code}"
-        return f"the MPI job ended unexpectedly: {why}; open a new session to go on"
+        why = job_outcome(self._dir, code, banner, self._per_process) or self._exit_reason(code)
+        return f"the {self.kind} ended unexpectedly: {why}; open a new session to go on"
+
+    def _exit_reason(self, code: int) -> str:
+        return f"exit code {code}"
 
     def run(
         self,

@@ -123,6 +123,18 @@ def run_on_workers(args: argparse.Namespace) -> int:
         return _query(db, args, on="worker")
 
 
+def run_on_storage(args: argparse.Namespace) -> int:
+    """sql / explain on rank processes that exchange through the exchange URI only (a session of
+    them, as from Python); this process is the caller and gets the result."""
+    import duckflock
+
+    if args.command == "explain" and not args.analyze:
+        return run_explain(args)  # planning starts no ranks
+    config = {"exchange_uri": args.exchange_uri}
+    with duckflock.connect(args.data, ranks=args.ranks, transport="storage", config=config) as db:
+        return _query(db, args)
+
+
 def run_worker(args: argparse.Namespace) -> int:
     import pyarrow as pa
 

@@ -112,6 +112,16 @@ def _add_query(s: argparse.ArgumentParser, name: str) -> None:
     s.add_argument("--data", default=None, help="data directory (ranks on this machine or MPI ranks)")
     s.add_argument("--ranks", type=int, default=2, help="number of ranks (default 2)")
     s.add_argument("--workers", default=None, help="HOST:PORT,HOST:PORT,...: run on duckflock workers")
+    s.add_argument(
+        "--transport",
+        choices=["local", "storage"],
+        default="local",
+        help="local (default): ranks here as threads, MPI between processes; storage: rank processes "
+        "that exchange only through objects at --exchange-uri",
+    )
+    s.add_argument(
+        "--exchange-uri", default=None, help="with --transport storage: a directory or s3://bucket/prefix"
+    )
     s.add_argument("--token-file", default=None, help="the workers' shared token (with --workers)")
     s.add_argument("--tls-root", default=None, help="PEM certificate to trust for TLS workers")
     s.add_argument(
@@ -269,6 +279,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         return run_on_workers(args)
     _check_args(args)
+    if args.command in ("sql", "explain") and args.transport == "storage":
+        from duckflock.cli.commands import run_on_storage
+
+        return run_on_storage(args)
     needs_ranks = args.command in ("sql", "load") or (args.command == "explain" and args.analyze)
     if needs_ranks and not under_mpi():
         from duckflock.config import Config
@@ -307,6 +321,8 @@ def _check_args(args: argparse.Namespace) -> None:
         )
     if args.command == "load":
         _check_load_args(args)
+    if args.command in ("sql", "explain") and (args.transport == "storage") != bool(args.exchange_uri):
+        raise DuckflockError("--transport storage and --exchange-uri go together")
 
 
 def _run_here(args: argparse.Namespace) -> int:

@@ -31,7 +31,8 @@ def main(argv: list[str]) -> int:
     if argv[0] == "--wait":
         return _wait_for(int(argv[1]), int(argv[2]))
     job, program = argv[0], argv[1:]
-    rank = next((os.environ[v] for v in ("PMI_RANK", "PMIX_RANK", "SLURM_PROCID") if v in os.environ), "?")
+    names = ("PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "DUCKFLOCK_STORAGE_RANK")
+    rank = next((os.environ[v] for v in names if v in os.environ), "?")
     guard = os.getpid()
     child = os.fork()
     if child == 0:  # the rank; it inherits the launcher's descriptors (MPICH's PMI connection among them)

@@ -24,7 +24,7 @@ def under_mpi() -> bool:
 
 def launcher_rank() -> int | None:
     """This process's rank as told by the launcher's environment (None outside an MPI job)."""
-    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", STORAGE_RANK_ENV):
         if var in os.environ:
             return int(os.environ[var])
     return None
@@ -42,6 +42,11 @@ def mpiexec_path() -> str:
 
 
 PER_PROCESS_ENV = "DUCKFLOCK_RANKS_PER_PROCESS"
+# A rank of a storage job (exec/storage_launch.py; exec/guard.py reads it too): its rank, the job's
+# rank count and its id, the name of its directory at the exchange URI.
+STORAGE_RANK_ENV = "DUCKFLOCK_STORAGE_RANK"
+STORAGE_RANKS_ENV = "DUCKFLOCK_STORAGE_RANKS"
+STORAGE_JOB_ENV = "DUCKFLOCK_STORAGE_JOB"
 
 
 def owned_temp_dir(kind: str) -> str:

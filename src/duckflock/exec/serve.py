@@ -15,6 +15,7 @@ import queue
 import tempfile
 import threading
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from duckflock.exec.messages import (
     SqlRequest,
 )
 from duckflock.exec.ranks import LocalRanks
-from duckflock.exec.runtime import mpi_runtimes
+from duckflock.exec.runtime import Runtime, mpi_runtimes
 
 AUTHKEY_ENV = "DUCKFLOCK_SESSION_KEY"
 STARTUP_ERROR = "startup-error-"  # + the process's MPI rank: why it could not start, next to the socket
@@ -54,13 +55,14 @@ def write_result_file(table: pa.Table) -> str:
     return path
 
 
-def main() -> None:
+def main(runtimes: Callable[[str, Config], list[Runtime]] = mpi_runtimes) -> None:
+    """``runtimes``: this process's ranks (an MPI job's; exec/storage_serve.py: a storage job's)."""
     p = argparse.ArgumentParser()
     p.add_argument("--data", required=True)
     p.add_argument("--address", required=True)
     args = p.parse_args()
     try:
-        ranks = LocalRanks(mpi_runtimes(args.data, Config.from_env()), fatal_exits=True)
+        ranks = LocalRanks(runtimes(args.data, Config.from_env()), fatal_exits=True)
     except DuckflockError as e:  # told to the client, which reports it as the job's failure to start
         cause = Path(args.address).with_name(f"{STARTUP_ERROR}{launcher_rank()}")
         cause.write_text(str(e))

@@ -208,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("paths", nargs="+", type=Path)
     ap.add_argument("--ranks", default="2,3")
-    ap.add_argument("--transport", default="threads", choices=["threads", "mpi"])
+    ap.add_argument("--transport", default="threads", choices=["threads", "mpi", "storage"])
+    ap.add_argument(
+        "--exchange-uri", default=None, help="with storage: where ranks exchange (default: a temp dir)"
+    )
     ap.add_argument("--ranks-per-process", type=int, default=0, help="with mpi (default: all in one)")
     ap.add_argument(
         "--no-broadcast", action="store_true", help="broadcasts and gathered sorts off, streams of any size"
@@ -224,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         config["driver_fallback_bytes"] = -1
     if args.ranks_per_process:
         config["ranks_per_process"] = args.ranks_per_process
+    options: dict[str, object] = dict(config)
+    if args.transport == "storage":
+        options["exchange_uri"] = args.exchange_uri or tempfile.gettempdir()
     files = sorted(f for p in args.paths for f in ([p] if p.is_file() else p.rglob("*.test")))
     bad = 0
     for ranks in (int(r) for r in args.ranks.split(",")):
@@ -231,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         for f in files:
 
             def session(d: str, extra: dict[str, int], n: int = ranks) -> duckflock.Session:
-                return duckflock.connect(d, ranks=n, transport=args.transport, config={**config, **extra})
+                return duckflock.connect(d, ranks=n, transport=args.transport, config={**options, **extra})
 
             outcomes = run(parse(f), session)
             counts = summary(outcomes)

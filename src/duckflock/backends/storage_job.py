@@ -1,0 +1,67 @@
+"""Ranks that share no network, only a directory or bucket (``transport/storage.py``): a job of
+rank processes on this machine, started by ``exec/storage_launch.py`` as mpiexec starts an MPI
+job's, served to this process as an MPI job is (``backends/mpi_job.py``, ``exec/serve.py``: a local
+socket to rank 0). The job's objects at the exchange URI are removed when the session ends, and
+when it could not start."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+
+from duckflock.backends.mpi_job import MpiJobBackend
+from duckflock.exec.launch import STORAGE_JOB_ENV, STORAGE_RANKS_ENV
+
+
+class StorageJobBackend(MpiJobBackend):
+    kind = "storage job"
+    serve_module = "duckflock.exec.storage_serve"
+    _own_group = True
+
+    def __init__(self, data: str, ranks: int, uri: str, config_env: dict[str, str], start_timeout: float):
+        self._uri = uri if "://" in uri else os.path.abspath(uri)  # the ranks may run elsewhere
+        self._job = f"duckflock-{os.getpid()}-{secrets.token_hex(6)}"
+        env = {
+            **config_env,
+            "DUCKFLOCK_EXCHANGE_URI": self._uri,
+            STORAGE_JOB_ENV: self._job,
+            STORAGE_RANKS_ENV: str(ranks),
+        }
+        if "DUCKFLOCK_TIME_ZONE" not in env and not os.environ.get("DUCKFLOCK_TIME_ZONE"):
+            from duckflock.local_duckdb import local_time_zone
+
+            env["DUCKFLOCK_TIME_ZONE"] = local_time_zone()  # every rank takes the caller's zone
+        try:
+            super().__init__(data, ranks, 1, env, start_timeout)
+        except BaseException:
+            self._remove_objects()
+            raise
+
+    def _command(self, ranks: int, python_args: list[str]) -> tuple[list[str], dict[str, str]]:
+        launcher = str(Path(__file__).parent.parent / "exec" / "storage_launch.py")
+        return [sys.executable, "-I", "-S", launcher, self._dir, str(ranks), sys.executable, *python_args], {}
+
+    def _exit_reason(self, code: int) -> str:
+        """The rank whose failure ended the job (the launcher records it), else the exit code."""
+        for f in sorted(Path(self._dir).glob("rank*.exited")):
+            return f"{f.stem} exited with code {f.read_text()}"
+        return f"exit code {code}"
+
+    def _stop_job(self) -> None:
+        try:
+            super()._stop_job()
+        finally:
+            self._remove_objects()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._remove_objects()
+
+    def _remove_objects(self) -> None:
+        from duckflock.transport.storage import remove_job
+
+        remove_job(self._uri, self._job)
