@@ -51,6 +51,7 @@ _TABLE = {
     "csv_options?": "object",
     "hive?": "name->str",
     "widths?": "name->int",
+    "objects?": "object",
 }
 _PARTITIONING = {"kind?": "str", "keys?": "strings", "hash_canary?": "int|null", "duckdb?": "str"}
 _PARTITION = {"files": "strings", "rows": "int"}
