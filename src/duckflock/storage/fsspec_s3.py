@@ -99,7 +99,7 @@ class ObjectFileSystem(AbstractFileSystem):
             ) from None
         except Exception as e:
             raise objects.ObjectError(f"cannot read object {uri}: {e}") from None
-        objects.check_opened(uri, raw.size(), objects._etag(raw.metadata()))
+        objects.check_opened(uri, raw.size(), objects.etag_of(raw.metadata()))
         return ObjectFile(raw, uri)
 
     def modified(self, path: str) -> Any:

@@ -220,14 +220,14 @@ def stamp(uri: str) -> Stamp:
     try:
         with filesystem().open_input_file(f"{bucket}/{key}") as f:
             meta = f.metadata()
-            return Stamp(uri, f.size(), _etag(meta))
+            return Stamp(uri, f.size(), etag_of(meta))
     except FileNotFoundError:
         raise ObjectError(f"object {uri} does not exist") from None
     except Exception as e:
         raise _failed(f"cannot read object {uri}", e) from None
 
 
-def _etag(meta: Mapping[Any, Any] | None) -> str:
+def etag_of(meta: Mapping[Any, Any] | None) -> str:
     """The ETag of pyarrow's metadata of an opened object ('' where the store gives none)."""
     found = {(k.decode() if isinstance(k, bytes) else k): v for k, v in dict(meta or {}).items()}
     value = found.get("ETag", b"")
