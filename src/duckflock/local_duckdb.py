@@ -37,10 +37,13 @@ def open_duckdb(
     max_temp_bytes: int = 0,
     time_zone: str = "",
     ranks_on_node: int = 1,
+    object_prefixes: Sequence[str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB for one rank. With ``only_dir`` its SQL can read files there and nowhere else; it
     spills into ``temp_dir`` (at most ``max_temp_bytes`` when set); ``time_zone``: the session's
-    (empty: this host's)."""
+    (empty: this host's). ``object_prefixes`` (not None): it reads ``s3://`` objects
+    (storage/objects.py), and where confined, those under these prefixes besides ``only_dir``.
+    None where the catalog names no objects: registering costs an import of fsspec."""
     settings: dict[str, str | bool | int | float | list[str]] = {
         "threads": threads,
         "memory_limit": memory_limit(memory_bytes),
@@ -69,8 +72,12 @@ def open_duckdb(
     # without (one rank's half of lineitem joined with 624 orders).
     con.execute("SET disabled_optimizers = 'partial_aggregate_pushdown'")
     duckdb_avg.register(con)  # a split AVG's last step
+    if object_prefixes is not None:
+        from duckflock.storage import objects
+
+        objects.register(con)
     if only_dir is not None:
-        restrict(con, [only_dir, *([temp_dir] if temp_dir else [])])
+        restrict(con, [only_dir, *([temp_dir] if temp_dir else []), *(object_prefixes or ())])
     return con
 
 

@@ -1,7 +1,8 @@
 """The catalog: per table its schema, files per partition, row counts and partitioning.
 
 Stored as JSON in the data directory so that any number of ranks (and any later session) can use it.
-File paths are relative to the data directory, so the directory can be moved or shared.
+File paths are relative to the data directory, so the directory can be moved or shared; objects
+registered in place (``s3://bucket/key``, storage/objects.py) are kept as their URIs.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from duckflock.catalog.partitioning import (
 )
 from duckflock.catalog.validate import VERSION, check_catalog
 from duckflock.errors import CatalogError
+from duckflock.storage.objects import is_uri, prefixes
 
 CATALOG_FILE = "duckflock_catalog.json"
 LOCK_FILE = ".duckflock_catalog.lock"
@@ -66,6 +68,12 @@ class TableInfo:
     widths: tuple[tuple[str, int], ...] = field(default=(), compare=False)
     # A Delta or Iceberg table registered in place: where it is and which version of it (ingest/lake.py).
     source: dict[str, object] = field(default_factory=dict, compare=False)
+    # Objects registered in place: (URI, size, ETag) of each when registered; a rank refuses to
+    # read one that differs since (replaced or rewritten), naming it.
+    objects: tuple[tuple[str, int, str], ...] = field(default=(), compare=False)
+
+    def object_uris(self) -> list[str]:
+        return [f for p in self.partitions for f in p.files if is_uri(f)]
 
     @property
     def rows(self) -> int:
@@ -141,6 +149,7 @@ class TableInfo:
             **({"hive": dict(self.hive)} if self.hive is not None else {}),
             **({"widths": dict(self.widths)} if self.widths else {}),
             **({"source": self.source} if self.source else {}),
+            **({"objects": {u: [n, e] for u, n, e in self.objects}} if self.objects else {}),
             "partitions": [
                 {"files": list(p.files), "rows": p.rows, "min": _enc(p.min), "max": _enc(p.max)}
                 for p in self.partitions
@@ -166,7 +175,13 @@ class TableInfo:
             duckdb_version=part.get("duckdb", ""),
             widths=tuple((c, int(w)) for c, w in data.get("widths", {}).items()),
             source=data.get("source", {}),
+            objects=tuple((u, int(v[0]), str(v[1])) for u, v in data.get("objects", {}).items()),
         )
+
+
+def file_path(root: Path, name: str) -> str:
+    """A catalog file name as DuckDB reads it: relative to ``root``, or an object URI as it is."""
+    return name if is_uri(name) else str(root / name)
 
 
 def _type_width(typ: str) -> int:
@@ -273,7 +288,13 @@ class Catalog:
         self.tables[info.name] = info.stamped()
 
     def path(self, relative: str) -> str:
-        return str(self.root / relative)
+        """Where a file of a table is: under the data directory, or the object URI as it is."""
+        return file_path(self.root, relative)
+
+    def object_prefixes(self) -> list[str]:
+        """The object directories the tables name: what a DuckDB confined to the data directory
+        may also read (and nothing else there)."""
+        return prefixes(u for t in self.tables.values() for u in t.object_uris())
 
     def save(self) -> None:
         """Write atomically: a crash never leaves a half-written catalog."""

@@ -52,6 +52,7 @@ _TABLE = {
     "hive?": "name->str",
     "widths?": "name->int",
     "source?": "object",
+    "objects?": "object",
 }
 _PARTITIONING = {"kind?": "str", "keys?": "strings", "hash_canary?": "int|null", "duckdb?": "str"}
 _PARTITION = {"files": "strings", "rows": "int"}

@@ -8,12 +8,17 @@ order gives the sorted result. ``_SUCCESS`` marks a directory whose query comple
 Files are written under hidden temporary names and renamed when complete, so a failed query leaves
 no partial file behind (in a directory, the complete parts of ranks that had finished stay, and no
 ``_SUCCESS``).
+
+An ``s3://bucket/prefix/`` directory or ``s3://bucket/x.parquet`` file (storage/objects.py): each
+file is written locally as above and uploaded whole when complete (an object appears whole or not
+at all), and ``_SUCCESS`` is put last. A failed query puts no ``_SUCCESS``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +27,7 @@ import pyarrow as pa
 
 from duckflock.errors import DuckflockError
 from duckflock.exec.duckdb_copy import DuckdbCopy
+from duckflock.storage import objects
 
 SUFFIXES = (".parquet", ".csv", ".arrow")
 SUCCESS = "_SUCCESS"
@@ -45,6 +51,9 @@ def prepare_directory(path: str) -> Path:
     """Create the directory and remove what an earlier query wrote there (its parts, marker and the
     temporary files of one that was killed); refuse one that holds anything else, which reading
     the directory back would mix into the result."""
+    uri = objects.uri_of(path)
+    if uri is not None:
+        return _prepare_objects(uri.rstrip("/") + "/")
     target = Path(path)
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -65,7 +74,33 @@ def prepare_directory(path: str) -> Path:
 
 
 def mark_complete(directory: Path) -> None:
-    (directory / SUCCESS).touch()
+    uri = objects.uri_of(directory)
+    if uri is not None:
+        objects.put_bytes(f"{uri.rstrip('/')}/{SUCCESS}", b"")
+    else:
+        (directory / SUCCESS).touch()
+
+
+class _ObjectDir(type(Path())):  # type: ignore[misc]
+    """An output prefix passed on as a path (the driver resolves and joins it): resolving keeps it.
+    Its text is Path's, ``s3:/bucket/prefix``, which ``objects.uri_of`` reads back."""
+
+    def resolve(self, strict: bool = False) -> _ObjectDir:
+        return self
+
+
+def _prepare_objects(prefix: str) -> Path:
+    """As prepare_directory, for a prefix of objects: the marker first, then earlier parts go."""
+    names = objects.names_under(prefix)
+    others = sorted(n for n in names if n != SUCCESS and not _OURS.fullmatch(n) and not n.startswith("."))
+    if others:
+        raise DuckflockError(
+            f"--output {prefix} holds other objects ({', '.join(others[:3])}"
+            f"{', ...' if len(others) > 3 else ''}): name an empty or new prefix"
+        )
+    for name in sorted(names, key=lambda n: n != SUCCESS):  # a reader stops trusting it at once
+        objects.delete(prefix + name)
+    return _ObjectDir(prefix)
 
 
 class ResultWriter:
@@ -85,6 +120,12 @@ class ResultWriter:
         """``schema``: the result's as DuckDB's .arrow() gives it; ``types``: its DuckDB types.
         ``threads``, ``temp_dir`` (its spill files), ``time_zone`` (the session's) and
         ``memory_bytes`` (its memory_limit; 0: DuckDB's default): of the DuckDB writing Parquet or CSV."""
+        # An object is written here first, in a directory of its own, and uploaded on commit.
+        self.upload_to = objects.uri_of(path)
+        self._local_dir: str | None = None
+        if self.upload_to is not None:
+            self._local_dir = tempfile.mkdtemp(prefix="result-", dir=temp_dir)
+            path = Path(self._local_dir) / self.upload_to.rsplit("/", 1)[-1]
         self.target = Path(path)
         self.schema = schema
         suffix = self.target.suffix.lower()
@@ -144,6 +185,15 @@ class ResultWriter:
         os.umask(umask)
         os.chmod(self.tmp, 0o666 & ~umask)  # as any new file would be, not mkstemp's owner-only mode
         os.replace(self.tmp, self.target)
+        if self.upload_to is not None:
+            try:
+                objects.upload(self.target, self.upload_to)
+            finally:
+                self._remove_local()
+
+    def _remove_local(self) -> None:
+        if self._local_dir is not None:
+            shutil.rmtree(self._local_dir, ignore_errors=True)
 
     def abort(self) -> None:
         try:
@@ -153,6 +203,7 @@ class ResultWriter:
                 self._writer.close()
         finally:
             Path(self.tmp).unlink(missing_ok=True)
+            self._remove_local()
 
 
 def _cannot_write(suffix: str, e: pa.ArrowException) -> DuckflockError:

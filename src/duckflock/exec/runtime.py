@@ -152,6 +152,7 @@ class Runtime:
             config.max_temp_bytes,
             config.time_zone,
             ranks_on_node,
+            object_prefixes(catalog),
         )
         driver_threads = cores if transport.rank == 0 and cores > threads else 0
         if process is not None and process.first == transport.rank and transport.rank != 0:
@@ -194,6 +195,7 @@ class Runtime:
                         self.config.max_temp_bytes,
                         self.config.time_zone,
                         self.ranks_on_node,
+                        object_prefixes(self.catalog),
                     )
                 )
         return self._driver_con[0] if self._driver_con else self.con
@@ -313,3 +315,12 @@ def mpi_runtimes(data: str | os.PathLike[str] | None, config: Config) -> list[Ru
         Runtime.create(t, catalog, config, ranks_on_node, held, process)
         for t, catalog in zip(transports, catalogs, strict=True)
     ]
+
+
+def object_prefixes(catalog: Catalog | None) -> list[str] | None:
+    """What a rank's DuckDB reads from object storage (local_duckdb.open_duckdb): the prefixes of
+    the catalog's objects; everything for a rank without a catalog (loading names its inputs);
+    None (no object filesystem) where the catalog names none."""
+    if catalog is None:
+        return []
+    return catalog.object_prefixes() or None

@@ -21,7 +21,7 @@ from duckflock.exchange.arrays import arrow_array
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
-from duckflock.exec import adaptive, partition_runs, range_sort, skew
+from duckflock.exec import adaptive, hive_prune, partition_runs, range_sort, skew
 from duckflock.exec.memory import release_free_memory
 from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
@@ -46,6 +46,7 @@ from duckflock.plan.sql_text import (
 )
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
 from duckflock.sqltext import quote_ident as q
+from duckflock.storage import objects
 from duckflock.units import human
 
 _SORT_INPUT = "__sort_input"  # a sort stage's rows, materialized to sample splitters from
@@ -67,10 +68,17 @@ class StageStats:
         self.note = text
 
 
-def scan_source(catalog: Catalog, ranks: tuple[int, ...], size: int, only: tuple[int, ...] | None = None):
+def scan_source(
+    catalog: Catalog,
+    ranks: tuple[int, ...],
+    size: int,
+    only: tuple[int, ...] | None = None,
+    root: Node | None = None,
+):
     """FROM item for a Scan on ``ranks`` (this rank, or all of its process's for a fused stage):
     their partitions' files (all of them when replicated; of those, the partitions ``only`` names
-    when given)."""
+    when given). ``root``: the stage's plan, whose filters on hive columns skip files."""
+    filters = hive_prune.scan_filters(root) if root is not None else {}
 
     def source(scan: Scan) -> str:
         info = catalog.table(scan.table)
@@ -81,7 +89,12 @@ def scan_source(catalog: Catalog, ranks: tuple[int, ...], size: int, only: tuple
         if only is not None and not scan.replicated:
             parts = [p for p in parts if p in only]
         files = [catalog.path(f) for p in parts for f in info.partitions[p].files]
+        files = hive_prune.prune(files, info.hive or (), filters.get(id(scan)))  # files no row of can match
+        if info.objects:  # refused when opened if replaced since they were registered
+            objects.expect(objects.Stamp(*o) for o in info.objects)
         empty = not files
+        if empty and info.objects:  # no request for nothing: the schema as the catalog has it
+            return typed_empty(info.columns)
         if empty:  # an empty relation with the table's exact schema
             files = [catalog.path(f) for p in info.partitions for f in p.files][:1]
         if not files:  # a table without any file (zero rows loaded): its schema from the catalog
@@ -386,7 +399,7 @@ def _driver_result(run: _StageRun, root: DriverQuery) -> pa.Table:
     afterwards. Wrapped in a WITH of those tables instead, the text's own CTEs read twice would be
     computed once per read, not once (a sampled CTE joined with itself matched 1 row of 5)."""
     assert run.rt.catalog is not None
-    source = scan_source(run.rt.catalog, run.ranks, run.rt.size)
+    source = scan_source(run.rt.catalog, run.ranks, run.rt.size, root=root)
     for name, child in root.inputs:
         run.con.execute(f"CREATE OR REPLACE TEMP VIEW {q(name)} AS {render(child, source)}")
         run.views.append(q(name))  # dropped with the stage's registrations (_StageRun.unregister_all)
@@ -395,7 +408,7 @@ def _driver_result(run: _StageRun, root: DriverQuery) -> pa.Table:
 
 def _stage_sql(run: _StageRun, root: Node) -> str:
     assert run.rt.catalog is not None
-    return render(root, scan_source(run.rt.catalog, run.ranks, run.rt.size))
+    return render(root, scan_source(run.rt.catalog, run.ranks, run.rt.size, root=root))
 
 
 def _send(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, root: Node, part: ResultWriter | None) -> None:
@@ -455,7 +468,7 @@ def _send_in_groups(
     for group in split.groups:
         _raise_failure(rt, run.qid)  # another rank failed meanwhile: no more runs
         split.read_group(run.con, group)
-        sql = render(root, scan_source(rt.catalog, run.ranks, rt.size, group))
+        sql = render(root, scan_source(rt.catalog, run.ranks, rt.size, group, root))
         t0 = time.perf_counter()
         reader = _reader(run, _routed(run, spec, sql))
         try:

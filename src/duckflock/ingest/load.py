@@ -9,6 +9,10 @@ Requirements:
   rank 0 moves them into place and records them in the catalog.
 * Input files outside the data directory are recorded by absolute path (files inside it by relative
   path), so when registered as they are they must stay readable by every rank at the same path.
+* Objects (``s3://bucket/...``, storage/objects.py) are recorded by URI, with the size and ETag
+  each had, so a rank refuses one replaced since; globs are expanded by listing the bucket, and
+  the objects are ordered by size (largest first) so that partitions dealt round-robin to the ranks
+  give each about the same bytes.
 
 Repartitioned tables are written as Parquet to ``DIR/<table>/part-<p>-r<rank>.parquet``: partition ``p``
 is the union of the files of all ranks with that ``p``. Files are first written to a staging directory
@@ -26,7 +30,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +51,8 @@ from duckflock.plan.sql_text import (
     read_files,
 )
 from duckflock.sqltext import quote_ident
+from duckflock.storage import objects
+from duckflock.storage.objects import is_uri
 
 DEFAULT_PARTITIONS = 12
 _PART_COLUMN = "__duckflock_part"
@@ -62,6 +68,7 @@ _SAMPLE_PER_PARTITION = 128
 
 FileStats = tuple[int, object, object]  # rows, min, max (None without a key or without rows)
 Columns = tuple[tuple[str, str], ...]
+Source = Path | str  # an input file: a local path or an object URI
 
 
 # ---- reading inputs ----------------------------------------------------------------------------
@@ -150,14 +157,14 @@ def expand_files(con: duckdb.DuckDBPyConnection, patterns: list[str]) -> list[Pa
     return out
 
 
-def detect_format(paths: list[Path], fmt: str | None) -> str:
+def detect_format(paths: Sequence[Source], fmt: str | None) -> str:
     if fmt is not None:
         if fmt.lower() not in ("parquet", "csv"):
             raise CatalogError(f"unknown input format {fmt!r} (use 'parquet' or 'csv')")
         return fmt.lower()
     found: set[str] = set()
     for p in paths:
-        name = p.name.lower()
+        name = os.path.basename(str(p)).lower()
         if name.endswith(_PARQUET_SUFFIXES):
             found.add("parquet")
         elif name.endswith(_CSV_SUFFIXES):
@@ -183,7 +190,9 @@ class Input:
         return read_files(self.fmt, paths, self.csv_options, columns, self.hive)
 
 
-def _hive_schema(con: duckdb.DuckDBPyConnection, fmt: str, paths: list[Path]) -> tuple[Columns, Columns]:
+def _hive_schema(
+    con: duckdb.DuckDBPyConnection, fmt: str, paths: Sequence[Source]
+) -> tuple[Columns, Columns]:
     """The columns DuckDB reads from all ``paths``, and of those the hive partition columns it adds
     (with the types it gives them over all paths): a rank reading a few of the files is told them."""
     columns = describe(con, read_files(fmt, paths, hive=None))
@@ -191,7 +200,7 @@ def _hive_schema(con: duckdb.DuckDBPyConnection, fmt: str, paths: list[Path]) ->
     return columns, tuple(c for c in columns if c[0] not in plain)
 
 
-def _check_readable(con: duckdb.DuckDBPyConnection, source: Input, path: Path) -> None:
+def _check_readable(con: duckdb.DuckDBPyConnection, source: Input, path: Source) -> None:
     """A Parquet file must open and have the first file's schema. A CSV file, read alone as DuckDB
     reads it, must have the columns DuckDB found in all the files (it matches them by name)."""
     columns = source.columns if source.fmt == "parquet" else None
@@ -212,7 +221,9 @@ def _check_readable(con: duckdb.DuckDBPyConnection, source: Input, path: Path) -
         )
 
 
-def _rel(root: Path, path: Path) -> str:
+def _rel(root: Path, path: Source) -> str:
+    if isinstance(path, str):  # an object URI, as it is
+        return path
     try:
         return path.relative_to(root).as_posix()
     except ValueError:
@@ -410,7 +421,7 @@ def _load(
     root = Path(catalog_dir).resolve()
     con = rt.con
     # Every rank checks all names (cheap), so a missing file fails every rank alike, without messages.
-    paths = expand_files(con, files)
+    paths: Sequence[Source] = _expand_objects(files) if any(map(is_uri, files)) else expand_files(con, files)
     fmt = detect_format(paths, fmt)
     try:
         source = Input(fmt, {}, *_hive_schema(con, fmt, paths))
@@ -431,7 +442,16 @@ def _load(
 
     if not keys:
         return _register(rt, qid, root, table, source, paths, mine)
-    return _staged(rt, qid, root, table, source, paths, keys, scheme, count, keep=set(paths))
+    local = {p for p in paths if isinstance(p, Path)}
+    return _staged(rt, qid, root, table, source, paths, keys, scheme, count, keep=local)
+
+
+def _expand_objects(patterns: list[str]) -> list[str]:
+    """The objects of ``s3://`` names and globs, largest first (see the module's docstring)."""
+    if not all(map(is_uri, patterns)):
+        raise CatalogError("inputs mix objects (s3://...) and local files: load them as separate tables")
+    listed = objects.expand(patterns)
+    return [u for u, _ in sorted(listed, key=lambda e: -e[1])]
 
 
 def _repartition_stored(rt: Runtime, qid: int, root: Path, name: str) -> TableInfo | None:
@@ -457,7 +477,7 @@ def _staged(
     root: Path,
     table: str,
     source: Input,
-    paths: list[Path],
+    paths: Sequence[Source],
     keys: tuple[str, ...],
     scheme: str,
     count: int,
@@ -493,7 +513,7 @@ def _register(
     root: Path,
     table: str,
     source: Input,
-    paths: list[Path],
+    paths: Sequence[Source],
     mine: list[int],
 ) -> TableInfo | None:
     """Record the files as they are: each file one partition, no known partitioning."""
@@ -508,10 +528,12 @@ def _register(
             except duckdb.Error as e:
                 raise CatalogError(f"cannot read input file {paths[i]}: {e}") from e
             counts.append((i, int(n[0])))
-    gathered = rt.mux.allgather(qid, counts)
+    # Each rank stamps its share of the objects (a HEAD each: listings carry no ETag).
+    stamps = [objects.stamp(p) for i in mine if isinstance(p := paths[i], str)]
+    gathered = rt.mux.allgather(qid, (counts, stamps))
     if rt.rank != 0:
         return None
-    rows = dict(pair for part in gathered for pair in part)
+    rows = dict(pair for part, _ in gathered for pair in part)
     info = TableInfo(
         name=table,
         format=source.fmt,
@@ -519,8 +541,9 @@ def _register(
         partitions=tuple(PartitionInfo((_rel(root, p),), rows[i]) for i, p in enumerate(paths)),
         csv_options=source.csv_options,
         hive=source.hive,
+        objects=tuple((s.uri, s.size, s.etag) for _, part in gathered for s in part),
     )
-    return _publish(rt, root, info, [], set(paths))
+    return _publish(rt, root, info, [], {p for p in paths if isinstance(p, Path)})
 
 
 def _repartition(
@@ -529,7 +552,7 @@ def _repartition(
     root: Path,
     table: str,
     source: Input,
-    paths: list[Path],
+    paths: Sequence[Source],
     mine: list[int],
     keys: tuple[str, ...],
     scheme: str,

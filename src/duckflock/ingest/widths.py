@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 
 from duckflock.catalog import TableInfo
+from duckflock.catalog.catalog import file_path
 from duckflock.plan.sql_text import read_table_files
 from duckflock.sqltext import quote_ident as q
 
@@ -28,7 +29,7 @@ def with_widths(con: duckdb.DuckDBPyConnection, info: TableInfo, root: Path) -> 
     part = next((p for p in info.partitions if p.rows and p.files), None)
     if not strings or part is None:
         return info
-    source = read_table_files(info, [root / f for f in part.files])
+    source = read_table_files(info, [file_path(root, f) for f in part.files])
     sample = f"SELECT {', '.join(q(c) for c in strings)} FROM {source} LIMIT {SAMPLE_ROWS}"
     try:
         averages = con.execute(f"SELECT {', '.join(f'avg(strlen({q(c)}))' for c in strings)} FROM ({sample})")

@@ -1,0 +1,1 @@
+"""Where table data lives besides the data directory: objects in S3-compatible buckets."""
