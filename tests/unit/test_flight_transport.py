@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pytest
@@ -22,7 +22,7 @@ TOKEN = "a-test-token-0123456789"
 class Handler:
     """Echoes calls; refuses "refuse"; a ticket names a one-column table of that many rows."""
 
-    def action(self, kind: str, body: bytes) -> bytes:
+    def action(self, kind: str, body: bytes, caller_gone: Callable[[], bool]) -> bytes:
         if kind == "refuse":
             raise DuckflockError("not here")
         return kind.encode() + b":" + body
