@@ -140,9 +140,11 @@ class FlightBackend:
             follow(reply.progress)
 
     def _end(self, why: str) -> None:
-        """Close the session under its caller, who learns ``why`` now and at its next call."""
+        """Close the session under its caller, who learns ``why`` now and at its next call. Worker 0,
+        which does not answer, is not waited for."""
         self._ended = f"{why}, so the session was closed: connect again"
-        self.close()
+        self._close(self._clients[1:])
+        self._clients[0].close()
 
     def run(
         self,
@@ -183,13 +185,16 @@ class FlightBackend:
         return reply.plan
 
     def close(self) -> None:
+        self._close(self._clients)
+
+    def _close(self, clients: list[WorkerClient]) -> None:
         """Every worker is told at once, each waited for at most ``_CLOSE_S``: a frozen worker
         never answers (the others end the session anyway once it is silent past peer_timeout_s)."""
         if self._closed:
             return
         self._closed = True
         body = to_json(CloseRequest(self.sid))
-        threads = [threading.Thread(target=_close, args=(c, body), daemon=True) for c in self._clients]
+        threads = [threading.Thread(target=_close, args=(c, body), daemon=True) for c in clients]
         for t in threads:
             t.start()
         deadline = time.monotonic() + _CLOSE_S + 1.0

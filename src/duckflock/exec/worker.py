@@ -144,8 +144,9 @@ class Worker:
                 self._look_after(s)
 
     def _look_after(self, s: _Session) -> None:
-        """End an idle session past the idle timeout; cancel the query of a caller as silent; stop
-        this worker's part of a query whose peer is lost (DuckDB computing a stage does not look)."""
+        """End an idle session past the idle timeout; cancel the query of a caller as silent; when a
+        peer is lost, stop this worker's part of a query (DuckDB computing a stage does not look) or
+        end the idle session (its caller may be gone too: a frozen worker 0 missed its close)."""
         silent = time.monotonic() - s.last_call
         cancel = s.cancel
         if s.rank == 0 and s.running == 0 and silent > self.idle_timeout_s:
@@ -154,7 +155,11 @@ class Worker:
             s.caller_gone = True
             cancel.set(f"the session's caller sent nothing for {silent:.0f} s")
         rt = s.runtime
-        if rt is not None and not s.interrupted and _busy(s) and rt.transport.peer_failure():
+        if rt is None or not rt.transport.peer_failure():
+            return
+        if not _busy(s):  # the session cannot answer another query
+            self._teardown(s)
+        elif not s.interrupted:
             s.interrupted = True
             rt.interrupt()
 
@@ -229,8 +234,8 @@ class Worker:
         if kind == "start":
             self._start(from_json(StartSession, body))
             return b"ok"
-        if kind == "close":
-            self._teardown(self._current(from_json(CloseRequest, body).session))
+        if kind == "close":  # answered at once: the caller need not wait for the release
+            self._teardown(self._current(from_json(CloseRequest, body).session), wait=False)
             return b"ok"
         if kind not in ("sql", "plan"):
             raise DuckflockError(f"unknown action {kind}")
