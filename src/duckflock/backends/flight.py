@@ -53,7 +53,7 @@ _POLL_S = 0.2  # how often the waiting caller looks at the heartbeats and a canc
 # How long a cancelled query's reply may take before the session is closed instead: the workers
 # stop within a second; one that does not (frozen, or a bug) must not hold the caller.
 _CANCEL_GRACE_S = 10.0
-_CLOSE_S = 5.0  # how long closing waits for a worker: a frozen one never answers
+_CLOSE_S = 3.0  # how long closing waits for a worker (each answers at once; a frozen one never)
 
 
 class FlightBackend:
