@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pyarrow.flight as flight
+
 from duckflock.testing.workers import FlightWorkers
+
+
+def status(address: str, token: str) -> dict:
+    """A worker's answer to ``status``: the session holding it, if any."""
+    client = flight.FlightClient(f"grpc+tcp://{address}")
+    options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())], timeout=10)
+    return json.loads(
+        next(iter(client.do_action(flight.Action("status", b""), options=options))).body.to_pybytes()
+    )
 
 
 class Workers(FlightWorkers):

@@ -3,7 +3,6 @@ a worker killed mid-shuffle; a caller that disappears."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,7 +15,7 @@ import pytest
 
 import duckflock
 from duckflock.testing.tpch import SEED_ORDER, SEED_QUERY, query
-from flight_support import Workers
+from flight_support import Workers, status
 from support import BOUND_S, assert_same, make_table, oracle, rank_at_gate
 
 pytestmark = pytest.mark.dist
@@ -130,14 +129,6 @@ def test_a_worker_that_cannot_listen_says_why_in_one_line(tmp_path):
             assert message in proc.stderr, (listen, proc.stderr)
 
 
-def _status(address: str, token: str) -> dict:
-    client = flight.FlightClient(f"grpc+tcp://{address}")
-    options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
-    return json.loads(
-        next(iter(client.do_action(flight.Action("status", b""), options=options))).body.to_pybytes()
-    )
-
-
 def test_worker_killed_mid_query_fails_fast_and_survivors_serve_on(tpch_dir, tmp_path, monkeypatch):
     # A shuffle join: the kill must land while the query runs, so every rank holds at a stage gate
     # (a test hook) until the test has seen worker 2 reach its first stage and killed it.
@@ -190,13 +181,13 @@ def test_caller_that_disappears_does_not_hold_workers(tpch_dir, tmp_path):
             [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=os.environ.copy()
         )
         assert caller.stdout.readline().strip() == "ready"
-        assert all(_status(a, w.token)["session"] for a in w.addresses)
+        assert all(status(a, w.token)["session"] for a in w.addresses)
         caller.send_signal(signal.SIGKILL)
         caller.wait(timeout=10)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(_status(a, w.token)["session"] for a in w.addresses):
+        while time.monotonic() < deadline and any(status(a, w.token)["session"] for a in w.addresses):
             time.sleep(0.5)
-        assert not any(_status(a, w.token)["session"] for a in w.addresses)
+        assert not any(status(a, w.token)["session"] for a in w.addresses)
 
 
 def test_a_query_longer_than_the_idle_timeout_is_not_cut_off(tpch_dir, tmp_path):

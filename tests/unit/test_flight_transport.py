@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pytest
@@ -13,19 +13,33 @@ import pytest
 from duckflock.errors import DuckflockError, TransportError
 from duckflock.exec.messages import PrepareSession, ResultTicket, SqlRequest, from_json, to_json
 from duckflock.transport.flight import FlightTransport
-from duckflock.transport.flight_client import WorkerClient
+from duckflock.transport.flight_client import WorkerClient, WorkerUnresponsive
 from duckflock.transport.flight_server import FlightServer
 
 TOKEN = "a-test-token-0123456789"
 
 
 class Handler:
-    """Echoes calls; refuses "refuse"; a ticket names a one-column table of that many rows."""
+    """Echoes calls; refuses "refuse"; answers "wait" only once its caller has gone, which it
+    notes; a ticket names a one-column table of that many rows."""
 
-    def action(self, kind: str, body: bytes) -> bytes:
+    def __init__(self) -> None:
+        self.saw_caller_go = threading.Event()
+
+    def action(self, kind: str, body: bytes, caller_gone: Callable[[], bool]) -> bytes | Iterator[bytes]:
         if kind == "refuse":
             raise DuckflockError("not here")
+        if kind == "wait":
+            return self._wait(caller_gone)
         return kind.encode() + b":" + body
+
+    def _wait(self, caller_gone: Callable[[], bool]) -> Iterator[bytes]:
+        deadline = time.monotonic() + 30
+        while not caller_gone() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if caller_gone():
+            self.saw_caller_go.set()
+        yield b"late"
 
     def result(self, ticket: bytes) -> tuple[pa.Table, pa.ipc.IpcWriteOptions]:
         return pa.table({"x": list(range(int(ticket)))}), pa.ipc.IpcWriteOptions()
@@ -53,6 +67,16 @@ def test_calls_reach_the_handler_and_refusals_name_the_worker(servers):
     with pytest.raises(TransportError, match=r"worker 1 at grpc\+tcp://127.0.0.1:\d+: .*not here"):
         client.call("refuse")
     assert client.fetch(b"3").column("x").to_pylist() == [0, 1, 2]
+    client.close()
+
+
+def test_a_call_not_answered_in_time_names_the_worker_and_its_end_reaches_the_handler(servers):
+    """A call's timeout ends it on both sides: the handler is told its caller has gone."""
+    client = WorkerClient(0, _location(servers[0]), TOKEN, None)
+    with pytest.raises(WorkerUnresponsive, match=r"worker 0 at grpc\+tcp://127.0.0.1:\d+"):
+        client.call("wait", timeout=0.5)
+    handler = servers[0].handler
+    assert isinstance(handler, Handler) and handler.saw_caller_go.wait(10)
     client.close()
 
 

@@ -1,23 +1,34 @@
 """A session on running ``duckflock worker`` processes over Arrow Flight. The first worker plans each
 query and returns its result; the workers exchange data among themselves, never through this
-process. The worker's side is ``exec.worker``."""
+process. The worker's side is ``exec.worker``.
+
+A call to worker 0 is made by a thread of its own while the caller's thread waits, so the caller is
+never stuck on a worker: beside the call a heartbeat goes to worker 0 every second (worker 0 knows
+the caller is there; the caller, that worker 0 answers), and a cancel goes as a ``cancel`` call.
+The session is closed, and the call raises, when worker 0 has answered nothing for
+``peer_timeout_s`` or has not stopped a cancelled query within ``_CANCEL_GRACE_S``."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import pickle
+import queue
 import secrets
-from dataclasses import replace
+import threading
+import time
 
 import pyarrow as pa
 
-from duckflock.errors import DuckflockError, TransportError
+from duckflock.config import Config
+from duckflock.errors import DuckflockError, QueryCancelled, TransportError
 from duckflock.exec.cancel import Cancel
 from duckflock.exec.driver import QueryOutcome
 from duckflock.exec.messages import (
+    CancelRequest,
     CloseRequest,
     ErrorReply,
+    Heartbeat,
     PlanReply,
     PlanRequest,
     Prepared,
@@ -34,8 +45,15 @@ from duckflock.exec.progress import Follow, ProgressCallback
 from duckflock.exec.result_files import ResultWriter, is_directory
 from duckflock.local_duckdb import local_time_zone
 from duckflock.plan.stages import StagePlan
-from duckflock.transport.flight_client import WorkerClient
+from duckflock.transport.flight_client import WorkerClient, WorkerUnresponsive
 from duckflock.versions import SAME_EVERYWHERE, check_same
+
+_BEAT_S = 1.0  # worker 0 hears from the caller this often while a call runs
+_POLL_S = 0.2  # how often the waiting caller looks at the heartbeats and a cancel
+# How long a cancelled query's reply may take before the session is closed instead: the workers
+# stop within a second; one that does not (frozen, or a bug) must not hold the caller.
+_CANCEL_GRACE_S = 10.0
+_CLOSE_S = 3.0  # how long closing waits for a worker (each answers at once; a frozen one never)
 
 
 class FlightBackend:
@@ -47,6 +65,9 @@ class FlightBackend:
             raise DuckflockError(f"worker {', '.join(twice)} is listed more than once")
         self.ranks = len(self.locations)
         self.sid = secrets.token_hex(8)
+        self.peer_timeout_s = Config.from_env(**config).peer_timeout_s
+        self._closed = False
+        self._ended: str | None = None  # why the session was closed under its caller
         self._clients = [WorkerClient(r, loc, token, tls_root) for r, loc in enumerate(self.locations)]
         # Workers' hosts may be set to other time zones: all answer in the caller's.
         zone = config.get("time_zone") or os.environ.get("DUCKFLOCK_TIME_ZONE") or local_time_zone()
@@ -69,26 +90,61 @@ class FlightBackend:
             self.close()
             raise
 
-    def _ask(self, kind: str, request: SqlRequest | PlanRequest) -> SqlReply | PlanReply:
-        reply = pickle.loads(self._clients[0].call(kind, to_json(request)))  # workers are trusted
-        if isinstance(reply, ErrorReply):
-            raise reply.error
-        return reply
-
-    def _ask_following(self, request: SqlRequest, progress: ProgressCallback) -> SqlReply | PlanReply:
-        """Like ``_ask``, with the query's progress snapshots streamed ahead of its reply."""
+    def _ask(
+        self,
+        kind: str,
+        request: SqlRequest | PlanRequest,
+        progress: ProgressCallback | None = None,
+        cancel: Cancel | None = None,
+    ) -> SqlReply | PlanReply:
+        """Worker 0's reply, with the query's progress snapshots (streamed ahead of it) passed to
+        ``progress``; ``cancel`` stops the query (QueryCancelled)."""
+        if self._ended is not None:
+            raise DuckflockError(self._ended)
         follow = Follow(progress)
-        reply = None
-        for payload in self._clients[0].stream("sql", to_json(request)):
-            reply = pickle.loads(payload)  # workers are trusted
-            if isinstance(reply, ProgressReply):
-                follow(reply.progress)
-        if reply is None or isinstance(reply, ProgressReply):
-            raise TransportError(f"worker 0 at {self.locations[0]} ended the query's stream without a reply")
+        call = _Call(self._clients[0], kind, to_json(request), self.sid)
+        cancel = cancel or Cancel()
+        answered = False
+        try:
+            with cancel.hooked(call.cancel):
+                reply = self._wait(call, follow)
+            answered = True
+        finally:
+            call.end(wait=answered)  # a cancel on its way lands before the next call does
         if isinstance(reply, ErrorReply):
             raise reply.error
         follow.raise_error()
         return reply
+
+    def _wait(self, call: _Call, follow: Follow) -> SqlReply | PlanReply | ErrorReply:
+        where = f"worker 0 at {self.locations[0]}"
+        while True:
+            try:
+                item = call.answers.get(timeout=_POLL_S)
+            except queue.Empty:
+                now = time.monotonic()
+                if call.cancelled is not None and now - call.cancelled[1] > _CANCEL_GRACE_S:
+                    self._end(f"{where} did not stop a cancelled query within {_CANCEL_GRACE_S:.0f} s")
+                    raise QueryCancelled(f"{call.cancelled[0]}; {self._ended}") from None
+                if now - call.answered > self.peer_timeout_s:
+                    self._end(f"{where} answered nothing for {self.peer_timeout_s:.0f} s (frozen or cut off)")
+                    raise TransportError(str(self._ended)) from None
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            if item is None:
+                raise TransportError(f"{where} ended the call without a reply")
+            reply = pickle.loads(item)  # workers are trusted
+            if not isinstance(reply, ProgressReply):
+                return reply
+            follow(reply.progress)
+
+    def _end(self, why: str) -> None:
+        """Close the session under its caller, who learns ``why`` now and at its next call. Worker 0,
+        which does not answer, is not waited for."""
+        self._ended = f"{why}, so the session was closed: connect again"
+        self._close(self._clients[1:])
+        self._clients[0].close()
 
     def run(
         self,
@@ -102,11 +158,8 @@ class FlightBackend:
         if output is not None and is_directory(output):
             # Parts would land on the workers' hosts, outside the data directory they confine to.
             raise DuckflockError("with workers, --output takes a file, not a directory")
-        request = SqlRequest(query, profile, session=self.sid)
-        if progress is None:
-            reply = self._ask("sql", request)
-        else:
-            reply = self._ask_following(replace(request, progress=True), progress)
+        request = SqlRequest(query, profile, session=self.sid, progress=progress is not None)
+        reply = self._ask("sql", request, progress, cancel)
         assert isinstance(reply, SqlReply)
         ticket = to_json(ResultTicket(self.sid, reply.rows))
         if output is None:
@@ -132,10 +185,79 @@ class FlightBackend:
         return reply.plan
 
     def close(self) -> None:
-        for client in self._clients:
-            with contextlib.suppress(TransportError):
-                client.call("close", to_json(CloseRequest(self.sid)))
-            client.close()
+        self._close(self._clients)
+
+    def _close(self, clients: list[WorkerClient]) -> None:
+        """Every worker is told at once, each waited for at most ``_CLOSE_S``: a frozen worker
+        never answers (the others end the session anyway once it is silent past peer_timeout_s)."""
+        if self._closed:
+            return
+        self._closed = True
+        body = to_json(CloseRequest(self.sid))
+        threads = [threading.Thread(target=_close, args=(c, body), daemon=True) for c in clients]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + _CLOSE_S + 1.0
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
+class _Call:
+    """One call to worker 0, made by a thread of its own that queues its answers (None after the
+    last, or the exception it raised); beside it the heartbeats and, once cancelled, the cancel."""
+
+    def __init__(self, client: WorkerClient, kind: str, body: bytes, sid: str):
+        self.client = client
+        self.sid = sid
+        self.answers: queue.Queue[bytes | BaseException | None] = queue.Queue()
+        self.answered = time.monotonic()  # when worker 0 last answered anything
+        self.cancelled: tuple[str, float] | None = None  # the reason, and when
+        self._done = threading.Event()
+        self._sender: threading.Thread | None = None
+        threading.Thread(target=self._call, args=(kind, body), name="duckflock-call", daemon=True).start()
+        threading.Thread(target=self._beat, name="duckflock-beat", daemon=True).start()
+
+    def _call(self, kind: str, body: bytes) -> None:
+        try:
+            for payload in self.client.stream(kind, body):
+                self.answered = time.monotonic()
+                self.answers.put(payload)
+            self.answers.put(None)
+        except BaseException as e:  # raised by the waiting thread
+            self.answers.put(e)
+
+    def _beat(self) -> None:
+        body = to_json(Heartbeat(self.sid))
+        while not self._done.wait(_BEAT_S):
+            try:
+                self.client.call("beat", body, timeout=5 * _BEAT_S)
+            except WorkerUnresponsive:
+                continue
+            except TransportError:
+                pass  # refused, yet answered (the session ended there: the call says why)
+            self.answered = time.monotonic()
+
+    def cancel(self, reason: str) -> None:
+        """The cancel hook: returns at once, the request goes from a thread of its own."""
+        self.cancelled = (reason, time.monotonic())
+        body = to_json(CancelRequest(self.sid, reason))
+        self._sender = threading.Thread(target=self._send, args=(body,), name="duckflock-cancel", daemon=True)
+        self._sender.start()
+
+    def _send(self, body: bytes) -> None:
+        with contextlib.suppress(TransportError):
+            self.client.call("cancel", body, timeout=_CANCEL_GRACE_S)
+
+    def end(self, wait: bool) -> None:
+        self._done.set()
+        if wait and self._sender is not None:
+            self._sender.join(_CLOSE_S)
+
+
+def _close(client: WorkerClient, body: bytes) -> None:
+    with contextlib.suppress(TransportError):
+        client.call("close", body, timeout=_CLOSE_S)
+    client.close()
 
 
 def _prepared(client: WorkerClient, reply: bytes) -> Prepared:

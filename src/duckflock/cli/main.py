@@ -103,7 +103,8 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:
         "--idle-timeout",
         type=float,
         default=600.0,
-        help="end a session after this many seconds without a call from its caller",
+        help="end a session after this many seconds without a call from its caller (a running "
+        "query's, without its heartbeat: at least 5 s)",
     )
 
 
@@ -277,6 +278,8 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command in ("sql", "explain") and args.workers:
         from duckflock.cli.commands import run_on_workers
 
+        # This process is the caller: SIGTERM cancels the query on the workers as Ctrl-C does.
+        signal.signal(signal.SIGTERM, _interrupt)
         return run_on_workers(args)
     _check_args(args)
     if args.command in ("sql", "explain") and args.transport == "storage":

@@ -4,7 +4,8 @@ Two conversations carry them:
   - driver <-> ranks, pickled on the multiplexer (``exchange.mux``): ``RunQuery`` and ``Stop`` on
     the CONTROL channel, ``RankStats`` back to the driver on the query's COLLECTIVE channel;
   - caller <-> a session's first rank, through a session backend (``backends/``): the requests
-    ``SqlRequest``, ``PlanRequest``, ``CancelRequest``, ``CloseRequest`` and the replies
+    ``SqlRequest``, ``PlanRequest``, ``CancelRequest``, ``CloseRequest`` (over Flight also
+    ``Heartbeat``) and the replies
     ``Ready``, ``SqlReply``, ``PlanReply``, ``ErrorReply``; a ``SqlRequest`` asking for progress
     gets ``ProgressReply`` snapshots ahead of its reply (a stream of results over Flight). The MPI
     job's socket pickles both ways; a Flight worker takes requests as JSON (``to_json``/
@@ -84,6 +85,15 @@ class CancelRequest:
 
     session: str = ""
     reason: str = "the query was cancelled"
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Caller -> a Flight session's first worker, every second while a call runs: the caller is
+    still there (a worker cancels the query of a caller silent past its idle timeout); that the
+    worker answers tells the caller it is not frozen."""
+
+    session: str
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ It does three things and knows nothing of queries:
   - ``do_put``: peers' message streams (``flight.PeerStream``), delivered as (source, tag, payload)
     into the inbox of the session they belong to, which that session's ``FlightTransport`` polls;
   - ``do_action``: control calls, answered by the handler (``ping`` is answered here: liveness),
-    with one result or a stream of them (a query's progress snapshots, then its reply);
+    with one result or a stream of them (a query's progress snapshots, then its reply), told
+    whether the caller is still there (the call's gRPC context);
   - ``do_get``: result rows, which the handler looks up by ticket.
 Every call must carry the shared token (``TokenAuth``). ``exec.worker`` is the handler.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import hmac
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import pyarrow as pa
@@ -29,8 +30,10 @@ class FlightHandler(Protocol):
     """What a worker serves on its endpoint besides the peers' messages. A ``DuckflockError``
     refuses the call: the caller sees its message."""
 
-    def action(self, kind: str, body: bytes) -> bytes | Iterator[bytes]:
-        """The answer to a control call of type ``kind``: one result, or results as they come."""
+    def action(self, kind: str, body: bytes, caller_gone: Callable[[], bool]) -> bytes | Iterator[bytes]:
+        """The answer to a control call of type ``kind``: one result, or results as they come.
+        ``caller_gone()`` tells, while they come, whether the caller has gone (its call cancelled,
+        its connection lost)."""
         ...
 
     def result(self, ticket: bytes) -> tuple[pa.Table, pa.ipc.IpcWriteOptions]:
@@ -82,7 +85,7 @@ class FlightServer(flight.FlightServerBase):
         if action.type == "ping":
             return [flight.Result(b"ok")]
         try:
-            answer = self.handler.action(action.type, action.body.to_pybytes())
+            answer = self.handler.action(action.type, action.body.to_pybytes(), context.is_cancelled)
         except DuckflockError as e:
             raise flight.FlightServerError(f"duckflock worker: {e}") from None
         if isinstance(answer, bytes):
