@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from duckflock.storage import objects
 from duckflock.transport.base import Buffer, Inbox, SendHandle, Transport, view
 
 FLUSH_BYTES = 8 << 20
@@ -56,14 +57,20 @@ REMOTE_POLL_S = (0.01, 0.25)
 
 
 def open_location(location: str | tuple[Any, str]) -> tuple[pafs.FileSystem, str]:
-    """A filesystem and root path: from a URI or path (``/dir``, ``file:///dir``, ``s3://bucket/p``:
-    ``pyarrow.fs.FileSystem.from_uri``; credentials and endpoint from the environment), or a
+    """A filesystem and root path: from a URI or path (``/dir``, ``file:///dir``: pyarrow's
+    ``FileSystem.from_uri``; ``s3://bucket/p``: storage/objects.py's S3 filesystem, so the exchange
+    uses the endpoint, region, credentials, timeouts and retries tables on S3 use), or a
     (filesystem, root) pair where the filesystem is a pyarrow one or an fsspec one."""
     if isinstance(location, tuple):
         fs, root = location
         if not isinstance(fs, pafs.FileSystem):  # fsspec: adapted by pyarrow's handler
             fs = pafs.PyFileSystem(pafs.FSSpecHandler(fs))
         return fs, root.rstrip("/")
+    if objects.is_uri(location):
+        bucket, key = objects.split(location)
+        if not bucket:
+            raise OSError(f"{location} names no bucket")
+        return objects.filesystem(), f"{bucket}/{key}".rstrip("/")
     if "://" not in location:
         location = os.path.abspath(location)
     fs, root = pafs.FileSystem.from_uri(location)
@@ -132,6 +139,21 @@ class ObjectStore:
         """The root and everything under it, if it exists."""
         with contextlib.suppress(FileNotFoundError):
             self.fs.delete_dir(self.root)
+        if not self.local:
+            self._drop_empty_markers()
+
+    def _drop_empty_markers(self) -> None:
+        """pyarrow keeps an emptied S3 "directory" by writing a marker object (``tmp/``) in its
+        parent: remove such markers with nothing under them, up to the bucket, so that the
+        exchange prefix is left as empty as it was found."""
+        path = self.root.rpartition("/")[0]
+        while "/" in path:  # not the bucket itself
+            if self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
+                return  # other objects live here
+            if self.fs.get_file_info(path).type != pafs.FileType.Directory:
+                return  # no marker
+            self.fs.delete_dir(path)  # may write the parent's marker: the next round removes it
+            path = path.rpartition("/")[0]
 
 
 def remove_job(location: str | tuple[Any, str], job: str) -> None:
