@@ -21,10 +21,19 @@ import duckdb
 from duckflock.catalog import TableInfo
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
-from duckflock.ingest.lake import BY_NAME, DataFile, check_present, local_path, place, register
+from duckflock.ingest.lake import (
+    BY_NAME,
+    DataFile,
+    check_present,
+    delta_storage_options,
+    local_path,
+    place,
+    register,
+)
 from duckflock.ingest.load import DEFAULT_PARTITIONS, Columns, Input, _root_cause, table_name
 from duckflock.plan.sql_text import read_files
 from duckflock.sqltext import quote_ident
+from duckflock.storage.objects import is_uri
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,9 @@ def read_log(uri: str, version: int | None) -> DeltaVersion:
 
     at = "" if version is None else f" at version {version}"
     try:
-        dt = DeltaTable(uri, version=version)
+        dt = DeltaTable(
+            uri, version=version, storage_options=delta_storage_options() if is_uri(uri) else None
+        )
     except Exception as e:  # deltalake raises its own DeltaError kinds (no table, no such version)
         raise CatalogError(f"cannot open the Delta table {uri}{at}: {e}") from e
     what = f"Delta table {uri} version {dt.version()}"

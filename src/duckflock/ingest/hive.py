@@ -9,14 +9,13 @@ key joins co-located only with tables of the same partition count, which the use
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 
 from duckflock.catalog import TableInfo
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
-from duckflock.ingest.lake import DataFile, place, register
+from duckflock.ingest.lake import data_files, place, register
 from duckflock.ingest.load import DEFAULT_PARTITIONS, Input
 
 
@@ -45,6 +44,6 @@ def register_hive(
             f"of every input path (hive columns: {found})",
             stacklevel=2,
         )
-    files = [DataFile(p, os.path.getsize(p)) for p in paths]
+    files, stamps = data_files(rt, qid, paths)
     placement = place(rt, qid, source.scan, files, column, count, table)
-    return register(rt, root, table, source, files, placement, {})
+    return register(rt, root, table, source, files, placement, {}, stamps)

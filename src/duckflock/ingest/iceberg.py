@@ -23,7 +23,15 @@ import duckdb
 from duckflock.catalog import TableInfo
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
-from duckflock.ingest.lake import BY_NAME, DataFile, check_present, local_path, place, register
+from duckflock.ingest.lake import (
+    BY_NAME,
+    DataFile,
+    check_present,
+    iceberg_properties,
+    local_path,
+    place,
+    register,
+)
 from duckflock.ingest.load import DEFAULT_PARTITIONS, Columns, Input, _root_cause, table_name
 from duckflock.plan.sql_text import files_sql, read_files
 
@@ -89,7 +97,9 @@ def open_table(catalog_uri: str, catalog_name: str, identifier: str) -> Any:
 
     kind = "rest" if catalog_uri.startswith(("http://", "https://")) else "sql"
     try:
-        return load_catalog(catalog_name, type=kind, uri=catalog_uri).load_table(identifier)
+        # The S3 settings apply where the table's files are objects (unused otherwise).
+        catalog = load_catalog(catalog_name, type=kind, uri=catalog_uri, **iceberg_properties())
+        return catalog.load_table(identifier)
     except Exception as e:  # pyiceberg's and SQLAlchemy's errors: no catalog, no such table
         raise CatalogError(f"cannot open Iceberg table {identifier} of {catalog_uri}: {e}") from e
 

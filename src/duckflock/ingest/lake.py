@@ -14,9 +14,10 @@ import heapq
 import os
 import urllib.parse
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -27,6 +28,7 @@ from duckflock.exec.runtime import Runtime
 from duckflock.ingest.load import Input, _publish, _rel, parquet_stats
 from duckflock.plan.sql_text import hash_sql
 from duckflock.sqltext import quote_ident
+from duckflock.storage import objects
 
 # The files of a table whose columns may differ from file to file (its schema evolved): read by name.
 BY_NAME: dict[str, object] = {"union_by_name": True}
@@ -58,6 +60,49 @@ def stored_path(root: Path, path: str) -> str:
     """How the catalog names a file: relative to the data directory inside it, else absolute; URIs
     as they are."""
     return path if "://" in path else _rel(root, Path(path).resolve())
+
+
+def data_files(rt: Runtime, qid: int, paths: list[str]) -> tuple[list[DataFile], list[objects.Stamp]]:
+    """The files with their sizes, and the stamps of those that are objects (each rank HEADs its
+    share; listings carry no ETag): recorded, an object replaced later is refused when read."""
+    stamps: list[objects.Stamp] = []
+    if any(map(objects.is_uri, paths)):  # the same on every rank: all gather or none
+        mine = [
+            objects.stamp(paths[i]) for i in range(rt.rank, len(paths), rt.size) if objects.is_uri(paths[i])
+        ]
+        stamps = [s for part in rt.mux.allgather(qid, mine) for s in part]
+    size = {s.uri: s.size for s in stamps}
+    return [DataFile(p, size[p] if p in size else os.path.getsize(p)) for p in paths], stamps
+
+
+def delta_storage_options() -> dict[str, str]:
+    """delta-rs's options for s3:// tables, from the settings storage/objects.py reads (delta-rs
+    takes the credentials from the same AWS_* variables itself)."""
+    settings = objects.Settings.from_env()
+    out = {"AWS_REGION": settings.region or "us-east-1", "timeout": f"{settings.timeout_s}s"}
+    out["connect_timeout"] = f"{settings.timeout_s}s"
+    if settings.endpoint:
+        out["AWS_ENDPOINT_URL"] = settings.endpoint
+        out["AWS_ALLOW_HTTP"] = str(settings.endpoint.startswith("http://")).lower()
+    if settings.anonymous:
+        out["AWS_SKIP_SIGNATURE"] = "true"
+    return out
+
+
+def iceberg_properties() -> dict[str, Any]:
+    """pyiceberg's FileIO properties for a warehouse on S3, from storage/objects.py's settings
+    (credentials: the AWS SDK's chain, as for tables on S3)."""
+    settings = objects.Settings.from_env()
+    out: dict[str, Any] = {
+        "s3.region": settings.region or "us-east-1",
+        "s3.connect-timeout": settings.timeout_s,
+        "s3.request-timeout": settings.timeout_s,
+    }
+    if settings.endpoint:
+        out["s3.endpoint"] = settings.endpoint
+    if settings.anonymous:
+        out["s3.anonymous"] = "true"
+    return out
 
 
 def check_present(paths: list[str], what: str) -> None:
@@ -171,9 +216,11 @@ def register(
     files: list[DataFile],
     placement: Placement,
     origin: dict[str, object],
+    stamps: Sequence[objects.Stamp] = (),
 ) -> TableInfo | None:
     """Record the files as table ``table`` (rank 0; None elsewhere): a hash table on the placement's
-    key (its canary recorded as for tables duckflock partitions) or an unpartitioned one."""
+    key (its canary recorded as for tables duckflock partitions) or an unpartitioned one; with the
+    objects' ``stamps``."""
     if rt.rank != 0:
         return None
     partitions = tuple(
@@ -192,6 +239,7 @@ def register(
         csv_options=source.csv_options,
         hive=source.hive,
         source=origin,
+        objects=tuple((s.uri, s.size, s.etag) for s in stamps),
     ).stamped()  # a hash table: this DuckDB's canary, as for tables duckflock partitions
     inputs = {Path(f.path).resolve() for f in files if "://" not in f.path}
     return _publish(rt, root, info, [], inputs)
