@@ -76,6 +76,16 @@ def s3_env(endpoint: str, **extra: str) -> Iterator[None]:
                 os.environ[k] = v
 
 
+@contextmanager
+def bucket(name: str):  # type: ignore[no-untyped-def]
+    """A moto server in this process with one bucket; duckflock's environment points at it while
+    the block runs. Yields a boto3 client."""
+    with moto_server() as endpoint, s3_env(endpoint):
+        c = client(endpoint)
+        c.create_bucket(Bucket=name)
+        yield c
+
+
 def client(endpoint: str):  # type: ignore[no-untyped-def]
     return boto3.client(
         "s3",

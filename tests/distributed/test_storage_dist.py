@@ -55,12 +55,13 @@ def test_tpch_joins_over_storage_match_duckdb(tpch_dir, tmp_path, ranks):
     assert_removed(exchange)
 
 
-def test_cli_error_on_one_rank_names_it_and_leaves_no_objects(bad_dir, tmp_path):
-    exchange = tmp_path / "exchange"
+def assert_cli_error_names_the_rank(bad_dir: Path, ranks: int, exchange: str) -> None:
+    """`duckflock sql` over the storage exchange, with a conversion error on one rank: exit code 1
+    and one message naming that rank."""
+    cli = (sys.executable, "-m", "duckflock.cli.main", "sql", "--data", str(bad_dir))
     proc = subprocess.run(
         [
-            *(sys.executable, "-m", "duckflock.cli.main", "sql", "--data", str(bad_dir), "--ranks", "3"),
-            *("--transport", "storage", "--exchange-uri", str(exchange)),
+            *(*cli, "--ranks", str(ranks), "--transport", "storage", "--exchange-uri", exchange),
             "SELECT k, CAST(s AS INTEGER) AS n FROM bad",
         ],
         capture_output=True,
@@ -68,9 +69,14 @@ def test_cli_error_on_one_rank_names_it_and_leaves_no_objects(bad_dir, tmp_path)
         timeout=BOUND_S,
     )
     assert proc.returncode == 1, proc.stderr
-    assert f"rank {_bad_partition(bad_dir) % 3}," in proc.stderr, proc.stderr
+    assert f"rank {_bad_partition(bad_dir) % ranks}," in proc.stderr, proc.stderr
     assert "Conversion Error" in proc.stderr and "oops" in proc.stderr
     assert proc.stderr.count("error:") == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_cli_error_on_one_rank_names_it_and_leaves_no_objects(bad_dir, tmp_path):
+    exchange = tmp_path / "exchange"
+    assert_cli_error_names_the_rank(bad_dir, 3, str(exchange))
     assert_removed(exchange)
 
 

@@ -4,16 +4,13 @@ a failure on one rank."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from test_queries_dist import TPCH_JOINS
-from test_storage_dist import _bad_partition
+from test_storage_dist import assert_cli_error_names_the_rank
 
 import duckflock
-from s3_support import client, moto_server, s3_env
-from support import BOUND_S, assert_same, oracle
+from s3_support import bucket
+from support import assert_same, oracle
 
 pytestmark = pytest.mark.dist
 
@@ -24,9 +21,7 @@ URI = f"s3://{BUCKET}/{PREFIX}"
 
 @pytest.fixture(scope="module")
 def s3():
-    with moto_server() as endpoint, s3_env(endpoint):  # the ranks inherit the environment
-        c = client(endpoint)
-        c.create_bucket(Bucket=BUCKET)
+    with bucket(BUCKET) as c:  # the ranks inherit its environment
         yield c
 
 
@@ -46,17 +41,5 @@ def test_tpch_joins_over_an_s3_exchange_match_duckdb(s3, tpch_dir):
 
 
 def test_error_on_one_rank_leaves_no_objects(s3, bad_dir):
-    proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "duckflock.cli.main", "sql", "--data", str(bad_dir), "--ranks", "2"),
-            *("--transport", "storage", "--exchange-uri", URI),
-            "SELECT k, CAST(s AS INTEGER) AS n FROM bad",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=BOUND_S,
-    )
-    assert proc.returncode == 1, proc.stderr
-    assert f"rank {_bad_partition(bad_dir) % 2}," in proc.stderr and "oops" in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stderr, proc.stderr
+    assert_cli_error_names_the_rank(bad_dir, 2, URI)
     assert keys(s3) == []

@@ -15,7 +15,7 @@ from duckflock.catalog import Catalog
 from duckflock.ingest.delta import load_delta
 from duckflock.ingest.iceberg import load_iceberg
 from duckflock.ingest.lake import delta_storage_options, iceberg_properties
-from s3_support import client, moto_server, s3_env, upload_tree
+from s3_support import bucket, upload_tree
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -24,9 +24,7 @@ BUCKET = "lakes"
 
 @pytest.fixture(scope="module")
 def s3():
-    with moto_server() as endpoint, s3_env(endpoint):
-        c = client(endpoint)
-        c.create_bucket(Bucket=BUCKET)
+    with bucket(BUCKET) as c:
         yield c
 
 

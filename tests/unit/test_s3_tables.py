@@ -17,7 +17,7 @@ from duckflock.errors import DuckflockError
 from duckflock.ingest.load import load_table
 from duckflock.local_duckdb import open_duckdb
 from duckflock.testing.tpch import ORDER, queries
-from s3_support import client, moto_process, moto_server, opened, s3_env, silent_server, upload_tree
+from s3_support import bucket, moto_process, opened, s3_env, silent_server, upload_tree
 from support import assert_same, oracle
 
 BUCKET = "lake"
@@ -26,9 +26,7 @@ LIVENESS_S = 30  # every bad-input case fails well within this
 
 @pytest.fixture(scope="module")
 def s3():
-    with moto_server() as endpoint, s3_env(endpoint):
-        c = client(endpoint)
-        c.create_bucket(Bucket=BUCKET)
+    with bucket(BUCKET) as c:
         yield c
 
 
