@@ -37,6 +37,7 @@ class ObjectFile:
         except Exception as e:
             raise objects.ObjectError(f"reading object {self.uri} failed: {e}") from None
         self.loc += len(data)
+        objects.count_fetched(self.uri, len(data))
         return data
 
     def readable(self) -> bool:
