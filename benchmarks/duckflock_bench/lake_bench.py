@@ -29,6 +29,8 @@ import duckflock
 from duckflock.catalog import Catalog
 from duckflock.exec.scan_stats import ScanStats, summed
 from duckflock.ingest.tpch import generate_tpch
+from duckflock.plan.sql_text import read_table_files
+from duckflock.storage import objects
 from duckflock.testing.compare import difference
 from duckflock.testing.tables import oracle
 from duckflock.testing.tpch import ORDER, SEED_ORDER, SEED_QUERY, queries
@@ -116,6 +118,7 @@ def run_lake(
         baseline = oracle(data, cores())
         if "tpch" in sections:
             results["tpch"] = _tpch(local_cat, s3_cat, ranks, runs, baseline, only)
+            _duckdb_alone(results["tpch"], s3_cat, runs, baseline)
         if "pushdown" in sections:
             results["pushdown"] = _pushdown(s3_cat, files, max(ranks), baseline, work)
         if "exchange" in sections:
@@ -164,6 +167,37 @@ def _tpch(
                     highlight=False,
                 )
     return points
+
+
+def _duckdb_over(catalog_dir: Path) -> duckdb.DuckDBPyConnection:
+    """Single-process DuckDB (all cores) over a catalog's files, objects read through the same
+    adapter the ranks use: how fast the store lets any DuckDB go."""
+    con = duckdb.connect(config={"threads": cores()})
+    objects.register(con)
+    catalog = Catalog.load(catalog_dir)
+    for name, info in catalog.tables.items():
+        paths = [catalog.path(f) for p in info.partitions for f in p.files]
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM {read_table_files(info, paths)}")
+    return con
+
+
+def _duckdb_alone(points: list[dict], s3_cat: Path, runs: int, baseline: duckdb.DuckDBPyConnection) -> None:
+    """Each query by DuckDB alone over the objects and over the local files: the store's share of
+    duckflock's ratio (the same adapter and moto, no ranks)."""
+    err.print("[bold]tpch: DuckDB alone, objects vs local files[/]")
+    con = _duckdb_over(s3_cat)
+    qs = queries()
+    for n in sorted({p["query"] for p in points}):
+        q = qs[n]
+        con.sql(q).fetchall()  # warm-up, as for duckflock
+        on_s3 = [timed(lambda q=q: con.sql(q).to_arrow_table())[0] for _ in range(runs)]
+        on_disk = [timed(lambda q=q: baseline.sql(q).to_arrow_table())[0] for _ in range(runs)]
+        for p in points:
+            if p["query"] == n:
+                p.update(duckdb_s3_s=median(on_s3), duckdb_local_s=median(on_disk))
+                p["duckdb_ratio"] = p["duckdb_s3_s"] / p["duckdb_local_s"]
+        err.print(f"  Q{n:02d}: S3 {median(on_s3):.3f} s, local {median(on_disk):.3f} s", highlight=False)
+    con.close()
 
 
 def _scans(db: duckflock.Session, query: str) -> tuple[float, list[ScanStats]]:

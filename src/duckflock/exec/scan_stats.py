@@ -38,6 +38,7 @@ class ScanStats:
     row_groups_total: int | None = None
     bytes_fetched: int | None = None  # None: not measured (a local table beside another)
     bytes_total: int = 0
+    reads: int | None = None  # range requests, for objects (each one a GET)
 
     def describe(self) -> str:
         """``lineitem: 3/12 objects, 41/160 row groups, 38.2 MB fetched of 203 MB``"""
@@ -47,7 +48,8 @@ class ScanStats:
             parts.append(f"{self.row_groups_read}/{self.row_groups_total} row groups")
         verb = "fetched" if self.objects else "read"
         got = "?" if self.bytes_fetched is None else human(self.bytes_fetched, "B")
-        parts.append(f"{got} {verb} of {human(self.bytes_total, 'B')}")
+        requests = f" in {self.reads} reads" if self.reads is not None else ""
+        parts.append(f"{got} {verb}{requests} of {human(self.bytes_total, 'B')}")
         return f"{self.table}: " + ", ".join(parts)
 
     def add(self, other: ScanStats) -> None:
@@ -58,6 +60,7 @@ class ScanStats:
         self.row_groups_read = _plus(self.row_groups_read, other.row_groups_read)
         self.row_groups_total = _plus(self.row_groups_total, other.row_groups_total)
         self.bytes_fetched = _plus(self.bytes_fetched, other.bytes_fetched)
+        self.reads = _plus(self.reads, other.reads)
 
 
 def _plus(a: int | None, b: int | None) -> int | None:
@@ -83,7 +86,7 @@ class _Table:
     read: set[str] = field(default_factory=set)
     row_groups: tuple[int, int] | None = None
     local_bytes: int | None = None  # DuckDB's count, when the table was its query's only local one
-    fetched_before: dict[str, int] = field(default_factory=dict)
+    fetched_before: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class ScanRecorder:
@@ -145,9 +148,11 @@ class ScanRecorder:
         for name, t in self._tables.items():
             remote = bool(t.info.objects)
             rg = t.row_groups
+            reads = None
             if remote:
                 now = objects.fetched(t.fetched_before)
-                fetched: int | None = sum(now[u] - t.fetched_before[u] for u in now)
+                fetched: int | None = sum(now[u][0] - t.fetched_before[u][0] for u in now)
+                reads = sum(now[u][1] - t.fetched_before[u][1] for u in now)
             else:
                 fetched = t.local_bytes
             out.append(
@@ -160,6 +165,7 @@ class ScanRecorder:
                     rg[1] if rg else None,
                     fetched,
                     sum(t.total.values()),
+                    reads,
                 )
             )
         return tuple(out)
