@@ -106,6 +106,15 @@ def _pushdown(pd: dict) -> list[str]:
     return lines
 
 
+def _save(fig, path: Path) -> Path:  # type: ignore[no-untyped-def]
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def lake_figures(r: dict, out: Path) -> list[Path]:
     import matplotlib
 
@@ -128,10 +137,7 @@ def lake_figures(r: dict, out: Path) -> list[Path]:
         ax.set_ylabel("time on objects / local files")
         ax.set_title(f"TPC-H SF {r['sf']:g} over moto's S3 vs local disk")
         ax.legend()
-        fig.tight_layout()
-        paths.append(out / "lake_tpch_ratio.png")
-        fig.savefig(paths[-1], dpi=120)
-        plt.close(fig)
+        paths.append(_save(fig, out / "lake_tpch_ratio.png"))
     if "pushdown" in r:
         pd = r["pushdown"]
         labels = [f"Q{q['query']}" for q in pd["queries"]] + ["Q6 sorted"]
@@ -150,8 +156,5 @@ def lake_figures(r: dict, out: Path) -> list[Path]:
         ax.set_ylabel("MB")
         ax.set_title(f"Bytes fetched from the store, SF {r['sf']:g}")
         ax.legend()
-        fig.tight_layout()
-        paths.append(out / "lake_pushdown_bytes.png")
-        fig.savefig(paths[-1], dpi=120)
-        plt.close(fig)
+        paths.append(_save(fig, out / "lake_pushdown_bytes.png"))
     return paths

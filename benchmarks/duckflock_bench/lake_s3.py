@@ -4,9 +4,6 @@ read throughput, and tables registered in place (the way tests/s3_support.py doe
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +13,7 @@ from duckflock.config import Config
 from duckflock.exec.runtime import Runtime
 from duckflock.ingest.load import load_table
 from duckflock.storage import objects
+from duckflock.testing.s3_server import moto_process
 from duckflock.transport.inproc import InProcTransport
 
 KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
@@ -26,34 +24,18 @@ MAX_OBJECT = 32 << 20  # moto answers a range request by reading its whole objec
 def moto_s3() -> Iterator[str]:
     """moto's server on a free loopback port, and this process's (and its ranks') environment
     pointing at it while the block runs; its endpoint URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    values = {**KEYS, "AWS_ENDPOINT_URL": endpoint, "DUCKFLOCK_S3_TIMEOUT_S": "60"}
-    old = {k: os.environ.get(k) for k in values}
+    values = {**KEYS, "DUCKFLOCK_S3_TIMEOUT_S": "60"}
+    old = {k: os.environ.get(k) for k in (*values, "AWS_ENDPOINT_URL")}
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto's S3 server did not start") from None
-                time.sleep(0.1)
-        os.environ.update(values)
-        yield endpoint
+        with moto_process() as endpoint:
+            os.environ.update(values, AWS_ENDPOINT_URL=endpoint)
+            yield endpoint
     finally:
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        proc.terminate()
-        proc.wait(10)
 
 
 def create_bucket(endpoint: str, bucket: str) -> None:

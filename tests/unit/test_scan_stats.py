@@ -78,3 +78,24 @@ def test_objects_prune_and_count_bytes_fetched(events, tmp_path):
         with duckflock.connect(str(tmp_path), ranks=2, transport="threads") as db:
             text = db.explain(PRUNED, analyze=True)
     assert "scans, all ranks: ev: 1/4 objects, 1/4 row groups, " in text, text
+
+
+def test_object_file_offset_is_each_threads_own():
+    """DuckDB's threads share a handle: one's seek must not move where another reads."""
+    import threading
+
+    from duckflock.storage.fsspec_s3 import ObjectFile
+
+    class Raw:
+        def size(self) -> int:
+            return 100
+
+        def read_at(self, n: int, at: int) -> bytes:
+            return bytes(range(at, at + n))
+
+    f = ObjectFile(Raw(), "s3://b/k")
+    f.seek(10)
+    other = threading.Thread(target=lambda: (f.seek(95), f.read(5)))
+    other.start()
+    other.join()
+    assert f.read(3) == bytes([10, 11, 12]) and f.tell() == 13
