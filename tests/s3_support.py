@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ from pathlib import Path
 import boto3
 
 from duckflock.storage import objects
-from duckflock.testing.s3_server import moto_process  # noqa: F401  (the tests import it from here)
+from duckflock.testing.s3_server import environment, moto_process  # noqa: F401  (tests import it here)
 
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
 
@@ -37,16 +36,8 @@ def moto_server() -> Iterator[str]:
 def s3_env(endpoint: str, **extra: str) -> Iterator[None]:
     """duckflock (and boto3) talk to ``endpoint`` while the block runs, with short timeouts."""
     values = {**KEYS, "AWS_ENDPOINT_URL": endpoint, "DUCKFLOCK_S3_TIMEOUT_S": "2", **extra}
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
+    with environment(values):
         yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def client(endpoint: str):  # type: ignore[no-untyped-def]

@@ -3,7 +3,6 @@ read throughput, and tables registered in place (the way tests/s3_support.py doe
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +12,7 @@ from duckflock.config import Config
 from duckflock.exec.runtime import Runtime
 from duckflock.ingest.load import load_table
 from duckflock.storage import objects
-from duckflock.testing.s3_server import moto_process
+from duckflock.testing.s3_server import environment, moto_process
 from duckflock.transport.inproc import InProcTransport
 
 KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
@@ -24,18 +23,11 @@ MAX_OBJECT = 32 << 20  # moto answers a range request by reading its whole objec
 def moto_s3() -> Iterator[str]:
     """moto's server on a free loopback port, and this process's (and its ranks') environment
     pointing at it while the block runs; its endpoint URL."""
-    values = {**KEYS, "DUCKFLOCK_S3_TIMEOUT_S": "60"}
-    old = {k: os.environ.get(k) for k in (*values, "AWS_ENDPOINT_URL")}
-    try:
-        with moto_process() as endpoint:
-            os.environ.update(values, AWS_ENDPOINT_URL=endpoint)
-            yield endpoint
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with (
+        moto_process() as endpoint,
+        environment({**KEYS, "AWS_ENDPOINT_URL": endpoint, "DUCKFLOCK_S3_TIMEOUT_S": "60"}),
+    ):
+        yield endpoint
 
 
 def create_bucket(endpoint: str, bucket: str) -> None:

@@ -36,3 +36,19 @@ def moto_process(env: dict[str, str] | None = None) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """These environment variables (read by duckflock, boto3 and rank processes started inside)
+    while the block runs; then as they were."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
