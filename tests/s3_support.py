@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
 import socket
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +12,7 @@ from pathlib import Path
 import boto3
 
 from duckflock.storage import objects
+from duckflock.testing.s3_server import environment, moto_process  # noqa: F401  (tests import it here)
 
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
 
@@ -36,44 +33,11 @@ def moto_server() -> Iterator[str]:
 
 
 @contextmanager
-def moto_process(env: dict[str, str]) -> Iterator[str]:
-    """moto's server as a process of its own, with its settings in ``env``; its endpoint URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    proc = subprocess.Popen(
-        argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "moto's server did not start"
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-@contextmanager
 def s3_env(endpoint: str, **extra: str) -> Iterator[None]:
     """duckflock (and boto3) talk to ``endpoint`` while the block runs, with short timeouts."""
     values = {**KEYS, "AWS_ENDPOINT_URL": endpoint, "DUCKFLOCK_S3_TIMEOUT_S": "2", **extra}
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
+    with environment(values):
         yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextmanager

@@ -27,6 +27,15 @@ def run(args: argparse.Namespace) -> int:
 
         only = parse_list(args.queries, int) if args.queries else None
         return run_tpch(args.sf, _ranks(args.ranks), args.runs, args.check, args.data_root, out, only)
+    if args.bench == "lake":
+        from duckflock_bench.lake_bench import SECTIONS
+        from duckflock_bench.lake_bench import run as run_lake
+
+        sections = tuple(parse_list(args.sections, str))
+        if not sections or set(sections) - set(SECTIONS):
+            raise DuckflockError(f"--sections takes some of {', '.join(SECTIONS)}, not {args.sections!r}")
+        only = parse_list(args.queries, int) if args.queries else None
+        return run_lake(args.sf, _ranks(args.ranks), max(1, args.runs), args.data_root, out, only, sections)
     if args.bench == "memory":
         return _memory(args, out)
     raise DuckflockError(f"unknown benchmark {args.bench}")

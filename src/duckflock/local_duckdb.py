@@ -209,14 +209,23 @@ _NULL_MEMBER = sql_literal(
 _TOO_LONG = sql_literal("an INTERVAL of over 2562047 hours cannot be exchanged exactly (as Arrow)")
 
 
-def fetch_as_duckdb_returns(con: duckdb.DuckDBPyConnection, sql: str, keep_order: bool = False) -> pa.Table:
+def fetch_as_duckdb_returns(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    keep_order: bool = False,
+    ended: Callable[[], None] | None = None,
+) -> pa.Table:
     """A result for the user: Arrow types as single-process DuckDB gives them (not the lossless
-    ones ranks exchange); ``keep_order`` for rows that already arrive in their final order."""
+    ones ranks exchange); ``keep_order`` for rows that already arrive in their final order;
+    ``ended`` is called as soon as the query has ended (a profile is taken before the next)."""
     con.execute("SET arrow_lossless_conversion = false")
     if keep_order:
         con.execute("SET preserve_insertion_order = true")
     try:
-        return con.sql(arrow_exact(con, sql)).to_arrow_table()
+        table = con.sql(arrow_exact(con, sql)).to_arrow_table()
+        if ended is not None:
+            ended()
+        return table
     finally:
         con.execute("SET arrow_lossless_conversion = true")
         if keep_order:

@@ -107,3 +107,24 @@ def test_pss_meter_counts_a_tree_and_its_shared_pages_once(tmp_path):
     assert m.peak_pss_bytes >= 2 * (64 << 20)
     assert m.peak_rank_pss_bytes == 0  # no process loaded DuckDB
     assert m.peak_pss_bytes < 3 * (64 << 20) + (200 << 20)
+
+
+def test_bench_lake_smoke(tmp_path):
+    out = tmp_path / "lake"
+    bench(
+        "lake",
+        *("--sf", "0.01", "--ranks", "2", "--queries", "6", "--sections", "tpch,pushdown"),
+        *("--data-root", str(tmp_path), "--out", str(out)),
+        cwd=tmp_path,
+    )
+    results = json.loads((out / "results.json").read_text())
+    [point] = results["tpch"]
+    assert point["correct"] and positive(point["s3_s"]) and positive(point["local_s"])
+    assert positive(results["moto_get_mb_s"]) and positive(results["upload"]["bytes"])
+    pushdown = results["pushdown"]
+    assert [q["query"] for q in pushdown["queries"]] == [1, 6, 14]
+    assert all(positive(q["fetched"]) and positive(q["referenced_bytes"]) for q in pushdown["queries"])
+    assert pushdown["sorted"]["correct"]
+    assert (out / "results.md").is_file()
+    for png in ("lake_tpch_ratio.png", "lake_pushdown_bytes.png"):
+        assert (out / png).stat().st_size > 0

@@ -7,7 +7,7 @@ import argparse
 
 
 def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="benchmarks: seed join, exchange, TPC-H, memory, Flight, netem")
+    b = sub.add_parser("bench", help="benchmarks: seed join, exchange, TPC-H, lake, memory, Flight, netem")
     bsub = b.add_subparsers(dest="bench", required=True)
     bs = bsub.add_parser("seed", help="the seed report's join vs single-process DuckDB")
     bs.add_argument("--sf", default="0.1,0.5,1", help="scale factors, comma separated")
@@ -29,6 +29,8 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     bt.add_argument("--queries", default=None, help="only these query numbers, comma separated")
     bt.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
     bt.add_argument("--out", default="bench-results/tpch", help="output directory")
+
+    _add_lake(bsub)
 
     bm = bsub.add_parser("memory", help="peak memory vs DuckDB: in a memory cgroup (root), or without")
     bm.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
@@ -62,3 +64,14 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     )
     n.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
     n.add_argument("--out", default="bench-results/netem", help="output directory")
+
+
+def _add_lake(bsub: argparse._SubParsersAction) -> None:
+    bl = bsub.add_parser("lake", help="TPC-H on S3-compatible storage (moto, started here) vs local disk")
+    bl.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
+    bl.add_argument("--ranks", default="2", help="rank counts (the last: pushdown, exchange)")
+    bl.add_argument("--runs", type=int, default=1, help="timed runs after a checked warm-up (median)")
+    bl.add_argument("--queries", default=None, help="only these TPC-H query numbers, comma separated")
+    bl.add_argument("--sections", default="tpch,pushdown,exchange", help="of tpch, pushdown, exchange")
+    bl.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
+    bl.add_argument("--out", default="bench-results/lake", help="output directory")

@@ -76,11 +76,16 @@ def print_profile(stats, console: Console | None = None) -> None:
     for s in sorted(stats, key=lambda s: (s.rank, s.sid)):
         if s.note:
             console.print(f"rank {s.rank} stage {s.sid}: {s.note}", highlight=False)
+    for s in sorted(stats, key=lambda s: (s.rank, s.sid)):
+        for scan in getattr(s, "scans", ()):
+            console.print(f"rank {s.rank} stage {s.sid} scan {scan.describe()}", highlight=False)
     console.print(
         "duckdb: DuckDB producing the stage's rows (scan, filter, join, aggregate, sort) | split: rows by "
         "target | encode: Arrow IPC | send: waiting on back-pressure or a streaming consumer's credit | "
         "recv: waiting for and receiving inputs (on the driver's last stage: collecting the result) | "
         "sent/recvd: bytes on the wire | "
-        "spilled: received bytes written to local files past the stage's memory budget",
+        "spilled: received bytes written to local files past the stage's memory budget | "
+        "scan: files (objects) read of the rank's share after hive pruning, Parquet row groups DuckDB "
+        "scanned of those files' (the rest skipped by their statistics), bytes read of the share",
         highlight=False,
     )

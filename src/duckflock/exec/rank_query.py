@@ -89,7 +89,7 @@ class _RankQuery:
         self.stats: list[StageStats] = []
         self.stage_id: int | None = None  # the stage running, for an error
         catalog = Catalog(rt.catalog.root if rt.catalog else ".", cmd.tables)
-        self.rt_q = dataclasses.replace(rt, catalog=catalog)
+        self.rt_q = dataclasses.replace(rt, catalog=catalog, profile=cmd.profile)
         budget = rt.budget or Budget(0, 0, 0, 0)
         spill = QuerySpill(rt.spill_dir, budget.exchange_bytes)
         self.received = QueryInputs(rt.mux, cmd.qid, spill, rt.config.chunk_bytes, budget.stream_bytes)

@@ -105,6 +105,7 @@ class Runtime:
     # The ranks of this process, where it runs several: the stages run once for all (exec/fused.py).
     process: ProcessRanks | None = None
     queries_running: int = 0  # this rank's part of a query under way (exec/rank_query.py)
+    profile: bool = False  # the query is profiled: its stages account their scans (exec/scan_stats.py)
     _driver_con: list[duckdb.DuckDBPyConnection] = field(default_factory=list)
     _opening: threading.Lock = field(default_factory=threading.Lock)  # fused stages may run at once
     # Connections of stages running alongside another on this rank (plan/streaming.py), shared

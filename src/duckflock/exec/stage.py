@@ -7,7 +7,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +25,7 @@ from duckflock.exec import adaptive, hive_prune, partition_runs, range_sort, ske
 from duckflock.exec.memory import release_free_memory
 from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
+from duckflock.exec.scan_stats import ScanRecorder, ScanStats
 from duckflock.local_duckdb import arrow_exact, fetch_as_duckdb_returns, joins_as_written
 from duckflock.plan import streaming
 from duckflock.plan.kinds import ExchangeKind, SkewRole
@@ -63,6 +64,7 @@ class StageStats:
     note: str = ""  # what a measured broadcast found, for the profile
     received: dict[int, int] = field(default_factory=dict)  # rows taken from each exchange read
     streamed: tuple[int, ...] = ()  # exchanges read while their producer still ran (plan/streaming.py)
+    scans: tuple[ScanStats, ...] = ()  # when profiled: what its table scans read (exec/scan_stats.py)
 
     def set_note(self, text: str) -> None:
         self.note = text
@@ -74,10 +76,12 @@ def scan_source(
     size: int,
     only: tuple[int, ...] | None = None,
     root: Node | None = None,
+    recorder: ScanRecorder | None = None,
 ):
     """FROM item for a Scan on ``ranks`` (this rank, or all of its process's for a fused stage):
     their partitions' files (all of them when replicated; of those, the partitions ``only`` names
-    when given). ``root``: the stage's plan, whose filters on hive columns skip files."""
+    when given). ``root``: the stage's plan, whose filters on hive columns skip files.
+    ``recorder``: told each Scan's files and those left after pruning (a profiled query)."""
     filters = hive_prune.scan_filters(root) if root is not None else {}
 
     def source(scan: Scan) -> str:
@@ -88,8 +92,10 @@ def scan_source(
             parts = [p for r in ranks for p in info.partitions_of_rank(r, size)]
         if only is not None and not scan.replicated:
             parts = [p for p in parts if p in only]
-        files = [catalog.path(f) for p in parts for f in info.partitions[p].files]
-        files = hive_prune.prune(files, info.hive or (), filters.get(id(scan)))  # files no row of can match
+        share = [catalog.path(f) for p in parts for f in info.partitions[p].files]
+        files = hive_prune.prune(share, info.hive or (), filters.get(id(scan)))  # files no row of can match
+        if recorder is not None:
+            recorder.saw(info, share, files)
         if info.objects:  # refused when opened if replaced since they were registered
             objects.expect(objects.Stamp(*o) for o in info.objects)
         empty = not files
@@ -133,6 +139,41 @@ class _StageRun:
     joins_as_written: bool = False  # it reads a stream through joins: plan them as written
     fused: bool = False  # run once for all of the process's ranks (exec/fused.py)
     sent_schema: pa.Schema | None = None  # what its exchange was closed with
+    recorder: ScanRecorder | None = None  # a profiled query's: what the stage's scans read
+    _take: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.rt.profile:
+            self.recorder = ScanRecorder()
+
+    @contextmanager
+    def profiled(self) -> Iterator[None]:
+        """Around the stage's DuckDB queries, when profiled: DuckDB's profiler on, and
+        ``take_profile`` after each query that scans tables takes what it read."""
+        if self.recorder is None:
+            yield
+            return
+        with self.recorder.profiled(self.con) as take:
+            self._take = take
+            try:
+                yield
+            finally:
+                self._take = None
+
+    def take_profile(self) -> None:
+        """Right after a query has ended, before another statement on the connection replaces
+        DuckDB's profile of it."""
+        if self._take is not None:
+            self._take()
+
+    def source(self, only: tuple[int, ...] | None = None, root: Node | None = None):
+        """The FROM items of this stage's Scans (``scan_source``)."""
+        assert self.rt.catalog is not None
+        return scan_source(self.rt.catalog, self.ranks, self.rt.size, only, root, self.recorder)
+
+    def end_scans(self) -> None:
+        if self.recorder is not None:
+            self.stats.scans = self.recorder.result()
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -229,7 +270,8 @@ def run_stage(
             return _result(run, root, inputs, plan.output_schema), stats
         if split is not None:
             try:
-                _send_in_groups(run, plan, stage.output, root, part, split)
+                with run.profiled():
+                    _send_in_groups(run, plan, stage.output, root, part, split)
             finally:
                 split.close(run.con)
         else:
@@ -241,6 +283,7 @@ def run_stage(
         if overlap is not None:
             overlap.started.set()  # also when the stage failed before its query started
         run.unregister_all()
+        run.end_scans()
         for xid in taken:
             received.done(xid)
         stats.total_s = time.perf_counter() - t_start
@@ -282,6 +325,7 @@ def _run_fused(
                     _send(run, plan, spec, root, part)
                 finally:
                     run.unregister_all()
+                    run.end_scans()
                 sent = run.sent_schema
         finally:
             process.finished(qid, stage.sid, sent)
@@ -388,7 +432,8 @@ def _result(run: _StageRun, root: Node, inputs: dict[int, pa.Table], schema: pa.
     if isinstance(root, DriverQuery):
         result = _driver_result(run, root)
     else:
-        result = fetch_as_duckdb_returns(run.con, _stage_sql(run, root))
+        with run.profiled():
+            result = fetch_as_duckdb_returns(run.con, _stage_sql(run, root), ended=run.take_profile)
     run.stats.compute_s += time.perf_counter() - t0
     return result
 
@@ -398,24 +443,31 @@ def _driver_result(run: _StageRun, root: DriverQuery) -> pa.Table:
     on the stage's connection (where the exchanges that gathered them are registered), dropped
     afterwards. Wrapped in a WITH of those tables instead, the text's own CTEs read twice would be
     computed once per read, not once (a sampled CTE joined with itself matched 1 row of 5)."""
-    assert run.rt.catalog is not None
-    source = scan_source(run.rt.catalog, run.ranks, run.rt.size, root=root)
+    source = run.source(root=root)
     for name, child in root.inputs:
         run.con.execute(f"CREATE OR REPLACE TEMP VIEW {q(name)} AS {render(child, source)}")
         run.views.append(q(name))  # dropped with the stage's registrations (_StageRun.unregister_all)
-    return fetch_as_duckdb_returns(run.con, driver_sql(root), keep_order=True)
+    with run.profiled():
+        return fetch_as_duckdb_returns(run.con, driver_sql(root), keep_order=True, ended=run.take_profile)
 
 
 def _stage_sql(run: _StageRun, root: Node) -> str:
-    assert run.rt.catalog is not None
-    return render(root, scan_source(run.rt.catalog, run.ranks, run.rt.size, root=root))
+    return render(root, run.source(root=root))
 
 
 def _send(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, root: Node, part: ResultWriter | None) -> None:
     """Stream the stage's rows into its exchange (or into ``part``) while DuckDB produces them."""
+    with run.profiled():
+        _send_rows(run, plan, spec, root, part)
+
+
+def _send_rows(
+    run: _StageRun, plan: StagePlan, spec: ExchangeSpec, root: Node, part: ResultWriter | None
+) -> None:
     rt, stats = run.rt, run.stats
     sql = _stage_sql(run, root)
     routed = _routed(run, spec, sql)
+    queried = isinstance(routed, str)  # else a sort's rows, their scans' profile already taken
     t0 = time.perf_counter()  # from here on DuckDB produces the rows as they are read
     with run.planning():
         reader = _reader(run, routed)
@@ -431,6 +483,8 @@ def _send(run: _StageRun, plan: StagePlan, spec: ExchangeSpec, root: Node, part:
         out = _measure(run, spec, reader)
     writer = part or _writer(run, plan, spec, out.kind)
     written = _write(run, writer, out, reader, t0)
+    if queried:
+        run.take_profile()
     _close(run, writer, out.schema)
     _note_broadcast(run, out.kind, spec, written)
 
@@ -468,12 +522,13 @@ def _send_in_groups(
     for group in split.groups:
         _raise_failure(rt, run.qid)  # another rank failed meanwhile: no more runs
         split.read_group(run.con, group)
-        sql = render(root, scan_source(rt.catalog, run.ranks, rt.size, group, root))
+        sql = render(root, run.source(group, root))
         t0 = time.perf_counter()
         reader = _reader(run, _routed(run, spec, sql))
         try:
             schema = reader.schema
             written += _write(run, writer, _Output(spec.kind, [], schema), reader, t0)
+            run.take_profile()
         finally:
             reader.close()  # an open result would keep its views from being dropped
         release_free_memory()  # the run's hash tables, before the next run builds its own
@@ -537,6 +592,7 @@ def _sorted(run: _StageRun, spec: ExchangeSpec, sql: str) -> str | pa.Table:
     """Splitters come from samples of this stage's output: materialize it first."""
     t0 = time.perf_counter()
     table = run.con.sql(arrow_exact(run.con, sql, exchanged=True)).to_arrow_table()
+    run.take_profile()
     fast = range_sort.fast_targets(run.rt, run.qid, table, spec.keys)
     if fast is not None:  # one numeric key: bucket with numpy, no second DuckDB pass
         routed: str | pa.Table = table.append_column(TARGET_COLUMN, arrow_array(fast))

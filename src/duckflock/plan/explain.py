@@ -3,6 +3,7 @@ and its operator tree; with measured statistics (explain --analyze), the actual 
 
 from __future__ import annotations
 
+from duckflock.exec.scan_stats import summed
 from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import Node
 from duckflock.plan.stages import StagePlan
@@ -39,7 +40,8 @@ def explain_plan(plan: StagePlan, stats: list | None = None) -> str:
         inputs = ", ".join(f"x{x}" for x in stage.inputs) or "tables"
         only = f" (only if {', '.join(f'x{x}' for x in stage.when)} hashed)" if stage.when else ""
         lines.append(f"Stage {stage.sid} on {where}{only}: reads {inputs}; output {out}")
-        for s in sorted((s for s in stats or [] if s.sid == stage.sid), key=lambda s: s.rank):
+        mine = sorted((s for s in stats or [] if s.sid == stage.sid), key=lambda s: s.rank)
+        for s in mine:
             e = s.exchange
             lines.append(
                 f"  actual rank {s.rank}: {1000 * s.total_s:.1f} ms (duckdb {1000 * s.compute_s:.1f} ms), "
@@ -48,5 +50,7 @@ def explain_plan(plan: StagePlan, stats: list | None = None) -> str:
                 + (f", spilled {human(e.bytes_spilled, 'B')}" if e.bytes_spilled else "")
                 + (f"; {s.note}" if s.note else "")
             )
+            lines.extend(f"    scan {scan.describe()}" for scan in s.scans)
+        lines.extend(f"  scans, all ranks: {scan.describe()}" for scan in summed([s.scans for s in mine]))
         _tree(stage.root, 0, lines)
     return "\n".join(lines)

@@ -12,6 +12,7 @@ The one place duckflock talks to object storage; catalog/, ingest/, exec/ and la
   row-group pruning with range reads), unless DuckDB's own httpfs is loaded. ``expect(stamps)``: an
   object opened later whose ETag or size differs is refused, naming it (replaced since it was
   registered). ``opened()``: how many objects this process opened (pruning is measured by it).
+  ``fetched(uris)``: bytes and reads so far of each of those objects (exec/scan_stats.py's deltas).
 * ``prefixes(uris)``: the ``allowed_directories`` that let a confined DuckDB read those objects only.
 * ``upload(local, uri)``, ``put_bytes(uri, data)``, ``listing(prefix)``, ``delete(uri)``: results.
 
@@ -243,6 +244,7 @@ def prefixes(uris: Iterable[str]) -> list[str]:
 
 _expected: dict[str, Stamp] = {}
 _opened: list[int] = [0]
+_fetched: dict[str, tuple[int, int]] = {}  # (bytes, reads) by this process's DuckDBs, by object URI
 _lock = threading.Lock()
 
 
@@ -255,6 +257,22 @@ def expect(stamps: Iterable[Stamp]) -> None:
 def opened() -> int:
     """Objects this process opened for reading through DuckDB so far."""
     return _opened[0]
+
+
+def fetched(uris: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """(bytes, reads) so far (every range DuckDB asked for) of each of these objects. Kept per object,
+    not per connection: the adapter is the process's, and its ranks (as threads) read other
+    partitions' objects, so a stage's delta over its own objects is its own (not for a replicated
+    table two ranks of one process read at once)."""
+    with _lock:
+        return {u: _fetched.get(u, (0, 0)) for u in uris}
+
+
+def count_fetched(uri: str, size: int) -> None:
+    """Called by the adapter after each read of ``size`` bytes (a dict update: always on)."""
+    with _lock:
+        done, reads = _fetched.get(uri, (0, 0))
+        _fetched[uri] = (done + size, reads + 1)
 
 
 def register(con: duckdb.DuckDBPyConnection) -> None:

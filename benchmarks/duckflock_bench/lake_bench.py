@@ -1,0 +1,349 @@
+"""``duckflock bench lake``: TPC-H registered in place on S3-compatible storage (moto's server on
+loopback, started here) against the same files on local disk, in one run:
+
+* tpch: the 22 queries over objects vs over local files (both registered in place, so the plans
+  are the same), every result checked against DuckDB; moto's own whole-object GET throughput
+  measured alongside, since on loopback the store, not the network, is the ceiling.
+* pushdown: bytes fetched (exec/scan_stats.py, from a profiled run) by Q1, Q6 and Q14 against a
+  scan of every column of the tables they read (no projection or filter to push), and against
+  the compressed bytes of the columns they reference (Parquet footers); then Q6 over a lineitem
+  written sorted by l_shipdate, whose row groups outside Q6's year DuckDB skips.
+* exchange: the seed join and Q9 over the objects with ranks exchanging through storage (a
+  directory, and the bucket) vs MPI and threads.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import duckflock
+from duckflock.catalog import Catalog
+from duckflock.exec.scan_stats import ScanStats, summed
+from duckflock.ingest.tpch import generate_tpch
+from duckflock.plan.sql_text import read_table_files
+from duckflock.storage import objects
+from duckflock.testing.compare import difference
+from duckflock.testing.tables import oracle
+from duckflock.testing.tpch import ORDER, SEED_ORDER, SEED_QUERY, queries
+from duckflock_bench import lake_s3
+from duckflock_bench.jobs import err, write_json
+from duckflock_bench.measure import cores, machine_info, median, timed, versions
+
+BUCKET = "lake"
+# The columns each pushdown query references, by table (what an ideal scan reads).
+REFERENCED = {
+    1: {
+        "lineitem": [
+            "l_returnflag",
+            "l_linestatus",
+            "l_quantity",
+            "l_extendedprice",
+            "l_discount",
+            "l_tax",
+            "l_shipdate",
+        ]
+    },
+    6: {"lineitem": ["l_shipdate", "l_discount", "l_quantity", "l_extendedprice"]},
+    14: {
+        "lineitem": ["l_partkey", "l_extendedprice", "l_discount", "l_shipdate"],
+        "part": ["p_partkey", "p_type"],
+    },
+}
+SECTIONS = ("tpch", "pushdown", "exchange")
+
+
+def run_lake(
+    sf: float,
+    ranks: list[int],
+    runs: int,
+    data_root: str,
+    out: Path,
+    only: list[int] | None = None,
+    sections: tuple[str, ...] = SECTIONS,
+) -> dict:
+    parts = max(12, math.ceil(12 * sf))  # lineitem files of ~20 MB at any scale factor
+    data = Path(data_root) / f"tpch-sf{sf:g}" if parts == 12 else Path(data_root) / f"tpch-sf{sf:g}-p{parts}"
+    generate_tpch(sf, data, parts=parts, progress=True)
+    catalog = Catalog.load(data)
+    work = out / "catalogs"
+    shutil.rmtree(work, ignore_errors=True)
+    local_cat, s3_cat = work / "local", work / "s3"
+    files = {
+        t: [Path(catalog.path(f)) for p in info.partitions for f in p.files]
+        for t, info in catalog.tables.items()
+    }
+    results: dict = {
+        "benchmark": "lake",
+        "sf": sf,
+        "runs": runs,
+        "ranks": ranks,
+        "machine": machine_info(memcpy=False),
+        "versions": versions(with_mpi=False),
+    }
+    t_start = time.perf_counter()
+    with lake_s3.moto_s3() as endpoint:
+        results["endpoint"] = endpoint
+        lake_s3.create_bucket(endpoint, BUCKET)
+        size, seconds, biggest = 0, 0.0, ("", 0)
+        for table, paths in files.items():
+            uris, n, s = lake_s3.upload_files(paths, f"s3://{BUCKET}/tpch/{table}")
+            size, seconds = size + n, seconds + s
+            biggest = max(
+                [biggest, *zip(uris, (p.stat().st_size for p in paths), strict=True)], key=lambda x: x[1]
+            )
+            lake_s3.register(local_cat, table, [str(p) for p in paths])
+            lake_s3.register(s3_cat, table, uris)
+        results["upload"] = {
+            "bytes": size,
+            "s": seconds,
+            "mb_per_s": size / seconds / 1e6,
+            "objects": sum(map(len, files.values())),
+        }
+        results["largest_object"] = {"uri": biggest[0], "bytes": biggest[1]}
+        results["moto_get_mb_s"] = lake_s3.get_throughput(biggest[0])
+        err.print(
+            f"uploaded {size / 1e6:.0f} MB in {seconds:.1f} s ({size / seconds / 1e6:.0f} MB/s); moto GET of "
+            f"{biggest[1] / 1e6:.0f} MB: {results['moto_get_mb_s']:.0f} MB/s",
+            highlight=False,
+        )
+        baseline = oracle(data, cores())
+        if "tpch" in sections:
+            results["tpch"] = _tpch(local_cat, s3_cat, ranks, runs, baseline, only)
+            _duckdb_alone(results["tpch"], s3_cat, runs, baseline)
+        if "pushdown" in sections:
+            results["pushdown"] = _pushdown(s3_cat, files, max(ranks), baseline, work)
+        if "exchange" in sections:
+            results["exchange"] = _exchange(s3_cat, max(ranks), runs, baseline, work)
+    results["wall_s"] = time.perf_counter() - t_start
+    return results
+
+
+def _check(got: Any, want: pa.Table, order: list[str] | None) -> str | None:
+    """What differs between a duckflock result and DuckDB's, or None."""
+    return difference(got.arrow(), want, order)
+
+
+def _tpch(
+    local_cat: Path, s3_cat: Path, ranks: list[int], runs: int, baseline, only: list[int] | None
+) -> list[dict]:
+    points = []
+    qs = {n: q for n, q in queries().items() if not only or n in only}
+    for n_ranks in ranks:
+        err.print(f"[bold]tpch: {n_ranks} ranks, objects vs local files[/]")
+        with (
+            duckflock.connect(str(s3_cat), ranks=n_ranks) as s3,
+            duckflock.connect(str(local_cat), ranks=n_ranks) as local,
+        ):
+            for n, q in qs.items():
+                want = baseline.sql(q).to_arrow_table()
+                problems = [_check(db.sql(q), want, ORDER.get(n)) for db in (s3, local)]  # also warms up
+                on_s3, on_disk = [], []
+                for _ in range(runs):
+                    on_disk.append(timed(lambda q=q: local.sql(q))[0])
+                    on_s3.append(timed(lambda q=q: s3.sql(q))[0])
+                point = {
+                    "ranks": n_ranks,
+                    "query": n,
+                    "s3_s": median(on_s3),
+                    "local_s": median(on_disk),
+                    "ratio": median(on_s3) / median(on_disk),
+                    "correct": all(p is None for p in problems),
+                    "problem": next((p for p in problems if p), None),
+                }
+                points.append(point)
+                mark = " ok" if point["correct"] else f" WRONG: {point['problem']}"
+                err.print(
+                    f"  Q{n:02d}: S3 {point['s3_s']:.3f} s, local {point['local_s']:.3f} s "
+                    f"({point['ratio']:.2f}x){mark}",
+                    highlight=False,
+                )
+    return points
+
+
+def _duckdb_over(catalog_dir: Path) -> duckdb.DuckDBPyConnection:
+    """Single-process DuckDB (all cores) over a catalog's files, objects read through the same
+    adapter the ranks use: how fast the store lets any DuckDB go."""
+    con = duckdb.connect(config={"threads": cores()})
+    objects.register(con)
+    catalog = Catalog.load(catalog_dir)
+    for name, info in catalog.tables.items():
+        paths = [catalog.path(f) for p in info.partitions for f in p.files]
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM {read_table_files(info, paths)}")
+    return con
+
+
+def _duckdb_alone(points: list[dict], s3_cat: Path, runs: int, baseline: duckdb.DuckDBPyConnection) -> None:
+    """Each query by DuckDB alone over the objects and over the local files: the store's share of
+    duckflock's ratio (the same adapter and moto, no ranks)."""
+    err.print("[bold]tpch: DuckDB alone, objects vs local files[/]")
+    con = _duckdb_over(s3_cat)
+    qs = queries()
+    for n in sorted({p["query"] for p in points}):
+        q = qs[n]
+        con.sql(q).fetchall()  # warm-up, as for duckflock
+        on_s3 = [timed(lambda q=q: con.sql(q).to_arrow_table())[0] for _ in range(runs)]
+        on_disk = [timed(lambda q=q: baseline.sql(q).to_arrow_table())[0] for _ in range(runs)]
+        for p in points:
+            if p["query"] == n:
+                p.update(duckdb_s3_s=median(on_s3), duckdb_local_s=median(on_disk))
+                p["duckdb_ratio"] = p["duckdb_s3_s"] / p["duckdb_local_s"]
+        err.print(f"  Q{n:02d}: S3 {median(on_s3):.3f} s, local {median(on_disk):.3f} s", highlight=False)
+    con.close()
+
+
+def _scans(db: duckflock.Session, query: str) -> tuple[float, list[ScanStats]]:
+    result = db.sql(query, profile=True)
+    return result.seconds, summed([s.scans for s in result.stats])
+
+
+def _footer_bytes(paths: list[Path], columns: list[str] | None) -> int:
+    """Compressed bytes of ``columns`` (all: None) in these Parquet files, footers included."""
+    total = 0
+    for path in paths:
+        meta = pq.ParquetFile(path).metadata
+        total += meta.serialized_size
+        for i in range(meta.num_row_groups):
+            rg = meta.row_group(i)
+            for j in range(rg.num_columns):
+                col = rg.column(j)
+                if columns is None or col.path_in_schema in columns:
+                    total += col.total_compressed_size
+    return total
+
+
+def _pushdown(s3_cat: Path, files: dict[str, list[Path]], n_ranks: int, baseline, work: Path) -> dict:
+    out: dict = {"ranks": n_ranks, "queries": [], "unpushed": {}}
+    qs = queries()
+    err.print(f"[bold]pushdown: bytes fetched, {n_ranks} ranks[/]")
+    with duckflock.connect(str(s3_cat), ranks=n_ranks) as db:
+        for table in ("lineitem", "part"):
+            names = [f.name for f in db.sql(f"SELECT * FROM {table} LIMIT 0").arrow().schema]
+            concat = ", ".join(f"CAST({c} AS VARCHAR)" for c in names)
+            seconds, scans = _scans(db, f"SELECT sum(length(concat_ws('|', {concat}))) AS w FROM {table}")
+            out["unpushed"][table] = {"s": seconds, **_scan_dict(scans[0])}
+        for n, by_table in REFERENCED.items():
+            seconds, scans = _scans(db, qs[n])
+            fetched = sum(s.bytes_fetched or 0 for s in scans)
+            referenced = sum(_footer_bytes(files[t], cols) for t, cols in by_table.items())
+            unpushed = sum(out["unpushed"][t]["bytes_fetched"] for t in by_table)
+            point = {
+                "query": n,
+                "s": seconds,
+                "fetched": fetched,
+                "referenced_bytes": referenced,
+                "unpushed_fetched": unpushed,
+                "table_bytes": sum(s.bytes_total for s in scans),
+                "vs_referenced": fetched / referenced,
+                "scans": [_scan_dict(s) for s in scans],
+            }
+            out["queries"].append(point)
+            err.print(
+                f"  Q{n}: {fetched / 1e6:.1f} MB fetched; all columns {unpushed / 1e6:.1f} MB; "
+                f"its columns {referenced / 1e6:.1f} MB ({point['vs_referenced']:.2f}x)",
+                highlight=False,
+            )
+    out["sorted"] = _sorted_q6(files["lineitem"], n_ranks, baseline, work)
+    return out
+
+
+def _scan_dict(s: ScanStats) -> dict:
+    return {**vars(s), "describe": s.describe()}
+
+
+def _sorted_q6(lineitem: list[Path], n_ranks: int, baseline, work: Path) -> dict:
+    """Q6 over lineitem written sorted by l_shipdate (objects of at most 24 MB): its row groups hold
+    narrow date ranges, and DuckDB skips those outside Q6's year by their statistics."""
+    local = work / "sorted-lineitem"
+    shutil.rmtree(local, ignore_errors=True)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        con = duckdb.connect(config={"threads": cores(), "memory_limit": "1GB", "temp_directory": tmp})
+        paths = ", ".join(f"'{p}'" for p in lineitem)
+        con.execute(
+            f"COPY (SELECT * FROM read_parquet([{paths}]) ORDER BY l_shipdate) TO '{local}' "
+            "(FORMAT parquet, FILE_SIZE_BYTES '24MB', COMPRESSION zstd)"
+        )
+        con.close()
+    written = sorted(local.glob("*.parquet"))
+    write_s = time.perf_counter() - t0
+    uris, _, upload_s = lake_s3.upload_files(written, f"s3://{BUCKET}/sorted/lineitem")
+    cat = work / "s3-sorted"
+    lake_s3.register(cat, "lineitem", uris)
+    q6 = queries()[6]
+    with duckflock.connect(str(cat), ranks=n_ranks) as db:
+        problem = _check(db.sql(q6), baseline.sql(q6).to_arrow_table(), ORDER.get(6))
+        seconds, scans = _scans(db, q6)
+    s = scans[0]
+    referenced = _footer_bytes(written, REFERENCED[6]["lineitem"])
+    point = {
+        "write_s": write_s,
+        "upload_s": upload_s,
+        "object_count": len(written),
+        "s": seconds,
+        "correct": problem is None,
+        "problem": problem,
+        "referenced_bytes": referenced,
+        "vs_referenced": (s.bytes_fetched or 0) / referenced,
+        **_scan_dict(s),
+    }
+    err.print(f"  Q6 over lineitem sorted by l_shipdate: {s.describe()}", highlight=False)
+    return point
+
+
+def _exchange(s3_cat: Path, n_ranks: int, runs: int, baseline, work: Path) -> list[dict]:
+    """The seed join and Q9 over the objects, per transport."""
+    err.print(f"[bold]exchange: seed join and Q9 over objects, {n_ranks} ranks[/]")
+    points = []
+    exchange_dir = work / "exchange"
+    transports: list[tuple[str, str, dict]] = [
+        ("mpi", "mpi", {}),
+        ("threads", "threads", {}),
+        ("storage (directory)", "storage", {"exchange_uri": str(exchange_dir)}),
+        ("storage (bucket)", "storage", {"exchange_uri": f"s3://{BUCKET}/exchange"}),
+    ]
+    work_queries = {"seed": (SEED_QUERY, SEED_ORDER), "Q9": (queries()[9], ORDER.get(9))}
+    wants = {name: baseline.sql(q).to_arrow_table() for name, (q, _) in work_queries.items()}
+    for label, transport, config in transports:
+        shutil.rmtree(exchange_dir, ignore_errors=True)
+        exchange_dir.mkdir(parents=True)
+        with duckflock.connect(str(s3_cat), ranks=n_ranks, transport=transport, config=config) as db:
+            for name, (q, order) in work_queries.items():
+                problem = _check(db.sql(q), wants[name], order)
+                times = [timed(lambda q=q: db.sql(q))[0] for _ in range(runs)]
+                point = {
+                    "transport": label,
+                    "query": name,
+                    "s": median(times),
+                    "correct": problem is None,
+                    "problem": problem,
+                }
+                points.append(point)
+                mark = " ok" if problem is None else f" WRONG: {problem}"
+                err.print(f"  {name} over {label}: {point['s']:.3f} s{mark}", highlight=False)
+    return points
+
+
+def run(args_sf: float, ranks: list[int], runs: int, data_root: str, out: Path, only, sections) -> int:
+    from duckflock_bench.lake_report import lake_figures, lake_markdown
+    from duckflock_bench.report import print_markdown
+
+    results = run_lake(args_sf, ranks, runs, data_root, out, only, sections)
+    write_json(out / "results.json", results)
+    md = lake_markdown(results)
+    (out / "results.md").write_text(md)
+    figures = lake_figures(results, out)
+    print_markdown(md)
+    err.print(f"wrote {out / 'results.json'}, {out / 'results.md'}, " + ", ".join(str(f) for f in figures))
+    checked = [p["correct"] for p in results.get("tpch", []) + results.get("exchange", [])]
+    if "pushdown" in results:
+        checked.append(results["pushdown"]["sorted"]["correct"])
+    return 0 if all(checked) else 1
