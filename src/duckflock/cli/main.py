@@ -278,8 +278,11 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command in ("sql", "explain") and args.workers:
         from duckflock.cli.commands import run_on_workers
 
-        # This process is the caller: SIGTERM cancels the query on the workers as Ctrl-C does.
-        signal.signal(signal.SIGTERM, _interrupt)
+        # This process is the caller: SIGTERM cancels the query on the workers as Ctrl-C does, and
+        # both are taken explicitly, as the other paths take them (a shell starts a background
+        # job with SIGINT ignored, and Python then leaves it ignored).
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _interrupt)
         return run_on_workers(args)
     _check_args(args)
     if args.command in ("sql", "explain") and args.transport == "storage":
