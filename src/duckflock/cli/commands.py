@@ -46,6 +46,8 @@ def _query(db, args: argparse.Namespace, on: str = "rank") -> int:
             result.show(max_rows=args.max_rows, console=_out())
         _out().print(f"{result.seconds:.3f} s on {db.ranks} {on}{'' if db.ranks == 1 else 's'}")
         if args.profile:
+            for read_at in result.outcome.plan.read_at:  # the version each lake table was read at
+                _out().print(f"read at {read_at}", highlight=False, markup=False)
             print_profile(result.stats, console=_out())
     except DuckflockError as e:
         print_error(str(e))

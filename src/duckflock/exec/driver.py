@@ -7,7 +7,7 @@ import itertools
 import pickle
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -46,6 +46,7 @@ from duckflock.plan.stages import StagePlan
 _LAST_REPORTS_S = 10.0
 
 if TYPE_CHECKING:
+    from duckflock.ingest.versions import LakeVersions
     from duckflock.sql.schema_db import SchemaDB
 
 
@@ -67,7 +68,8 @@ class Driver:
         self.rt = rt
         self._schema_db: SchemaDB | None = None  # made on first use
         self._catalog_stamp: float | None = None
-        self._plans: dict[tuple[str, float | None], StagePlan] = {}
+        self._plans: dict[tuple[str, float | None, tuple[str, ...]], tuple[StagePlan, Catalog]] = {}
+        self._lake: LakeVersions | None = None  # made with the schema DB
 
     def catalog(self) -> Catalog:
         """The data directory's catalog, re-read when the file changed (e.g. after a load)."""
@@ -83,31 +85,45 @@ class Driver:
             only = str(self.rt.catalog.root) if self.rt.config.restrict_to_data_dir else None
             self._schema_db = SchemaDB(self.rt.catalog, only, self.rt.config.time_zone)
             self._catalog_stamp = stamp
+            from duckflock.ingest.versions import LakeVersions
+
+            self._lake = LakeVersions(self.rt.catalog.root, self.rt.con)
         return self.rt.catalog
 
     def plan(self, sql: str) -> StagePlan:
-        """Plans are cached per query text until the catalog changes (like prepared statements),
-        those that depend on nothing else: not one holding the clock's instant, nor one reading
-        files or running the query on the driver (the files' columns may have changed since)."""
-        catalog = self.catalog()
-        assert self._schema_db is not None
-        key = (sql, self._catalog_stamp)
-        plan = self._plans.get(key)
-        if plan is None:
-            # The planner (sqlglot) is imported by the driver only: worker ranks never load it.
-            from duckflock.plan.planner import plan_query
-            from duckflock.sql.query_constants import reads_clock
+        return self._plan(sql)[0]
 
-            per_process = len(self.rt.process.ranks) if self.rt.process is not None else 1
-            plan = plan_query(sql, catalog, self._schema_db, self.rt.size, self.rt.config, per_process)
-            if reads_clock(sql) or any(
-                isinstance(n, FunctionScan | DriverQuery) for s in plan.stages for n in walk(s.root)
-            ):
-                return plan
-            if len(self._plans) >= 256:
-                self._plans.pop(next(iter(self._plans)))
-            self._plans[key] = plan
-        return plan
+    def _plan(self, sql: str) -> tuple[StagePlan, Catalog]:
+        """The query's plan and the tables as it reads them: each lake table at the version this
+        query reads, resolved now (ingest/versions.py). Plans are cached per query text and
+        versions until the catalog changes (like prepared statements), those that depend on
+        nothing else: not one holding the clock's instant, nor one reading files or running the
+        query on the driver (the files' columns may have changed since)."""
+        self.catalog()
+        assert self._schema_db is not None and self._lake is not None and self.rt.catalog is not None
+        # The planner (sqlglot) is imported by the driver only: worker ranks never load it.
+        from duckflock.plan.planner import plan_query
+        from duckflock.sql.query_constants import reads_clock
+
+        tables = self._lake.for_query(sql, self.rt.catalog)
+        key = (tables.text, self._catalog_stamp, tables.read_at)
+        cached = self._plans.get(key)
+        if cached is not None:
+            return cached
+        self._schema_db.define(tables.catalog.tables.values())
+        per_process = len(self.rt.process.ranks) if self.rt.process is not None else 1
+        plan = plan_query(
+            tables.text, tables.catalog, self._schema_db, self.rt.size, self.rt.config, per_process
+        )
+        plan = replace(plan, query=sql.strip(), read_at=tables.read_at)
+        if reads_clock(sql) or any(
+            isinstance(n, FunctionScan | DriverQuery) for s in plan.stages for n in walk(s.root)
+        ):
+            return plan, tables.catalog
+        if len(self._plans) >= 256:
+            self._plans.pop(next(iter(self._plans)))
+        self._plans[key] = plan, tables.catalog
+        return plan, tables.catalog
 
     def run(
         self,
@@ -139,11 +155,9 @@ class Driver:
         cancel: Cancel,
     ) -> QueryOutcome:
         t0 = time.perf_counter()
-        plan = self.plan(sql)
+        plan, catalog = self._plan(sql)
         cancel.check()
         qid = next(self._qids)
-        catalog = self.rt.catalog
-        assert catalog is not None
         used = {n.table for s in plan.stages for n in walk(s.root) if isinstance(n, Scan)}
         parts_dir = str(prepare_directory(output).resolve()) if output and is_directory(output) else None
         how = self.rt.writer_settings(max(self.rt.threads, self.rt.driver_threads))  # rank 0's cores

@@ -27,6 +27,7 @@ from duckflock.ingest.lake import (
     check_present,
     delta_storage_options,
     local_path,
+    object_stamps,
     place,
     register,
 )
@@ -46,6 +47,7 @@ class DeltaVersion:
     partition_columns: tuple[str, ...]
     files: list[DataFile]
     values: list[tuple[Any, ...]]  # each file's partition values, in partition_columns' order
+    rows: list[int | None]  # each file's, from the log's statistics (None: not recorded)
 
 
 def load_delta(
@@ -77,25 +79,40 @@ def load_delta(
         mine = list(range(rt.rank, len(paths), rt.size))
         check_present([paths[i] for i in mine], what)
         if hive:
-            _check_partition_values(rt, scan, snap, mine, what)
+            check_partition_values(rt.con, scan, snap, mine, what)
         key = hive[0] if len(hive) == 1 else None
         placement = place(rt, qid, scan, snap.files, key, count, table)
+        # "follow": queries read the latest version (ingest/versions.py); "partitions": how many a
+        # later version is spread over.
         origin: dict[str, object] = {"format": "delta", "uri": snap.uri, "version": snap.version}
-        return register(rt, Path(catalog_dir).resolve(), table, source, snap.files, placement, origin)
+        origin |= {"follow": version is None, "partitions": count}
+        stamps = object_stamps(rt, qid, paths)
+        return register(rt, Path(catalog_dir).resolve(), table, source, snap.files, placement, origin, stamps)
 
 
 def read_log(uri: str, version: int | None) -> DeltaVersion:
     """The files of that version of the table and what is needed to read them (rank 0)."""
-    import pyarrow as pa
+    return files_of(open_log(uri, version), uri)
+
+
+def open_log(uri: str, version: int | None = None) -> Any:
+    """delta-rs's DeltaTable at that version (default the latest), or CatalogError naming the
+    table and the version."""
     from deltalake import DeltaTable
 
     at = "" if version is None else f" at version {version}"
+    options = delta_storage_options() if is_uri(uri) else None
     try:
-        dt = DeltaTable(
-            uri, version=version, storage_options=delta_storage_options() if is_uri(uri) else None
-        )
+        dt = DeltaTable(uri, version=version, storage_options=options)
     except Exception as e:  # deltalake raises its own DeltaError kinds (no table, no such version)
         raise CatalogError(f"cannot open the Delta table {uri}{at}: {e}") from e
+    return dt
+
+
+def files_of(dt: Any, uri: str) -> DeltaVersion:
+    """The files of the version ``dt`` is at, and what is needed to read them."""
+    import pyarrow as pa
+
     what = f"Delta table {uri} version {dt.version()}"
     config = dt.metadata().configuration
     if config.get("delta.columnMapping.mode", "none") != "none":
@@ -115,7 +132,9 @@ def read_log(uri: str, version: int | None) -> DeltaVersion:
         for i in range(actions.num_rows)
     ]
     files = [DataFile(local_path(u), int(s or 0)) for u, s in zip(uris, sizes, strict=True)]
-    return DeltaVersion(uri, dt.version(), columns, partition_columns, files, values)
+    rows = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else []
+    rows = rows or [None] * len(files)
+    return DeltaVersion(uri, dt.version(), columns, partition_columns, files, values, rows)
 
 
 def _refuse_deletion_vectors(dt: Any, what: str) -> None:
@@ -135,13 +154,15 @@ def _refuse_deletion_vectors(dt: Any, what: str) -> None:
         )
 
 
-def _check_partition_values(rt: Runtime, scan: Any, snap: DeltaVersion, mine: list[int], what: str) -> None:
+def check_partition_values(
+    con: duckdb.DuckDBPyConnection, scan: Any, snap: DeltaVersion, mine: list[int], what: str
+) -> None:
     """DuckDB reads each file's partition values from its path: they must be the log's."""
     cols = ", ".join(quote_ident(c) for c in snap.partition_columns)
     for i in mine:
         path = snap.files[i].path
         try:
-            found = rt.con.execute(f"SELECT DISTINCT {cols} FROM {scan([path])}").fetchall()
+            found = con.execute(f"SELECT DISTINCT {cols} FROM {scan([path])}").fetchall()
         except duckdb.Error as e:
             raise CatalogError(f"{what}: cannot read data file {path}: {e}") from e
         if found and found != [snap.values[i]]:

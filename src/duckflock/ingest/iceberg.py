@@ -29,6 +29,7 @@ from duckflock.ingest.lake import (
     check_present,
     iceberg_properties,
     local_path,
+    object_stamps,
     place,
     register,
 )
@@ -47,6 +48,7 @@ class IcebergSnapshot:
     all_ids: frozenset[int]  # nested fields' too
     key: str | None  # the one identity partition column of every file
     files: list[DataFile]
+    rows: list[int | None]  # each file's record count
 
 
 def load_iceberg(
@@ -79,7 +81,7 @@ def load_iceberg(
 
         mine = [snap.files[i].path for i in range(rt.rank, len(snap.files), rt.size)]
         check_present(mine, what)
-        _check_field_names(rt.con, mine, snap, what)
+        check_field_names(rt.con, mine, snap, what)
         key = (snap.key, dict(snap.columns)[snap.key]) if snap.key else None
         placement = place(rt, qid, scan, snap.files, key, count, table)
         origin: dict[str, object] = {
@@ -88,8 +90,11 @@ def load_iceberg(
             "catalog_name": catalog_name,
             "table": snap.table,
             "snapshot": snap.snapshot,
+            "follow": snapshot is None,  # queries read the current snapshot (ingest/versions.py)
+            "partitions": count,
         }
-        return register(rt, Path(catalog_dir).resolve(), table, source, snap.files, placement, origin)
+        stamps = object_stamps(rt, qid, [f.path for f in snap.files])
+        return register(rt, Path(catalog_dir).resolve(), table, source, snap.files, placement, origin, stamps)
 
 
 def open_table(catalog_uri: str, catalog_name: str, identifier: str) -> Any:
@@ -108,11 +113,15 @@ def plan(
     catalog_uri: str, catalog_name: str, identifier: str, snapshot_id: int | None, table: str
 ) -> IcebergSnapshot:
     """The files of the snapshot and how to read them (rank 0)."""
+    return files_of(open_table(catalog_uri, catalog_name, identifier), identifier, snapshot_id, table)
+
+
+def files_of(tbl: Any, identifier: str, snapshot_id: int | None, table: str) -> IcebergSnapshot:
+    """The files of snapshot ``snapshot_id`` (default: the current one) of pyiceberg's ``tbl``."""
     import pyarrow as pa
     from pyiceberg.schema import index_by_id
     from pyiceberg.transforms import IdentityTransform
 
-    tbl = open_table(catalog_uri, catalog_name, identifier)
     snap = tbl.current_snapshot() if snapshot_id is None else tbl.snapshot_by_id(snapshot_id)
     if snap is None and snapshot_id is not None:
         raise CatalogError(f"Iceberg table {identifier} has no snapshot {snapshot_id}")
@@ -150,10 +159,11 @@ def plan(
     field_ids = {f.name: f.field_id for f in schema.fields}
     all_ids = frozenset(index_by_id(schema))
     snapshot = snap.snapshot_id if snap else None
-    return IcebergSnapshot(identifier, snapshot, columns, field_ids, all_ids, key, files)
+    rows: list[int | None] = [int(t.file.record_count) for t in tasks]
+    return IcebergSnapshot(identifier, snapshot, columns, field_ids, all_ids, key, files, rows)
 
 
-def _check_field_names(
+def check_field_names(
     con: duckdb.DuckDBPyConnection, paths: list[str], snap: IcebergSnapshot, what: str
 ) -> None:
     """Each file's columns of the table's field ids must have the table's names: duckflock reads

@@ -63,16 +63,19 @@ def stored_path(root: Path, path: str) -> str:
 
 
 def data_files(rt: Runtime, qid: int, paths: list[str]) -> tuple[list[DataFile], list[objects.Stamp]]:
-    """The files with their sizes, and the stamps of those that are objects (each rank HEADs its
-    share; listings carry no ETag): recorded, an object replaced later is refused when read."""
-    stamps: list[objects.Stamp] = []
-    if any(map(objects.is_uri, paths)):  # the same on every rank: all gather or none
-        mine = [
-            objects.stamp(paths[i]) for i in range(rt.rank, len(paths), rt.size) if objects.is_uri(paths[i])
-        ]
-        stamps = [s for part in rt.mux.allgather(qid, mine) for s in part]
+    """The files with their sizes, and the stamps of those that are objects."""
+    stamps = object_stamps(rt, qid, paths)
     size = {s.uri: s.size for s in stamps}
     return [DataFile(p, size[p] if p in size else os.path.getsize(p)) for p in paths], stamps
+
+
+def object_stamps(rt: Runtime, qid: int, paths: list[str]) -> list[objects.Stamp]:
+    """The stamps of the paths that are objects (each rank HEADs its share; listings and lake
+    metadata carry no ETag): recorded, an object replaced later is refused when read."""
+    if not any(map(objects.is_uri, paths)):  # the same on every rank: all gather or none
+        return []
+    mine = [objects.stamp(paths[i]) for i in range(rt.rank, len(paths), rt.size) if objects.is_uri(paths[i])]
+    return [s for part in rt.mux.allgather(qid, mine) for s in part]
 
 
 def delta_storage_options() -> dict[str, str]:
@@ -125,22 +128,17 @@ def file_buckets(
     and its rows; or why the files are not placed so (the same answer on every rank). Every rank
     reads its share of the files (file ``i`` on rank ``i % size``)."""
     try:
-        bucket = hash_sql([quote_ident(key)], (canonical_hash_type(key_type),), count)
+        bucket = bucket_sql(key, key_type, count)
     except ValueError as e:
         return str(e)
     mine: list[tuple[int, int | None, int]] = []
     reason = None
     for i in range(rt.rank, len(paths), rt.size):
-        rows_sql = f"SELECT {bucket} AS b FROM {scan([paths[i]])}"
-        query = f"SELECT count(DISTINCT b), min(b), count(*) FROM ({rows_sql})"
-        try:
-            kinds, b, rows = rt.con.execute(query).fetchall()[0]
-        except duckdb.Error as e:
-            raise CatalogError(f"cannot read data file {paths[i]}: {e}") from e
-        if kinds > 1:
-            reason = f"{paths[i]} holds rows of several values of {key}"
+        found = file_bucket(rt.con, scan, paths[i], bucket, key)
+        if isinstance(found, str):
+            reason = found
             break
-        mine.append((i, None if rows == 0 else int(b), int(rows)))
+        mine.append((i, *found))
     gathered = rt.mux.allgather(qid, (mine, reason))
     reasons = [r for _, r in gathered if r is not None]
     if reasons:
@@ -151,6 +149,25 @@ def file_buckets(
         for i, b, n in part:
             buckets[i], rows_of[i] = b, n
     return buckets, rows_of
+
+
+def bucket_sql(key: str, key_type: str, count: int) -> str:
+    """The partition ``hash_sql`` puts a row of ``key`` in (ValueError: a type it does not hash)."""
+    return hash_sql([quote_ident(key)], (canonical_hash_type(key_type),), count)
+
+
+def file_bucket(
+    con: duckdb.DuckDBPyConnection, scan: Callable[[list[str]], str], path: str, bucket: str, key: str
+) -> tuple[int | None, int] | str:
+    """The one bucket of the file's rows (None without rows) and its rows, or why it has none."""
+    query = f"SELECT count(DISTINCT b), min(b), count(*) FROM (SELECT {bucket} AS b FROM {scan([path])})"
+    try:
+        kinds, b, rows = con.execute(query).fetchall()[0]
+    except duckdb.Error as e:
+        raise CatalogError(f"cannot read data file {path}: {e}") from e
+    if kinds > 1:
+        return f"{path} holds rows of several values of {key}"
+    return (None if rows == 0 else int(b)), int(rows)
 
 
 def file_rows(rt: Runtime, qid: int, paths: list[str]) -> list[int]:

@@ -17,7 +17,7 @@ def _tree(node: Node, depth: int, lines: list[str]) -> None:
 
 
 def explain_plan(plan: StagePlan, stats: list | None = None) -> str:
-    lines: list[str] = []
+    lines = [f"Read at: {', '.join(plan.read_at)}"] if plan.read_at else []
     for stage in plan.stages:
         where = "driver" if stage.on_driver else "all ranks"
         if stage.once_per_process:  # exec/fused.py

@@ -104,6 +104,7 @@ class StagePlan:
     output_schema: pa.Schema  # what single-process DuckDB returns for the query
     output_types: tuple[str, ...] = ()  # the result columns' DuckDB types (Python values follow them)
     query: str = ""  # the user's SQL, for an error's message: a stage's SQL is a rewrite of it
+    read_at: tuple[str, ...] = ()  # the version each lake table is read at ("t: Delta version 5")
 
     def stage(self, sid: int) -> Stage:
         return self.stages[sid]

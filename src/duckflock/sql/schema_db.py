@@ -4,12 +4,13 @@ answers type questions about plan nodes exactly as the executing DuckDBs will.""
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 
 import duckdb
 import pyarrow as pa
 
 from duckflock import duckdb_avg
-from duckflock.catalog import Catalog
+from duckflock.catalog import Catalog, TableInfo
 from duckflock.errors import CatalogError, SqlError, duckdb_message
 from duckflock.local_duckdb import restrict, set_time_zone
 from duckflock.plan.nodes import Node
@@ -26,9 +27,17 @@ class SchemaDB:
         duckdb_avg.register(self.con)  # plan nodes' SQL may finish a split AVG
         if only_dir is not None:  # binding reads files a query names: same limits as the ranks
             restrict(self.con, [only_dir])
-        for name, info in catalog.tables.items():
-            cols = ", ".join(f"{q(c)} {t}" for c, t in info.columns)
-            self.con.execute(f"CREATE TABLE {q(name)} ({cols})")
+        self._columns: dict[str, tuple[tuple[str, str], ...]] = {}
+        self.define(catalog.tables.values())
+
+    def define(self, tables: Iterable[TableInfo]) -> None:
+        """Tables as a query reads them, (re)created where their columns differ: a lake table at
+        another version (ingest/versions.py) may have other columns, or another name."""
+        for info in tables:
+            if self._columns.get(info.name) != info.columns:
+                cols = ", ".join(f"{q(c)} {t}" for c, t in info.columns)
+                self.con.execute(f"CREATE OR REPLACE TABLE {q(info.name)} ({cols})")
+                self._columns[info.name] = info.columns
 
     @functools.cached_property
     def functions(self) -> list[FunctionRow]:
