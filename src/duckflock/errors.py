@@ -10,6 +10,7 @@ _INTERNAL_HINT = re.compile(
 )
 
 # DuckDB's context of an error in a statement, at the end of its message: the line, and a caret.
+_TRACEBACK = "Traceback (most recent call last):"
 _CONTEXT = re.compile(r"\n\s*LINE \d+: .*", re.DOTALL)
 # A column a failing cast read: a rewrite names them "alias.column" (aliases have no dot), or
 # "__o1" and the like for what it computed itself (where DuckDB would name no column).
@@ -24,6 +25,8 @@ def duckdb_message(e: Exception, query: str | None = None) -> str:
     are not the user's, so DuckDB's context (the statement's line, a caret) gives way to the
     query, and a cast's source column is named as DuckDB names it in the query itself."""
     text = _INTERNAL_HINT.sub("", str(e)).strip()
+    if _TRACEBACK in text:  # a Python reader's error (an object filesystem's), traceback and all
+        text = text.rstrip().rsplit("\n", 1)[-1]
     if query:
         text, in_context = _CONTEXT.subn("", text)
         text = _COMPUTED_COLUMN.sub("", _SOURCE_COLUMN.sub(r"\1", text))

@@ -5,17 +5,22 @@ co-located."""
 
 from __future__ import annotations
 
+import time
+
 import duckdb
 import pyarrow as pa
 import pytest
 from test_ingest_load import QID, load, run_ranks
 from test_lake_tables import assert_no_shuffle, compare, write
 
+import duckflock
+import duckflock.errors
 from duckflock.catalog import Catalog
 from duckflock.ingest.delta import load_delta
 from duckflock.ingest.iceberg import load_iceberg
 from duckflock.ingest.lake import delta_storage_options, iceberg_properties
 from s3_support import bucket, upload_tree
+from support import assert_same
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -113,3 +118,37 @@ def test_iceberg_warehouse_in_the_bucket_equals_its_scan(s3, tmp_path):
     ref.register("p_arrow", tbl.scan().to_arrow())
     ref.execute("CREATE VIEW p AS SELECT * FROM p_arrow")
     compare(root, 2, ["SELECT * FROM p", "SELECT k, count(*) AS n, min(v) AS mv FROM p GROUP BY k"], ref)
+
+
+def test_delta_objects_replaced_or_gone_are_refused_naming_them(s3, tmp_path):
+    """The objects of every version a query reads carry their ETag and size: one rewritten under
+    its name after registration, or one removed, fails the query naming it, within the timeout."""
+    from deltalake import DeltaTable, write_deltalake
+
+    uri = f"s3://{BUCKET}/delta/r"
+    options = {**delta_storage_options(), "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    write_deltalake(uri, pa.table({"k": pa.array(range(20), pa.int64())}), storage_options=options)
+    root = tmp_path / "data"
+    _, errors = run_ranks(2, lambda rt: load_delta(rt, QID, root, "r", uri, None, 2))
+    assert errors == [None, None], errors
+    assert Catalog.load(root).table("r").objects  # stamped
+    with duckflock.connect(str(root), ranks=2, transport="threads") as db:
+        write_deltalake(
+            uri, pa.table({"k": pa.array([100, 101], pa.int64())}), mode="append", storage_options=options
+        )
+        ref = DeltaTable(uri, storage_options=options).to_pyarrow_table()
+        assert_same(db.sql("SELECT * FROM r").arrow(), ref)  # the new version's object stamped here
+        first = DeltaTable(uri, version=0, storage_options=options).file_uris()[0]
+        added = next(u for u in DeltaTable(uri, storage_options=options).file_uris() if u != first)
+        start = time.monotonic()
+        s3.delete_object(Bucket=BUCKET, Key=added.removeprefix(f"s3://{BUCKET}/"))
+        with pytest.raises(duckflock.errors.DuckflockError) as gone:
+            db.sql("SELECT count(*) FROM r")
+        assert added in str(gone.value) and "table 'r' at Delta version 1" in str(gone.value)
+        key = first.removeprefix(f"s3://{BUCKET}/")
+        s3.put_object(
+            Bucket=BUCKET, Key=key, Body=s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() + b"x"
+        )
+        with pytest.raises(duckflock.errors.DuckflockError, match=f"{first} changed after it was registered"):
+            db.sql("SELECT * FROM r VERSION AS OF 0")
+        assert time.monotonic() - start < 60

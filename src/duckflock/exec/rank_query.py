@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from duckflock.catalog import Catalog
+from duckflock.catalog import Catalog, TableInfo
 from duckflock.errors import DuckflockError, ExecutionError, duckdb_message
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.spill import QuerySpill
@@ -279,6 +279,7 @@ class _RankQuery:
         if remote is not None:  # we were interrupted because another rank failed first
             return remote.error()
         cause = describe_error(e, self.received.first_error, self.plan.query)
+        cause += _lake_file(cause, self.cmd.tables)
         sid = self.stage_id if sid is None else sid
         self.rt.mux.fail(self.cmd.qid, sid, cause)
         return ExecutionError(self.rt.rank, sid, cause)
@@ -293,6 +294,18 @@ class _RankQuery:
         self.received.close()
         if self.part is not None:
             self.part.abort()
+
+
+def _lake_file(cause: str, tables: dict[str, TableInfo]) -> str:
+    """Which lake table (at which version) the file an error names belongs to, if any: a Delta
+    or Iceberg file is gone when a vacuum or snapshot expiry removed it."""
+    for info in tables.values():
+        at = info.source.get("version" if info.source.get("format") == "delta" else "snapshot")
+        for f in (f for p in info.partitions for f in p.files) if info.source else ():
+            if f in cause:
+                kind = "Delta version" if info.source["format"] == "delta" else "Iceberg snapshot"
+                return f"\n(a data file of table {info.name!r} at {kind} {at}: removed or rewritten since?)"
+    return ""
 
 
 _FROM_PYTHON = "Detail: Python exception:"  # DuckDB's text for an error a Python reader raised

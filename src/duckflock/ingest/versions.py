@@ -192,12 +192,8 @@ def replan(con: duckdb.DuckDBPyConnection, root: Path, base: TableInfo, version:
     kind, keys = ("hash", base.keys) if parts is not None else ("none", ())
     if parts is None:
         parts = balanced([f.size for f in version.files], count)
-    kept = {u: (n, e) for u, n, e in base.objects}
-    stamps = tuple(
-        (u, *kept[u]) if u in kept else (u, (s := objects.stamp(u)).size, s.etag)
-        for u in names
-        if objects.is_uri(u)
-    )
+    kept = {o[0]: o for o in base.objects}
+    stamps = tuple(kept.get(u) or _stamp(u) for u in names if objects.is_uri(u))
     partitions = tuple(PartitionInfo(tuple(names[i] for i in p), sum(rows[i] or 0 for i in p)) for p in parts)
     number_key = "version" if fmt == "delta" else "snapshot"
     return replace(
@@ -209,6 +205,11 @@ def replan(con: duckdb.DuckDBPyConnection, root: Path, base: TableInfo, version:
         source={**base.source, number_key: version.number},
         objects=stamps,
     )
+
+
+def _stamp(uri: str) -> tuple[str, int, str]:
+    s = objects.stamp(uri)  # a HEAD request: an object new in this version
+    return s.uri, s.size, s.etag
 
 
 def _by_key(
