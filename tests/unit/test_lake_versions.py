@@ -59,6 +59,9 @@ def test_delta_table_follows_its_commits_and_travels_back(tmp_path):
         write_deltalake(uri, rows(100, 7, [1, 4]), mode="append", partition_by=["k"])  # version 1
         check(db, query, {"p": at()})
         assert "p: Delta version 1" in db.explain(query)
+        join = "SELECT p.k, count(*) AS n FROM p JOIN p0 ON p.k = p0.k GROUP BY p.k"
+        assert "co-located" in db.explain(join)  # the new files placed by their key's hash
+        check(db, join, {"p": at(), "p0": at(0)})
         check(db, "SELECT * FROM p0", {"p0": at(0)})  # registered at version 0: stays there
         check(db, "SELECT * FROM p VERSION AS OF 0", {"p0": at(0)}, "SELECT * FROM p0")
         check(db, "SELECT * FROM p AT (VERSION => 0)", {"p0": at(0)}, "SELECT * FROM p0")
@@ -120,3 +123,23 @@ def test_iceberg_table_follows_its_snapshots_and_travels_back(tmp_path):
         check(db, f"SELECT * FROM p VERSION AS OF {old}", old_rows, "SELECT * FROM p0")
         with pytest.raises(CatalogError, match=r"table 'p' VERSION AS OF 42: .*no snapshot 42"):
             db.sql("SELECT * FROM p VERSION AS OF 42")
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("SELECT * FROM t VERSION AS OF 3", 'SELECT * FROM "t@3" AS t'),
+        ("SELECT * FROM t FOR VERSION AS OF 3 AS a", 'SELECT * FROM "t@3" AS a'),
+        ('SELECT * FROM "t" a AT (VERSION => 3) WHERE a.x > 1', 'SELECT * FROM "t@3" a WHERE a.x > 1'),
+        (
+            "SELECT 1 FROM t TIMESTAMP AS OF '2024-01-01' JOIN u USING (k)",
+            'SELECT 1 FROM "t@3" AS t JOIN u USING (k)',
+        ),
+    ],
+)
+def test_time_travel_clauses_become_tables_of_their_own(query, expected):
+    from duckflock.sql.time_travel import references, rewrite
+
+    refs = references(query)
+    assert refs is not None and len(refs.as_of) == 1
+    assert rewrite(query, refs.as_of, ["t@3"]) == expected

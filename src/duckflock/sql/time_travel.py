@@ -73,8 +73,7 @@ def rewrite(text: str, as_of: tuple[AsOf, ...], names: list[str]) -> str:
             anchor = alias.this.meta["end"]  # DuckDB's AT comes after the alias
         else:
             anchor = t.this.meta["end"]
-        start, end = _clause(tokens, anchor, ref.table)
-        edits.append((start, end, ""))
+        edits.append((anchor + 1, _clause_end(tokens, anchor, ref.table), ""))  # with the space before
         renamed = quote_ident(name) + ("" if alias is not None else f" AS {t.this.sql('duckdb')}")
         edits.append((first.meta["start"], t.this.meta["end"], renamed))
     for start, end, new in sorted(edits, reverse=True):
@@ -82,17 +81,17 @@ def rewrite(text: str, as_of: tuple[AsOf, ...], names: list[str]) -> str:
     return text
 
 
-def _clause(tokens: list, anchor: int, table: str) -> tuple[int, int]:
-    """Where the time-travel clause after position ``anchor`` starts and ends (inclusive)."""
+def _clause_end(tokens: list, anchor: int, table: str) -> int:
+    """Where the time-travel clause after position ``anchor`` ends (inclusive)."""
     after = [tok for tok in tokens if tok.start > anchor]
     if after and after[0].text.upper() == "AT":  # AT ( ... ): to the matching parenthesis
         depth = 0
         for tok in after[1:]:
             depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(tok.token_type, 0)
             if depth == 0:
-                return after[0].start, tok.end
+                return int(tok.end)
     else:  # [FOR] VERSION|TIMESTAMP AS OF <literal>
         for tok in after:
             if tok.token_type in (TokenType.NUMBER, TokenType.STRING):
-                return after[0].start, tok.end
+                return int(tok.end)
     raise SqlError(f"cannot read the time travel clause of {table}")
