@@ -17,7 +17,7 @@ from duckflock.ingest.iceberg import load_iceberg
 from duckflock.ingest.lake import delta_storage_options, iceberg_properties
 from s3_support import bucket, upload_tree
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # slow: outside `make test-fast`
 
 BUCKET = "lakes"
 
