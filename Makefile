@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 DEMO_SF ?= 0.1
 DEMO_DIR ?= data/tpch-sf$(DEMO_SF)
 
-.PHONY: setup bytecode demo test lint bench clean lock
+.PHONY: setup bytecode demo test test-fast lint bench clean lock
 
 setup: $(STAMP)
 
@@ -41,6 +41,12 @@ test: bytecode
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+# The edit loop (a few minutes): unit tests and each .test file once, on 2 ranks as threads;
+# `make test` runs everything, as CI does.
+test-fast: bytecode
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/pytest -q -m "not slow and not dist" tests/unit tests/sql
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

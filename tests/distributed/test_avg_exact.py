@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import duckflock
@@ -51,12 +52,10 @@ def data(tmp_path_factory) -> Path:
             ("b", 62, 0),
         )
     )
-    make_table(
-        root,
-        "t",
-        f"SELECT (i % 97)::INTEGER AS g, (i % 3)::INTEGER AS h, {cols} FROM range(30000) r(i)",
-        partitions=3,
-    )
+    con = duckdb.connect()
+    con.execute("SELECT setseed(0.5)").fetchall()  # the same rows on every run: a failure can be replayed
+    rows = con.sql(f"SELECT (i % 97)::INTEGER AS g, (i % 3)::INTEGER AS h, {cols} FROM range(30000) r(i)")
+    make_table(root, "t", rows.to_arrow_table(), partitions=3)
     return root
 
 

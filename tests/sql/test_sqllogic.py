@@ -50,6 +50,9 @@ WIDE = {
     "type_matrix": SPREAD,
 }
 
+# The edit loop's one combination per file where the file runs on it (else its first): two ranks,
+# threads, broadcasts forced off (so joins and aggregates shuffle).
+FAST = ("threads", 2, "off")
 
 # The storage transport on the files whose queries exchange the most shapes of data.
 STORAGE = {"joins": [("storage", 2, "off")], "subqueries": [("storage", 3, "default")]}
@@ -60,11 +63,15 @@ def _cases() -> list:
         full = [(p, c) for p in FILES for c in FULL]
         full += [(p, ("storage", r, c)) for p in FILES for r in (2, 3) for c in ("default", "off")]
         return [pytest.param(p, *c, id=f"{p.stem}-{c}") for p, c in full]
-    return [
-        pytest.param(p, *c, id=f"{p.stem}-{c}")
-        for p in FILES
-        for c in [*WIDE.get(p.stem, QUICK), *STORAGE.get(p.stem, [])]
-    ]
+    cases = []
+    for p in FILES:
+        combos = [*WIDE.get(p.stem, QUICK), *STORAGE.get(p.stem, [])]
+        fast = FAST if FAST in combos else combos[0]  # `make test-fast` runs each file once
+        cases += [
+            pytest.param(p, *c, id=f"{p.stem}-{c}", marks=() if c == fast else pytest.mark.slow)
+            for c in combos
+        ]
+    return cases
 
 
 @pytest.mark.parametrize(("path", "transport", "ranks", "config"), _cases())

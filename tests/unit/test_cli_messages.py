@@ -69,6 +69,7 @@ def _on_a_terminal(*args: str) -> tuple[int, str]:
     return proc.wait(timeout=60), shown.decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_datagen_shows_its_parts_on_a_terminal_and_nothing_when_piped(tmp_path):
     args = ("datagen", "tpch", "--sf", "0.01", "--parts", "2", "--out")
     code, shown = _on_a_terminal(*args, str(tmp_path / "tty"))

@@ -22,7 +22,7 @@ from duckflock.ingest.lake import delta_storage_options, iceberg_properties
 from s3_support import bucket, upload_tree
 from support import assert_same
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # slow: outside `make test-fast`
 
 BUCKET = "lakes"
 

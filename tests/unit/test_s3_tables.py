@@ -20,6 +20,8 @@ from duckflock.testing.tpch import ORDER, queries
 from s3_support import bucket, moto_process, opened, s3_env, silent_server, upload_tree
 from support import assert_same, oracle
 
+pytestmark = pytest.mark.slow  # minutes: outside `make test-fast`
+
 BUCKET = "lake"
 LIVENESS_S = 30  # every bad-input case fails well within this
 

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from duckflock.errors import TransportError
 
 if TYPE_CHECKING:
     from duckflock.exec.cancel import Cancel
     from duckflock.exec.driver import QueryOutcome
     from duckflock.exec.progress import ProgressCallback
     from duckflock.plan.stages import StagePlan
+
+R = TypeVar("R")
+
+
+def expect_reply(kind: type[R], reply: object, sender: str) -> R:
+    """``reply`` as the ``kind`` a request asked for. Replies come from other processes: a mismatch
+    (a reply meant for another request) is an error, checked even under ``python -O``."""
+    if not isinstance(reply, kind):
+        raise TransportError(f"{sender} answered with {type(reply).__name__} where {kind.__name__} was due")
+    return reply
 
 
 class Backend(Protocol):

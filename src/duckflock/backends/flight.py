@@ -20,6 +20,7 @@ import time
 
 import pyarrow as pa
 
+from duckflock.backends.base import expect_reply
 from duckflock.config import Config
 from duckflock.errors import DuckflockError, QueryCancelled, TransportError
 from duckflock.exec.cancel import Cancel
@@ -160,7 +161,7 @@ class FlightBackend:
             raise DuckflockError("with workers, --output takes a file, not a directory")
         request = SqlRequest(query, profile, session=self.sid, progress=progress is not None)
         reply = self._ask("sql", request, progress, cancel)
-        assert isinstance(reply, SqlReply)
+        reply = expect_reply(SqlReply, reply, f"worker 0 at {self.locations[0]}")
         ticket = to_json(ResultTicket(self.sid, reply.rows))
         if output is None:
             reply.outcome.table = self._clients[0].fetch(ticket)
@@ -181,8 +182,7 @@ class FlightBackend:
 
     def plan(self, query: str) -> StagePlan:
         reply = self._ask("plan", PlanRequest(query, session=self.sid))
-        assert isinstance(reply, PlanReply)
-        return reply.plan
+        return expect_reply(PlanReply, reply, f"worker 0 at {self.locations[0]}").plan
 
     def close(self) -> None:
         self._close(self._clients)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from duckflock.backends.base import expect_reply
 from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError, QueryCancelled
 from duckflock.exec.cancel import Cancel
@@ -191,8 +192,7 @@ class MpiJobBackend:
         if output is not None:
             output = _absolute(output)  # the ranks may run in another directory
         request = SqlRequest(query, profile, progress=progress is not None, output=output)
-        reply = self._call(request, progress, cancel)
-        assert isinstance(reply, SqlReply)
+        reply = expect_reply(SqlReply, self._call(request, progress, cancel), "rank 0")
         try:
             with pa.memory_map(reply.rows) as source:
                 reply.outcome.table = pa.ipc.open_file(source).read_all()
@@ -201,9 +201,7 @@ class MpiJobBackend:
         return reply.outcome
 
     def plan(self, query: str) -> StagePlan:
-        reply = self._call(PlanRequest(query))
-        assert isinstance(reply, PlanReply)
-        return reply.plan
+        return expect_reply(PlanReply, self._call(PlanRequest(query)), "rank 0").plan
 
     def _stop_job(self) -> None:
         """mpiexec ends the ranks it started on SIGTERM; SIGKILL if it does not within 5 s."""
