@@ -631,7 +631,8 @@ def test_a_streamed_input_that_fails_is_reported_by_its_own_error_not_duckdbs_wr
     con.register("__x0", pa.RecordBatchReader.from_batches(pa.schema([("a", pa.int64())]), batches()))
     with pytest.raises(duckdb.Error) as wrapped:
         con.sql("SELECT sum(a) FROM __x0").fetchall()
-    assert "Traceback" in describe_error(wrapped.value)
+    assert "Traceback" in str(wrapped.value)
+    assert "Traceback" not in describe_error(wrapped.value)  # cut from DuckDB's text for the user
     assert describe_error(wrapped.value, lost) == str(lost)
     # A DuckDB error of the stage's own is not taken for the receiving thread's.
     with pytest.raises(duckdb.Error) as own:
