@@ -44,6 +44,7 @@ many times a request is tried, with the SDK's backoff between.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -345,6 +346,27 @@ def delete(uri: str) -> None:
         pass
     except Exception as e:
         raise _failed(f"cannot delete object {uri}", e) from None
+
+
+def drop_empty_markers(fs: pafs.FileSystem, path: str) -> None:
+    """pyarrow keeps an emptied S3 "directory" by writing a marker object (``dir/``) in its parent:
+    remove such markers with nothing under them, from ``path`` (``bucket/key``) up to the bucket."""
+    import pyarrow.fs as pafs
+
+    while "/" in path:  # not the bucket itself
+        if fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
+            return  # other objects live here
+        if fs.get_file_info(path).type != pafs.FileType.Directory:
+            return  # no marker
+        fs.delete_dir(path)  # may write the parent's marker: the next round removes it
+        path = path.rpartition("/")[0]
+
+
+def drop_markers_of(prefix: str) -> None:
+    """drop_empty_markers for an ``s3://bucket/prefix/`` (best effort: a marker is no object)."""
+    bucket, key = split(prefix)
+    with contextlib.suppress(Exception):
+        drop_empty_markers(filesystem(), f"{bucket}/{key}".rstrip("/"))
 
 
 def names_under(prefix: str) -> Sequence[str]:
