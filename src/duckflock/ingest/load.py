@@ -702,6 +702,8 @@ def _publish(
                     f.unlink(missing_ok=True)
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            tdir.rmdir()  # a table now written as objects keeps no directory (only an empty one goes)
         info = with_widths(rt.con, info, root)
         catalog.put(info)
     remove(sorted(replaced))  # objects the table wrote before: no longer named once saved

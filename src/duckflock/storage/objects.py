@@ -150,7 +150,35 @@ def _filesystem(settings: Settings, _credentials: tuple[str | None, ...]) -> paf
 
 def _failed(what: str, e: Exception) -> ObjectError:
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return ObjectError(f"{what}: {text}")
+    return ObjectError(f"{what}: {text}{_no_credentials()}")
+
+
+# Where the AWS SDK finds credentials, short of an instance's role (which only a request can tell).
+_CREDENTIAL_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_PROFILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+
+
+def _no_credentials() -> str:
+    """A hint for a failure with no credentials configured (the SDK then fails with an error that
+    does not say so, e.g. INTERNAL_FAILURE); '' where some are, or the bucket is read anonymously."""
+    env = os.environ
+    if Settings.from_env().anonymous or any(env.get(n) for n in _CREDENTIAL_ENV):
+        return ""
+    files = (
+        env.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials",
+        env.get("AWS_CONFIG_FILE") or "~/.aws/config",
+    )
+    if any(os.path.exists(os.path.expanduser(f)) for f in files):
+        return ""
+    return (
+        " (no AWS credentials are configured: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or "
+        "AWS_PROFILE, or DUCKFLOCK_S3_ANONYMOUS=1 for a public bucket)"
+    )
 
 
 # ---- listing and stamps ------------------------------------------------------------------------------
