@@ -15,6 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 
 from duckflock.errors import CatalogError
@@ -69,6 +70,9 @@ def _send(rt: Runtime, qid: int, scan: str, part_sql: str, part_column: str, eve
         for batch in reader:
             writer.write(batch)
         writer.close(reader.schema)
+    except OSError as e:  # DuckDB's error, as pyarrow's reader passes it on: DuckDB's again
+        interrupted = str(e).startswith("INTERRUPT")
+        raise (duckdb.InterruptException if interrupted else duckdb.Error)(str(e)) from e
     finally:
         reader.close()
 
