@@ -3,6 +3,7 @@ threads; results written to objects; bad input fails fast with a message naming 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from test_ingest_load import QID, run_ranks
 import duckflock
 from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError
-from duckflock.ingest.load import load_table
+from duckflock.ingest.load import load_table, repartition_table
 from duckflock.local_duckdb import open_duckdb
 from duckflock.testing.tpch import ORDER, queries
 from s3_support import bucket, moto_process, opened, s3_env, silent_server, upload_tree
@@ -296,3 +297,22 @@ def test_destination_without_access_or_credentials_fails_fast(hive_local, tmp_pa
                 message = failure(tmp_path, "t", files, partition_by=["id"], output=f"s3://{BUCKET}/t/")
             assert f"cannot write the table to s3://{BUCKET}/t/" in message and cause in message, message
             assert nothing_visible(tmp_path, "t")
+
+
+def test_repartition_rewrites_an_object_table_under_its_prefix(s3, events, hive_local, tmp_path):
+    out = f"s3://{BUCKET}/tables/stale/"
+    register(tmp_path, "stale", [events], partition_by=["id"], partitions=3, output=out)
+    path = tmp_path / "duckflock_catalog.json"
+    catalog = json.loads(path.read_text())
+    catalog["tables"]["stale"]["partitioning"].update(hash_canary=1, duckdb="0.0.1-other")
+    path.write_text(json.dumps(catalog))  # as placed by a DuckDB whose hash() differs
+    old = Catalog.load(tmp_path).table("stale").object_uris()
+    _, errors = run_ranks(2, lambda rt: repartition_table(rt, QID, tmp_path, "stale"))
+    assert errors == [None, None], errors
+    info = Catalog.load(tmp_path).table("stale")
+    assert info.hash_is_current() and not set(old) & set(info.object_uris())
+    assert _keys(s3, "tables/stale/", uri=True) == sorted(info.object_uris())
+    source = f"read_parquet('{hive_local}/**/*.parquet', hive_partitioning = true)"
+    q = "SELECT id, kind, v FROM {t}"
+    with duckflock.connect(str(tmp_path), ranks=2, transport="threads") as db:
+        assert_same(db.sql(q.format(t="stale")).arrow(), duckdb.sql(q.format(t=source)).to_arrow_table())
