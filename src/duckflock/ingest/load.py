@@ -1,7 +1,8 @@
 """Loading Parquet or CSV files as a table, as they are or repartitioned by hash or range of key columns.
 
 ``load_table`` runs SPMD: every rank of the job calls it with the same arguments. Each rank reads only
-its share of the input files (file ``i`` goes to rank ``i % size``), so loading scales with the ranks.
+its share of the input files (registering: file ``i`` on rank ``i % size``; repartitioning: shares of
+about equal bytes, ingest/shares.py), so loading scales with the ranks.
 
 Requirements:
 
