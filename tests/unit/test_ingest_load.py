@@ -427,3 +427,13 @@ def test_loads_into_one_directory_at_the_same_time_keep_every_table(tmp_path, in
     assert sorted(catalog.tables) == names
     assert all(catalog.table(n).rows == 600 for n in names)
     assert not [d for n in names for d in (tmp_path / n).iterdir() if d.is_dir()]  # no staging left
+
+
+def test_ranks_read_shares_of_about_equal_bytes():
+    from duckflock.ingest.shares import share
+
+    sizes = [100, 10, 60, 40, 5, 5]
+    shares = [share(sizes, r, 2) for r in range(2)]
+    assert sorted(shares[0] + shares[1]) == list(range(6))
+    assert sorted(sum(sizes[i] for i in s) for s in shares) == [110, 110]
+    assert share([7], 1, 2) == []  # fewer files than ranks

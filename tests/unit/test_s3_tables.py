@@ -3,6 +3,8 @@ threads; results written to objects; bad input fails fast with a message naming 
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from test_ingest_load import QID, run_ranks
 import duckflock
 from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError
-from duckflock.ingest.load import load_table
+from duckflock.ingest.load import load_table, repartition_table
 from duckflock.local_duckdb import open_duckdb
 from duckflock.testing.tpch import ORDER, queries
 from s3_support import bucket, moto_process, opened, s3_env, silent_server, upload_tree
@@ -37,9 +39,9 @@ def register(root: Path, name: str, files: list[str], ranks: int = 2, **kw) -> N
     assert errors == [None] * ranks, errors
 
 
-def failure(root: Path, name: str, files: list[str]) -> str:
+def failure(root: Path, name: str, files: list[str], **kw) -> str:
     t0 = time.monotonic()
-    _, errors = run_ranks(2, lambda rt: load_table(rt, QID, root, name, files))
+    _, errors = run_ranks(2, lambda rt: load_table(rt, QID, root, name, files, **kw))
     assert time.monotonic() - t0 < LIVENESS_S
     assert errors[0] is not None
     return str(errors[0])
@@ -133,18 +135,63 @@ def test_hive_objects_with_null_partition_match_duckdb_and_prune(s3, hive_local,
     assert unpruned >= total and 0 < pruned * total <= unpruned, (pruned, unpruned, total)
 
 
-def test_repartition_from_objects_to_local(s3, hive_local, tmp_path):
-    register(tmp_path, "ev", [f"s3://{BUCKET}/events/**/*.parquet"], partition_by=["id"], partitions=4)
-    info = Catalog.load(tmp_path).table("ev")
-    assert info.kind == "hash" and all(not f.startswith("s3://") for p in info.partitions for f in p.files)
-    local = f"read_parquet('{hive_local}/**/*.parquet', hive_partitioning = true)"
+@pytest.fixture(scope="module")
+def events(s3, hive_local) -> str:
+    """The hive rows as objects: their glob."""
+    upload_tree(s3, hive_local, BUCKET, "events")
+    return f"s3://{BUCKET}/events/**/*.parquet"
+
+
+def exchanges(db, sql: str) -> set[str]:  # type: ignore[no-untyped-def]
+    """The kinds of the outputs of the query's stages (gather and result: no exchange between ranks)."""
+    return set(re.findall(r"; output (\w+)", db.explain(sql)))
+
+
+def test_repartition_from_objects_to_local_and_to_objects(s3, events, hive_local, tmp_path):
+    register(tmp_path, "ev", [events], partition_by=["id"], partitions=4)
+    register(tmp_path, "ev3", [events], partition_by=["id"], partitions=4, output=f"s3://{BUCKET}/tables/ev3")
+    local, there = Catalog.load(tmp_path).table("ev"), Catalog.load(tmp_path).table("ev3")
+    assert local.kind == there.kind == "hash" and local.rows == there.rows == 400
+    # Rows were shuffled to the rank owning their partition: one file per (non-empty) partition.
+    assert all(len(p.files) == 1 and not p.files[0].startswith("s3://") for p in local.partitions)
+    assert all(len(p.files) == 1 for p in there.partitions)
+    uris = there.object_uris()
+    assert all(u.startswith(f"s3://{BUCKET}/tables/ev3/part-") for u in uris)
+    assert sorted(u for u, _, _ in there.objects) == sorted(uris) == _keys(s3, "tables/ev3/", uri=True)
+    assert all(etag and size for _, size, etag in there.objects)
+    assert there.source == {"written_to": f"s3://{BUCKET}/tables/ev3/"} and not (tmp_path / "ev3").exists()
+    source = f"read_parquet('{hive_local}/**/*.parquet', hive_partitioning = true)"
+    checks = [
+        "SELECT kind, year, count(*) AS n, sum(id) AS s FROM {t} GROUP BY ALL",
+        "SELECT id, count(*) AS n, max(v) AS v FROM {t} GROUP BY id",
+        "SELECT a.id, a.kind, b.v FROM {t} a JOIN {u} b ON a.id = b.id WHERE a.year IS NULL",
+    ]
     with duckflock.connect(str(tmp_path), ranks=2, transport="threads") as db:
-        q = "SELECT kind, year, count(*) AS n, sum(id) AS s FROM {t} GROUP BY ALL"
-        assert_same(db.sql(q.format(t="ev")).arrow(), duckdb.sql(q.format(t=local)).to_arrow_table())
+        for q in checks:
+            expected = duckdb.sql(q.format(t=source, u=source)).to_arrow_table()
+            for t, u in (("ev", "ev"), ("ev3", "ev3"), ("ev3", "ev")):
+                assert_same(db.sql(q.format(t=t, u=u)).arrow(), expected)
+        # Placed by the key as local partitioned tables are: grouped and joined where they lie.
+        assert exchanges(db, checks[1].format(t="ev3")) == {"gather", "result"}
+        assert exchanges(db, checks[2].format(t="ev3", u="ev")) == {"gather", "result"}
 
 
-def _keys(s3, prefix: str) -> list[str]:
-    return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", []))
+def test_reloading_an_object_table_removes_its_old_objects(s3, events, tmp_path):
+    out = f"s3://{BUCKET}/tables/again/"
+    register(tmp_path, "again", [events], partition_by=["kind"], partitions=3, output=out)
+    first = Catalog.load(tmp_path).table("again").object_uris()
+    register(tmp_path, "again", [events], partition_by=["id"], partitions=2, output=out)
+    second = Catalog.load(tmp_path).table("again").object_uris()
+    assert not set(first) & set(second) and _keys(s3, "tables/again/", uri=True) == sorted(second)
+    register(tmp_path, "again", [events], partition_by=["id"], partitions=2)  # now local
+    assert _keys(s3, "tables/again/") == []
+
+
+def _keys(s3, prefix: str, uri: bool = False) -> list[str]:
+    """The keys under ``prefix`` (pyarrow's "directory" markers, ``dir/``, left out), or their URIs."""
+    found = s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+    keys = sorted(o["Key"] for o in found if not o["Key"].endswith("/"))
+    return [f"s3://{BUCKET}/{k}" for k in keys] if uri else keys
 
 
 def test_results_to_objects_commit_with_success_last(s3, tpch_on_s3, tpch_dir, tmp_path):
@@ -214,3 +261,60 @@ def test_wrong_credentials_and_silent_server_fail_fast(tmp_path):
     ):
         message = failure(tmp_path, "t", [f"s3://{BUCKET}/tpch/*.parquet"])
         assert f"s3://{BUCKET}/tpch/" in message and "INVALID_ACCESS_KEY_ID" in message
+
+
+def nothing_visible(root: Path, name: str) -> bool:
+    return not (root / "duckflock_catalog.json").exists() or Catalog.load(root).find(name) is None
+
+
+def test_failed_load_to_objects_leaves_no_table_and_no_object(s3, events, tmp_path):
+    out = f"s3://{BUCKET}/tables/failed/"
+    message = failure(tmp_path, "f", [events], partition_by=["nokey"], output=out)
+    assert "no column 'nokey'" in message
+    message = failure(tmp_path, "f", [events], partition_by=["id"], output="s3://no-such-bucket/t/")
+    assert "s3://no-such-bucket/t/" in message and "bucket does not exist" in message
+    # Every rank has uploaded its partitions when the catalog cannot be saved: they are removed.
+    (tmp_path / "duckflock_catalog.json").write_text("{ not json")
+    message = failure(tmp_path, "f", [events], partition_by=["id"], output=out)
+    assert "not a JSON catalog" in message
+    (tmp_path / "duckflock_catalog.json").unlink()
+    assert nothing_visible(tmp_path, "f") and not (tmp_path / "f").exists()
+    assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="tables/failed")  # no marker either
+
+
+def test_destination_without_access_or_credentials_fails_fast(hive_local, tmp_path):
+    files = [str(f) for f in sorted(hive_local.glob("**/*.parquet"))]
+    with moto_process({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as endpoint:
+        cases = {
+            "INVALID_ACCESS_KEY_ID": {"AWS_ACCESS_KEY_ID": "wrong"},
+            "no AWS credentials are configured": {
+                "AWS_ACCESS_KEY_ID": "",
+                "AWS_SECRET_ACCESS_KEY": "",
+                "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+                "AWS_CONFIG_FILE": str(tmp_path / "none"),
+            },
+        }
+        for cause, env in cases.items():
+            with s3_env(endpoint, **env):
+                message = failure(tmp_path, "t", files, partition_by=["id"], output=f"s3://{BUCKET}/t/")
+            assert f"cannot write the table to s3://{BUCKET}/t/" in message and cause in message, message
+            assert nothing_visible(tmp_path, "t")
+
+
+def test_repartition_rewrites_an_object_table_under_its_prefix(s3, events, hive_local, tmp_path):
+    out = f"s3://{BUCKET}/tables/stale/"
+    register(tmp_path, "stale", [events], partition_by=["id"], partitions=3, output=out)
+    path = tmp_path / "duckflock_catalog.json"
+    catalog = json.loads(path.read_text())
+    catalog["tables"]["stale"]["partitioning"].update(hash_canary=1, duckdb="0.0.1-other")
+    path.write_text(json.dumps(catalog))  # as placed by a DuckDB whose hash() differs
+    old = Catalog.load(tmp_path).table("stale").object_uris()
+    _, errors = run_ranks(2, lambda rt: repartition_table(rt, QID, tmp_path, "stale"))
+    assert errors == [None, None], errors
+    info = Catalog.load(tmp_path).table("stale")
+    assert info.hash_is_current() and not set(old) & set(info.object_uris())
+    assert _keys(s3, "tables/stale/", uri=True) == sorted(info.object_uris())
+    source = f"read_parquet('{hive_local}/**/*.parquet', hive_partitioning = true)"
+    q = "SELECT id, kind, v FROM {t}"
+    with duckflock.connect(str(tmp_path), ranks=2, transport="threads") as db:
+        assert_same(db.sql(q.format(t="stale")).arrow(), duckdb.sql(q.format(t=source)).to_arrow_table())

@@ -222,6 +222,7 @@ def run_load(args: argparse.Namespace) -> int:
                 args.scheme,
                 args.format,
                 args.hive_partitioning_key,
+                args.output,
             )
             _print_loaded("loaded", info)
     except Exception as e:

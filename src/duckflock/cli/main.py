@@ -63,6 +63,12 @@ def _add_load(sub: argparse._SubParsersAction) -> None:
     ld.add_argument("files", nargs="*", help="input files or glob patterns")
     ld.add_argument("--partition-by", default=None, help="key column(s), comma separated")
     ld.add_argument("--partitions", type=int, default=None, help="number of partitions (default 12)")
+    ld.add_argument(
+        "--output",
+        default=None,
+        help="with --partition-by: write the partitions as objects under s3://bucket/prefix/ "
+        "(default: into the data directory)",
+    )
     # No default here, so a scheme given without --partition-by can be refused rather than ignored.
     ld.add_argument(
         "--scheme", choices=["hash", "range"], default=None, help="with --partition-by (default hash)"
@@ -247,6 +253,15 @@ def _check_load_args(args: argparse.Namespace) -> None:
         args.scheme or args.partitions is not None
     ):
         raise DuckflockError("--scheme and --partitions need --partition-by: the key columns to partition by")
+    if args.output and (args.repartition or not args.partition_by):
+        raise DuckflockError(
+            "load --output is where --partition-by writes the table: files registered in place stay "
+            "where they are, and --repartition writes a table where it is"
+        )
+    if args.output:
+        from duckflock.ingest.object_output import prefix_of
+
+        prefix_of(args.output)  # an object prefix, or a message before any rank starts
 
 
 def _check_lake_args(args: argparse.Namespace) -> None:

@@ -10,7 +10,6 @@ and joins a duckflock hash table of the same key type and partition count co-loc
 
 from __future__ import annotations
 
-import heapq
 import os
 import urllib.parse
 import warnings
@@ -26,6 +25,7 @@ from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
 from duckflock.ingest.load import Input, _publish, _rel, parquet_stats
+from duckflock.ingest.shares import balanced
 from duckflock.plan.sql_text import hash_sql
 from duckflock.sqltext import quote_ident
 from duckflock.storage import objects
@@ -182,19 +182,6 @@ def file_rows(rt: Runtime, qid: int, paths: list[str]) -> list[int]:
         for i, n in part:
             rows[i] = n
     return rows
-
-
-def balanced(sizes: list[int], count: int) -> list[list[int]]:
-    """File indexes in at most ``count`` partitions of about equal bytes (largest file first, into the
-    lightest partition): partition ``p`` is read by rank ``p % ranks``, so the ranks' bytes even out."""
-    count = max(1, min(count, len(sizes)))
-    parts: list[list[int]] = [[] for _ in range(count)]
-    heap = [(0, p) for p in range(count)]
-    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        load, p = heapq.heappop(heap)
-        parts[p].append(i)
-        heapq.heappush(heap, (load + sizes[i], p))
-    return parts
 
 
 def place(

@@ -1,7 +1,8 @@
 """Loading Parquet or CSV files as a table, as they are or repartitioned by hash or range of key columns.
 
 ``load_table`` runs SPMD: every rank of the job calls it with the same arguments. Each rank reads only
-its share of the input files (file ``i`` goes to rank ``i % size``), so loading scales with the ranks.
+its share of the input files (registering: file ``i`` on rank ``i % size``; repartitioning: shares of
+about equal bytes, ingest/shares.py), so loading scales with the ranks.
 
 Requirements:
 
@@ -14,10 +15,13 @@ Requirements:
   the objects are ordered by size (largest first) so that partitions dealt round-robin to the ranks
   give each about the same bytes.
 
-Repartitioned tables are written as Parquet to ``DIR/<table>/part-<p>-r<rank>.parquet``: partition ``p``
-is the union of the files of all ranks with that ``p``. Files are first written to a staging directory
-``DIR/<table>/.load-<qid>/`` and only moved into place once every rank has succeeded, so a failed load
-leaves the previous table intact, and no directory it created.
+Repartitioning: each rank reads its share of the inputs (about equal bytes), the rows go through the
+exchange to the rank owning their partition (ingest/shuffle.py), and that rank writes the partition as
+Parquet to ``DIR/<table>/part-<p>-r<rank>.parquet``. Files are first written to a staging directory
+``DIR/<table>/.load-<id>/`` and only moved into place once every rank has succeeded, so a failed load
+leaves the previous table intact, and no directory it created. With ``output`` (an ``s3://`` prefix)
+they are uploaded there instead, and the catalog entry saved last is the commit point
+(ingest/object_output.py).
 
 ``repartition_table`` rewrites a stored hash table the same way, from its own files: for a table placed
 by a DuckDB whose ``hash()`` differs from this one's (see ``catalog.hash_canary``).
@@ -41,9 +45,11 @@ from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
+from duckflock.ingest.object_output import OWNED, ObjectOutput, owned_objects, prefix_of, remove
+from duckflock.ingest.shares import share
+from duckflock.ingest.shuffle import shuffle_partitions
 from duckflock.ingest.widths import with_widths
 from duckflock.plan.sql_text import (
-    copy_partitioned,
     copy_schema_probe,
     files_sql,
     hash_sql,
@@ -315,25 +321,6 @@ def _output_columns(con: duckdb.DuckDBPyConnection, source: str, staging: Path, 
         probe.unlink(missing_ok=True)
 
 
-def _write_partitions(
-    con: duckdb.DuckDBPyConnection, source: str, part_sql: str, staging: Path, rank: int
-) -> dict[int, list[Path]]:
-    """Write this rank's rows, split by partition, to staging/part-<p>-r<rank>.parquet (one scan)."""
-    scratch = staging / f"r{rank}"
-    shutil.rmtree(scratch, ignore_errors=True)
-    con.execute(copy_partitioned(source, part_sql, _PART_COLUMN, str(scratch)))
-    out: dict[int, list[Path]] = {}
-    # DuckDB writes hive-style directories <column>=<p>/ that hold only non-empty partitions.
-    for d in sorted(scratch.iterdir()) if scratch.exists() else []:
-        p = int(d.name.split("=", 1)[1])
-        for i, f in enumerate(sorted(d.glob("*.parquet"))):
-            target = staging / (f"part-{p}-r{rank}.parquet" if i == 0 else f"part-{p}-r{rank}-{i}.parquet")
-            os.replace(f, target)
-            out.setdefault(p, []).append(target)
-    shutil.rmtree(scratch, ignore_errors=True)
-    return out
-
-
 # ---- the SPMD entry point -----------------------------------------------------------------------
 
 
@@ -348,19 +335,22 @@ def load_table(
     scheme: str | None = None,
     fmt: str | None = None,
     hive_key: str | None = None,
+    output: str | None = None,
 ) -> TableInfo | None:
     """Load ``files`` as table ``name`` of the data directory ``catalog_dir``; call on every rank.
 
     Without ``partition_by`` the files are registered as they are (one partition each). With it they
     are rewritten as Parquet, split by ``scheme`` ("hash", the default, or "range" on one column) into
-    ``partitions`` partitions (default 12). With ``hive_key`` instead they are registered as they are,
-    hash-partitioned on that hive column of their paths (ingest/hive.py). Returns the new TableInfo
-    on rank 0 and None elsewhere;
+    ``partitions`` partitions (default 12), under the data directory or, with ``output``
+    (``s3://bucket/prefix/``), as objects there. With ``hive_key`` instead they are registered as
+    they are, hash-partitioned on that hive column of their paths (ingest/hive.py). Returns the new
+    TableInfo on rank 0 and None elsewhere;
     rank 0 saves the catalog. Errors are raised as exceptions; the caller reports them to the other
     ranks (``rt.mux.fail``), which are then released from their waits.
     """
-    with _root_cause(rt, qid):
-        return _load(rt, qid, catalog_dir, name, files, partition_by, partitions, scheme, fmt, hive_key)
+    args = (partition_by, partitions, scheme, fmt, hive_key, output)
+    with _root_cause(rt, qid), _running(rt, qid):
+        return _load(rt, qid, catalog_dir, name, files, *args)
 
 
 def stale_hash_tables(catalog: Catalog) -> list[str]:
@@ -374,8 +364,18 @@ def repartition_table(
     """Rewrite the stored hash table ``name`` with this DuckDB's hash: same keys, same partition count,
     its rows read from its own files; call on every rank. Returns the new TableInfo on rank 0 (which
     saves the catalog, now with this DuckDB's canary) and None elsewhere."""
-    with _root_cause(rt, qid):
+    with _root_cause(rt, qid), _running(rt, qid):
         return _repartition_stored(rt, qid, Path(catalog_dir).resolve(), name)
+
+
+@contextlib.contextmanager
+def _running(rt: Runtime, qid: int) -> Iterator[None]:
+    """The load runs as query ``qid`` on this rank: another rank's failure interrupts its DuckDB."""
+    rt.begin_query(qid)
+    try:
+        yield
+    finally:
+        rt.end_query()
 
 
 @contextlib.contextmanager
@@ -416,12 +416,17 @@ def _load(
     scheme: str | None,
     fmt: str | None,
     hive_key: str | None = None,
+    output: str | None = None,
 ) -> TableInfo | None:
     table = table_name(name)
     root = Path(catalog_dir).resolve()
     con = rt.con
+    if output is not None and not partition_by:
+        raise CatalogError("an output prefix is where repartitioned files go: it needs partition_by columns")
+    prefix = prefix_of(output) if output is not None else None
     # Every rank checks all names (cheap), so a missing file fails every rank alike, without messages.
-    paths: Sequence[Source] = _expand_objects(files) if any(map(is_uri, files)) else expand_files(con, files)
+    sized = _expand_objects(files) if any(map(is_uri, files)) else _sized(expand_files(con, files))
+    paths: Sequence[Source] = [p for p, _ in sized]
     fmt = detect_format(paths, fmt)
     try:
         source = Input(fmt, {}, *_hive_schema(con, fmt, paths))
@@ -443,32 +448,48 @@ def _load(
     if not keys:
         return _register(rt, qid, root, table, source, paths, mine)
     local = {p for p in paths if isinstance(p, Path)}
-    return _staged(rt, qid, root, table, source, paths, keys, scheme, count, keep=local)
+    sizes = [n for _, n in sized]
+    return _staged(rt, qid, root, table, source, paths, sizes, keys, scheme, count, local, prefix)
 
 
-def _expand_objects(patterns: list[str]) -> list[str]:
-    """The objects of ``s3://`` names and globs, largest first (see the module's docstring)."""
+def _expand_objects(patterns: list[str]) -> list[tuple[Source, int]]:
+    """The objects of ``s3://`` names and globs with their sizes, largest first (see the module's
+    docstring)."""
     if not all(map(is_uri, patterns)):
         raise CatalogError("inputs mix objects (s3://...) and local files: load them as separate tables")
-    listed = objects.expand(patterns)
-    return [u for u, _ in sorted(listed, key=lambda e: -e[1])]
+    listed: list[tuple[Source, int]] = list(objects.expand(patterns))
+    return sorted(listed, key=lambda e: -e[1])
+
+
+def _sized(paths: list[Path]) -> list[tuple[Source, int]]:
+    return [(p, p.stat().st_size) for p in paths]
 
 
 def _repartition_stored(rt: Runtime, qid: int, root: Path, name: str) -> TableInfo | None:
     info = Catalog.load(root).table(name)
     if info.kind != "hash":
         raise CatalogError(f"table {info.name!r} is not hash-partitioned: there is nothing to repartition")
-    old = [(root / f).resolve() for p in info.partitions for f in p.files]
+    old: list[Source] = [f if is_uri(f) else (root / f).resolve() for p in info.partitions for f in p.files]
     if not old:  # no rows: every placement is right, only the canary is stale
         emptied = replace(info, hash_canary=None).stamped()
         return _publish(rt, root, emptied, [], set()) if rt.rank == 0 else None
     source = Input(info.format, info.csv_options, info.columns, info.hive)
-    new = _staged(rt, qid, root, info.name, source, old, info.keys, "hash", len(info.partitions), keep=set())
-    if new is not None:  # rank 0, after the catalog names only the new files: the old ones go
-        current = {(root / f).resolve() for p in new.partitions for f in p.files}
-        for f in set(old) - current:
-            f.unlink(missing_ok=True)
+    objects.expect(objects.Stamp(u, n, e) for u, n, e in info.objects)  # a table replaced meanwhile
+    known = {u: n for u, n, _ in info.objects}
+    sizes = [known[f] if isinstance(f, str) and f in known else _size(f) for f in old]
+    prefix = str(info.source[OWNED]) if info.source.get(OWNED) else None  # written there again
+    how = (info.keys, "hash", len(info.partitions), set[Path](), prefix)
+    new = _staged(rt, qid, root, info.name, source, old, sizes, *how)
+    if new is not None:  # rank 0, after the catalog names only the new files: the old local ones go
+        current = {(root / f).resolve() for p in new.partitions for f in p.files if not is_uri(f)}
+        for f in old:
+            if isinstance(f, Path) and f not in current:
+                f.unlink(missing_ok=True)
     return new
+
+
+def _size(path: Source) -> int:
+    return objects.stamp(path).size if isinstance(path, str) else path.stat().st_size
 
 
 def _staged(
@@ -478,22 +499,35 @@ def _staged(
     table: str,
     source: Input,
     paths: Sequence[Source],
+    sizes: list[int],
     keys: tuple[str, ...],
     scheme: str,
     count: int,
     keep: set[Path],
+    prefix: str | None,
 ) -> TableInfo | None:
-    """Repartition ``paths`` into ``table`` through a staging directory, which a failure cleans up.
+    """Repartition ``paths`` (of ``sizes`` bytes) into ``table`` through a staging directory, which
+    a failure cleans up, and into objects under ``prefix`` when given (removed on failure).
     ``keep``: files of the table's directory that stay even when the new table does not list them."""
-    mine = list(range(rt.rank, len(paths), rt.size))
+    mine = share(sizes, rt.rank, rt.size)
     # Checked before the allgather, so before any rank creates them: every rank sees the same.
     created = [d for d in (root / table, root) if not d.exists()]
+    load_id = uuid.uuid4().hex
+    output = ObjectOutput(prefix, load_id[:12]) if prefix is not None else None
+    if output is not None and rt.rank == 0:
+        output.check_writable()  # before any rank reads: the others wait in the allgather below
     # Named by rank 0 for all ranks, so that loads running at the same time never share one.
-    staging = root / table / f"{_STAGING_PREFIX}{rt.mux.allgather(qid, uuid.uuid4().hex)[0]}"
+    load_id = rt.mux.allgather(qid, load_id)[0]
+    if output is not None:
+        output.load = load_id[:12]
+    staging = root / table / f"{_STAGING_PREFIX}{load_id}"
     staging.mkdir(parents=True, exist_ok=True)
     try:
-        return _repartition(rt, qid, root, table, source, paths, mine, keys, scheme, count, keep, staging)
+        how = (keys, scheme, count, keep, staging, output)
+        return _repartition(rt, qid, root, table, source, paths, mine, *how)
     except BaseException:
+        if output is not None:
+            output.discard()
         # Remove what this rank staged; the previous version of the table stays as it was.
         own = re.compile(rf"part-\d+-r{rt.rank}(-\d+)?\.parquet")
         for f in staging.iterdir():
@@ -559,6 +593,7 @@ def _repartition(
     count: int,
     keep: set[Path],
     staging: Path,
+    output: ObjectOutput | None,
 ) -> TableInfo | None:
     scan = source.scan([paths[i] for i in mine]) if mine else None
     out_columns = _output_columns(rt.con, source.scan([paths[0]]), staging, rt.rank)
@@ -573,41 +608,71 @@ def _repartition(
             raise CatalogError(f"cannot hash-partition {table}: {e}") from None
         part_sql = hash_sql([quote_ident(k) for k in keys], hash_types, count)
 
-    written: dict[int, list[Path]] = {}
-    if scan is not None:
-        try:
-            written = _write_partitions(rt.con, scan, part_sql, staging, rt.rank)
-        except duckdb.Error as e:
-            names = ", ".join(str(paths[i]) for i in mine)
-            raise CatalogError(f"loading {names} failed: {e}") from e  # the failure names the rank
-    report: list[tuple[int, str, int, object, object]] = []
+    # A rank without inputs sends no rows, but its end of the exchange (with the schema).
+    rows = scan if scan is not None else f"(SELECT * FROM {source.scan([paths[0]])} LIMIT 0)"
+    try:
+        written = shuffle_partitions(rt, qid, rows, part_sql, _PART_COLUMN, staging, out_columns)
+    except duckdb.Error as e:
+        names = ", ".join(str(paths[i]) for i in mine) or "no input"
+        raise CatalogError(f"loading {names} failed: {e}") from e  # the failure names the rank
     range_key = keys[0] if scheme == "range" else None
-    for p, fs in sorted(written.items()):
-        stats = parquet_stats(rt.con, [str(f) for f in fs], range_key, types[keys[0]])
-        report.extend((p, f.name, n, mn, mx) for f, (n, mn, mx) in zip(fs, stats, strict=True))
-
-    gathered = rt.mux.allgather(qid, report)
+    mine_written = _report(rt, table, written, range_key, types[keys[0]], output)
+    gathered = rt.mux.allgather(qid, mine_written)
     if rt.rank != 0:
         return None
     parts: list[list[tuple[str, int, object, object]]] = [[] for _ in range(count)]
-    for rank_report in gathered:
-        for p, fname, n, mn, mx in rank_report:
-            parts[p].append((fname, n, mn, mx))
-    infos = [_merge(f"{table}/", part) for part in parts]
+    for rank_report, _ in gathered:
+        for p, name, n, mn, mx in rank_report:
+            parts[p].append((name, n, mn, mx))
+    infos = [_merge(part) for part in parts]
     kind = scheme
     if scheme == "range" and any(p.rows and p.min is None for p in infos):
         kind = "none"  # a partition of only NULL keys has no interval; do not claim range bounds
     info = TableInfo(table, "parquet", out_columns, tuple(infos), kind, keys, hive=()).stamped()
-    moves = [(staging / fname, root / table / fname) for part in parts for fname, *_ in part]
+    if output is not None:
+        stamped = tuple((s.uri, s.size, s.etag) for _, rank_stamps in gathered for s in rank_stamps)
+        info = replace(info, source={OWNED: output.prefix}, objects=stamped)
+        try:
+            return _publish(rt, root, info, [], keep, staging)
+        except BaseException:
+            remove(u for u, _, _ in stamped)  # every rank's: theirs have returned
+            raise
+    moves = [(staging / Path(name).name, root / name) for part in parts for name, *_ in part]
     return _publish(rt, root, info, moves, keep, staging)
 
 
-def _merge(prefix: str, files: list[tuple[str, int, Any, Any]]) -> PartitionInfo:
-    """One partition from the files all ranks wrote for it (min/max over the non-empty ones)."""
+_Report = tuple[list[tuple[int, str, int, object, object]], list[objects.Stamp]]
+
+
+def _report(
+    rt: Runtime,
+    table: str,
+    written: dict[int, list[Path]],
+    range_key: str | None,
+    key_type: str,
+    output: ObjectOutput | None,
+) -> _Report:
+    """(partition, catalog name, rows, min, max) of each file this rank wrote, uploaded first with
+    an ``output`` (the name is then the object's URI), and the stamps of the objects."""
+    report: list[tuple[int, str, int, object, object]] = []
+    stamps: list[objects.Stamp] = []
+    for p, fs in sorted(written.items()):
+        stats = parquet_stats(rt.con, [str(f) for f in fs], range_key, key_type)
+        for f, (n, mn, mx) in zip(fs, stats, strict=True):
+            name = f"{table}/{f.name}"
+            if output is not None:
+                stamps.append(output.put(f))
+                name = stamps[-1].uri
+            report.append((p, name, n, mn, mx))
+    return report, stamps
+
+
+def _merge(files: list[tuple[str, int, Any, Any]]) -> PartitionInfo:
+    """One partition from the files its rank wrote for it (min/max over the non-empty ones)."""
     mins = [mn for _, _, mn, _ in files if mn is not None]
     maxs = [mx for _, _, _, mx in files if mx is not None]
     return PartitionInfo(
-        files=tuple(prefix + f for f, *_ in files),
+        files=tuple(f for f, *_ in files),
         rows=sum(n for _, n, _, _ in files),
         min=min(mins) if mins else None,
         max=max(maxs) if maxs else None,
@@ -627,6 +692,7 @@ def _publish(
     does not list them (the load's own input files). Under the catalog's lock, so that loads into
     one directory at the same time each keep their table."""
     with Catalog.updating(root) as catalog:
+        replaced = set(owned_objects(catalog.find(info.name))) - set(info.object_uris())
         tdir = root / info.name
         for src, dst in moves:
             os.replace(src, dst)
@@ -637,8 +703,11 @@ def _publish(
                     f.unlink(missing_ok=True)
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            tdir.rmdir()  # a table now written as objects keeps no directory (only an empty one goes)
         info = with_widths(rt.con, info, root)
         catalog.put(info)
+    remove(sorted(replaced))  # objects the table wrote before: no longer named once saved
     if rt.catalog is not None and rt.catalog.root == root:
         rt.catalog.put(info)
     return info

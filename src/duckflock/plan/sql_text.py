@@ -265,9 +265,8 @@ def copy_schema_probe(source: str, path: str) -> str:
     return f"COPY {no_rows(source)} TO {sql_literal(path)} (FORMAT parquet)"
 
 
-def copy_partitioned(source: str, partition_sql: str, column: str, directory: str) -> str:
-    """Write the rows of ``source`` as Parquet, one hive-style directory per partition number."""
-    return (
-        f"COPY (SELECT *, {partition_sql} AS {column} FROM {source}) TO {sql_literal(directory)} "
-        f"(FORMAT parquet, PARTITION_BY ({column}))"
-    )
+def copy_partitioned(source: str, column: str, directory: str) -> str:
+    """Write the rows of ``source`` as Parquet, one hive-style directory per value of its partition
+    number ``column``."""
+    to = sql_literal(directory)
+    return f"COPY (SELECT * FROM {source}) TO {to} (FORMAT parquet, PARTITION_BY ({q(column)}))"

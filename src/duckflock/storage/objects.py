@@ -44,6 +44,7 @@ many times a request is tried, with the SDK's backoff between.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -149,7 +150,35 @@ def _filesystem(settings: Settings, _credentials: tuple[str | None, ...]) -> paf
 
 def _failed(what: str, e: Exception) -> ObjectError:
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return ObjectError(f"{what}: {text}")
+    return ObjectError(f"{what}: {text}{_no_credentials()}")
+
+
+# Where the AWS SDK finds credentials, short of an instance's role (which only a request can tell).
+_CREDENTIAL_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_PROFILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+
+
+def _no_credentials() -> str:
+    """A hint for a failure with no credentials configured (the SDK then fails with an error that
+    does not say so, e.g. INTERNAL_FAILURE); '' where some are, or the bucket is read anonymously."""
+    env = os.environ
+    if Settings.from_env().anonymous or any(env.get(n) for n in _CREDENTIAL_ENV):
+        return ""
+    files = (
+        env.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials",
+        env.get("AWS_CONFIG_FILE") or "~/.aws/config",
+    )
+    if any(os.path.exists(os.path.expanduser(f)) for f in files):
+        return ""
+    return (
+        " (no AWS credentials are configured: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or "
+        "AWS_PROFILE, or DUCKFLOCK_S3_ANONYMOUS=1 for a public bucket)"
+    )
 
 
 # ---- listing and stamps ------------------------------------------------------------------------------
@@ -345,6 +374,27 @@ def delete(uri: str) -> None:
         pass
     except Exception as e:
         raise _failed(f"cannot delete object {uri}", e) from None
+
+
+def drop_empty_markers(fs: pafs.FileSystem, path: str) -> None:
+    """pyarrow keeps an emptied S3 "directory" by writing a marker object (``dir/``) in its parent:
+    remove such markers with nothing under them, from ``path`` (``bucket/key``) up to the bucket."""
+    import pyarrow.fs as pafs
+
+    while "/" in path:  # not the bucket itself
+        if fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
+            return  # other objects live here
+        if fs.get_file_info(path).type != pafs.FileType.Directory:
+            return  # no marker
+        fs.delete_dir(path)  # may write the parent's marker: the next round removes it
+        path = path.rpartition("/")[0]
+
+
+def drop_markers_of(prefix: str) -> None:
+    """drop_empty_markers for an ``s3://bucket/prefix/`` (best effort: a marker is no object)."""
+    bucket, key = split(prefix)
+    with contextlib.suppress(Exception):
+        drop_empty_markers(filesystem(), f"{bucket}/{key}".rstrip("/"))
 
 
 def names_under(prefix: str) -> Sequence[str]:

@@ -140,20 +140,8 @@ class ObjectStore:
         with contextlib.suppress(FileNotFoundError):
             self.fs.delete_dir(self.root)
         if not self.local:
-            self._drop_empty_markers()
-
-    def _drop_empty_markers(self) -> None:
-        """pyarrow keeps an emptied S3 "directory" by writing a marker object (``tmp/``) in its
-        parent: remove such markers with nothing under them, up to the bucket, so that the
-        exchange prefix is left as empty as it was found."""
-        path = self.root.rpartition("/")[0]
-        while "/" in path:  # not the bucket itself
-            if self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
-                return  # other objects live here
-            if self.fs.get_file_info(path).type != pafs.FileType.Directory:
-                return  # no marker
-            self.fs.delete_dir(path)  # may write the parent's marker: the next round removes it
-            path = path.rpartition("/")[0]
+            # So that the exchange prefix is left as empty as it was found.
+            objects.drop_empty_markers(self.fs, self.root.rpartition("/")[0])
 
 
 def remove_job(location: str | tuple[Any, str], job: str) -> None:
