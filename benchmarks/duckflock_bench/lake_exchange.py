@@ -22,7 +22,7 @@ from duckflock_bench.measure import median, timed
 
 FLIGHT_QUERIES = ("seed", "Q9")  # the comparison with Flight workers
 # A request line of moto's log: method and path (LIST is a GET of the bucket with a prefix).
-_REQUEST = re.compile(r"\b(GET|PUT|POST|DELETE|HEAD) (\S+) HTTP")
+_REQUEST = re.compile(r"(GET|PUT|POST|DELETE|HEAD) (/\S*) HTTP")  # may follow a colour code
 _MESSAGE = re.compile(r"/to-\d+/\d+-\d+$")
 
 
