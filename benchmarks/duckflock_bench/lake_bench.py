@@ -8,8 +8,9 @@ loopback, started here) against the same files on local disk, in one run:
   scan of every column of the tables they read (no projection or filter to push), and against
   the compressed bytes of the columns they reference (Parquet footers); then Q6 over a lineitem
   written sorted by l_shipdate, whose row groups outside Q6's year DuckDB skips.
-* exchange: the seed join and Q9 over the objects with ranks exchanging through storage (a
-  directory, and the bucket) vs MPI and threads.
+* exchange: the seed join and the 22 over the objects with ranks exchanging through storage (a
+  directory, and the bucket) vs MPI and threads, and the seed join and Q9 over Flight workers
+  (lake_exchange.py).
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from duckflock.plan.sql_text import read_table_files
 from duckflock.storage import objects
 from duckflock.testing.compare import difference
 from duckflock.testing.tables import oracle
-from duckflock.testing.tpch import ORDER, SEED_ORDER, SEED_QUERY, queries
+from duckflock.testing.tpch import ORDER, queries
 from duckflock_bench import lake_s3
 from duckflock_bench.jobs import err, write_json
+from duckflock_bench.lake_exchange import run_exchange
 from duckflock_bench.measure import cores, machine_info, median, timed, versions
 
 BUCKET = "lake"
@@ -90,7 +92,8 @@ def run_lake(
         "versions": versions(with_mpi=False),
     }
     t_start = time.perf_counter()
-    with lake_s3.moto_s3() as endpoint:
+    log = out / "moto.log"  # the requests the server answered (lake_exchange counts them)
+    with lake_s3.moto_s3(str(log)) as endpoint:
         results["endpoint"] = endpoint
         lake_s3.create_bucket(endpoint, BUCKET)
         size, seconds, biggest = 0, 0.0, ("", 0)
@@ -122,7 +125,7 @@ def run_lake(
         if "pushdown" in sections:
             results["pushdown"] = _pushdown(s3_cat, files, max(ranks), baseline, work)
         if "exchange" in sections:
-            results["exchange"] = _exchange(s3_cat, max(ranks), runs, baseline, work)
+            results["exchange"] = run_exchange(s3_cat, max(ranks), runs, baseline, work, BUCKET, log, only)
     results["wall_s"] = time.perf_counter() - t_start
     return results
 
@@ -297,39 +300,6 @@ def _sorted_q6(lineitem: list[Path], n_ranks: int, baseline, work: Path) -> dict
     }
     err.print(f"  Q6 over lineitem sorted by l_shipdate: {s.describe()}", highlight=False)
     return point
-
-
-def _exchange(s3_cat: Path, n_ranks: int, runs: int, baseline, work: Path) -> list[dict]:
-    """The seed join and Q9 over the objects, per transport."""
-    err.print(f"[bold]exchange: seed join and Q9 over objects, {n_ranks} ranks[/]")
-    points = []
-    exchange_dir = work / "exchange"
-    transports: list[tuple[str, str, dict]] = [
-        ("mpi", "mpi", {}),
-        ("threads", "threads", {}),
-        ("storage (directory)", "storage", {"exchange_uri": str(exchange_dir)}),
-        ("storage (bucket)", "storage", {"exchange_uri": f"s3://{BUCKET}/exchange"}),
-    ]
-    work_queries = {"seed": (SEED_QUERY, SEED_ORDER), "Q9": (queries()[9], ORDER.get(9))}
-    wants = {name: baseline.sql(q).to_arrow_table() for name, (q, _) in work_queries.items()}
-    for label, transport, config in transports:
-        shutil.rmtree(exchange_dir, ignore_errors=True)
-        exchange_dir.mkdir(parents=True)
-        with duckflock.connect(str(s3_cat), ranks=n_ranks, transport=transport, config=config) as db:
-            for name, (q, order) in work_queries.items():
-                problem = _check(db.sql(q), wants[name], order)
-                times = [timed(lambda q=q: db.sql(q))[0] for _ in range(runs)]
-                point = {
-                    "transport": label,
-                    "query": name,
-                    "s": median(times),
-                    "correct": problem is None,
-                    "problem": problem,
-                }
-                points.append(point)
-                mark = " ok" if problem is None else f" WRONG: {problem}"
-                err.print(f"  {name} over {label}: {point['s']:.3f} s{mark}", highlight=False)
-    return points
 
 
 def run(args_sf: float, ranks: list[int], runs: int, data_root: str, out: Path, only, sections) -> int:

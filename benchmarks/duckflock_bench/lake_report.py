@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from duckflock_bench.lake_exchange import exchange_markdown
+
 S3_TARGET = 1.5  # TPC-H over the local S3 server at most 1.5x local disk (at SF 10)
 Q6_TARGET = 1.2  # Q6 fetches at most 1.2x the bytes of the columns it references
 
@@ -29,17 +31,7 @@ def lake_markdown(r: dict) -> str:
     if "pushdown" in r:
         lines += _pushdown(r["pushdown"])
     if "exchange" in r:
-        lines += [
-            "## Seed join and Q9 over the objects, by transport",
-            "",
-            "| query | transport | s | correct |",
-            "|---|---|---:|:---:|",
-        ]
-        lines += [
-            f"| {p['query']} | {p['transport']} | {p['s']:.3f} | {'yes' if p['correct'] else 'NO'} |"
-            for p in r["exchange"]
-        ]
-        lines.append("")
+        lines += exchange_markdown(r["exchange"])
     return "\n".join(lines)
 
 

@@ -20,11 +20,11 @@ MAX_OBJECT = 32 << 20  # moto answers a range request by reading its whole objec
 
 
 @contextmanager
-def moto_s3() -> Iterator[str]:
-    """moto's server on a free loopback port, and this process's (and its ranks') environment
-    pointing at it while the block runs; its endpoint URL."""
+def moto_s3(log: str | None = None) -> Iterator[str]:
+    """moto's server on a free loopback port (its requests logged to ``log``), and this process's
+    (and its ranks') environment pointing at it while the block runs; its endpoint URL."""
     with (
-        moto_process() as endpoint,
+        moto_process(log=log) as endpoint,
         environment({**KEYS, "AWS_ENDPOINT_URL": endpoint, "DUCKFLOCK_S3_TIMEOUT_S": "60"}),
     ):
         yield endpoint

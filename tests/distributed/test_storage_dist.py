@@ -12,11 +12,14 @@ import sys
 import threading
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from test_queries_dist import TPCH_JOINS
+from test_tpch22_dist import assert_22_match
 
 import duckflock
-from support import BOUND_S, assert_same, oracle, rank_at_gate
+from duckflock.testing.tpch import queries
+from support import BOUND_S, assert_same, oracle, rank_at_gate, wait_until
 
 pytestmark = pytest.mark.dist
 
@@ -29,6 +32,15 @@ def storage(data: Path, exchange: Path, ranks: int, **config: object) -> duckflo
 
 def assert_removed(exchange: Path) -> None:
     assert not exchange.exists() or list(exchange.iterdir()) == [], list(exchange.rglob("*"))
+
+
+def wait_messages_removed(exchange: Path) -> None:
+    """Every message object of the queries so far is read and deleted (heartbeats stay)."""
+
+    def messages() -> list[Path]:
+        return [p for p in exchange.glob("*/*/*") if p.parent.name.startswith("to-")]
+
+    wait_until(lambda: not messages(), f"message objects remain: {messages()}")
 
 
 def _bad_partition(root: Path) -> int:
@@ -52,6 +64,22 @@ def test_tpch_joins_over_storage_match_duckdb(tpch_dir, tmp_path, ranks):
     with storage(tpch_dir, exchange, ranks, broadcast_threshold_bytes=0) as db:
         for query, order in TPCH_JOINS:
             assert_same(db.sql(query).arrow(), ref.sql(query).to_arrow_table(), order)
+    assert_removed(exchange)
+
+
+def test_tpch_22_over_storage_match_duckdb(tpch_dir, tmp_path):
+    """Every TPC-H query, none answered on the driver; each query's objects are deleted in the
+    session, not only when it ends."""
+    exchange = tmp_path / "exchange"
+    results: list[pa.Table | str] = []
+    with storage(tpch_dir, exchange, 2, driver_fallback_bytes=0) as db:
+        for q in queries().values():
+            try:
+                results.append(db.sql(q).arrow())
+            except duckflock.DuckflockError as e:
+                results.append(str(e))
+            wait_messages_removed(exchange)
+    assert_22_match(tpch_dir, results)
     assert_removed(exchange)
 
 
@@ -98,6 +126,20 @@ def test_interrupted_query_is_cancelled_and_the_session_goes_on(bad_dir, tmp_pat
             db.sql("SELECT count(*) FROM good")
         (gate / "hold").unlink()
         assert db.sql("SELECT count(*) FROM good JOIN bad USING (k)").fetchall() == [(2000,)]
+        wait_messages_removed(exchange)
+    assert_removed(exchange)
+
+
+def test_failed_query_leaves_no_message_objects(bad_dir, tmp_path):
+    """A conversion error on one rank mid-exchange: the session goes on, and the failed query's
+    objects are deleted too."""
+    exchange = tmp_path / "exchange"
+    with storage(bad_dir, exchange, 2, broadcast_threshold_bytes=0) as db:
+        with pytest.raises(duckflock.DuckflockError, match="oops"):
+            db.sql("SELECT g.k, CAST(b.s AS INTEGER) AS n FROM good g JOIN bad b USING (k)").arrow()
+        wait_messages_removed(exchange)
+        assert db.sql("SELECT count(*) FROM good JOIN bad USING (k)").fetchall() == [(2000,)]
+        wait_messages_removed(exchange)
     assert_removed(exchange)
 
 

@@ -128,3 +128,21 @@ def test_bench_lake_smoke(tmp_path):
     assert (out / "results.md").is_file()
     for png in ("lake_tpch_ratio.png", "lake_pushdown_bytes.png"):
         assert (out / png).stat().st_size > 0
+
+
+def test_lake_exchange_counts_the_requests_on_its_prefix(tmp_path):
+    from duckflock_bench.lake_exchange import RequestLog
+
+    log = tmp_path / "moto.log"
+    log.write_text('127.0.0.1 - - [x] "PUT /lake/tpch/a.parquet HTTP/1.1" 200 -\n')
+    requests = RequestLog(log, "lake", "exchange")
+    with open(log, "a") as f:
+        f.write(
+            '127.0.0.1 - - [x] "PUT /lake/exchange/j/to-1/0-000000000003 HTTP/1.1" 200 -\n'
+            '127.0.0.1 - - [x] "PUT /lake/exchange/j/to-1/ HTTP/1.1" 200 -\n'
+            '127.0.0.1 - - [x] "GET /lake?list-type=2&prefix=exchange/j/to-0/ HTTP/1.1" 200 -\n'
+            '127.0.0.1 - - [x] "\x1b[35mGET /lake/exchange/j/to-0/1-000000000000 HTTP/1.1\x1b[0m" 206 -\n'
+            '127.0.0.1 - - [x] "GET /lake/tpch/a.parquet HTTP/1.1" 206 -\n'
+        )
+    assert requests.since_last() == {"PUT": 2, "objects": 1, "LIST": 1, "GET": 1, "requests": 4}
+    assert requests.since_last() == {"requests": 0}

@@ -120,9 +120,12 @@ class Settings:
         )
 
 
-def filesystem() -> pafs.S3FileSystem:
-    """pyarrow's S3 filesystem for the environment's settings (one per process and settings)."""
-    return _filesystem(Settings.from_env(), _credential_env())
+def filesystem(delayed_open: bool = False) -> pafs.S3FileSystem:
+    """pyarrow's S3 filesystem for the environment's settings (one per process and settings).
+    ``delayed_open``: an output stream starts no upload until it is closed, and then writes an
+    object smaller than a part with one PUT, not a multi-part upload's three requests (an error
+    such as a missing bucket is then reported by the close)."""
+    return _filesystem(Settings.from_env(), _credential_env(), delayed_open)
 
 
 def _credential_env() -> tuple[str | None, ...]:
@@ -132,7 +135,9 @@ def _credential_env() -> tuple[str | None, ...]:
 
 
 @functools.lru_cache(maxsize=8)
-def _filesystem(settings: Settings, _credentials: tuple[str | None, ...]) -> pafs.S3FileSystem:
+def _filesystem(
+    settings: Settings, _credentials: tuple[str | None, ...], delayed_open: bool = False
+) -> pafs.S3FileSystem:
     import pyarrow.fs as pafs
 
     kw: dict[str, Any] = {
@@ -141,6 +146,7 @@ def _filesystem(settings: Settings, _credentials: tuple[str | None, ...]) -> paf
         "connect_timeout": settings.timeout_s,
         "request_timeout": settings.timeout_s,
         "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=settings.retries),
+        "allow_delayed_open": delayed_open,
     }
     if settings.endpoint:
         scheme, _, host = settings.endpoint.rpartition("://")

@@ -10,18 +10,19 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import IO
 
 
 @contextmanager
-def moto_process(env: dict[str, str] | None = None) -> Iterator[str]:
-    """The server, with its settings in ``env``, while the block runs; its endpoint URL."""
+def moto_process(env: dict[str, str] | None = None, log: str | None = None) -> Iterator[str]:
+    """The server, with its settings in ``env``, while the block runs; its endpoint URL. ``log``: a
+    file for its output, a line per request (method and path)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    proc = subprocess.Popen(
-        argv, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    out: IO[str] | int = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=out, stderr=out)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -36,6 +37,8 @@ def moto_process(env: dict[str, str] | None = None) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+        if not isinstance(out, int):
+            out.close()
 
 
 @contextmanager

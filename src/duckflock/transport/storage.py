@@ -19,8 +19,8 @@ Messages travel inside write-once objects under ``<uri>/<job>/``:
 An object appears atomically: on a local or shared file system it is written under ``tmp/`` and
 renamed; on S3 a PUT (or a multi-part upload's completion) is atomic. A receiver's thread lists its
 prefix, polling more often right after traffic, reads each source's objects in sequence order (a
-gap waits for its object), hands the messages to the multiplexer and deletes the object. The
-session's launcher removes the whole job directory at the end.
+gap waits for its object) and hands the messages to the multiplexer; another thread deletes each
+object read. The session's launcher removes the whole job directory at the end.
 
 Object layout: ``MAGIC``, an int64 word count, the words (message count; per message its tag, its
 part count or -1 for a single buffer, and each part's length), then the parts, each starting at a
@@ -70,7 +70,7 @@ def open_location(location: str | tuple[Any, str]) -> tuple[pafs.FileSystem, str
         bucket, key = objects.split(location)
         if not bucket:
             raise OSError(f"{location} names no bucket")
-        return objects.filesystem(), f"{bucket}/{key}".rstrip("/")
+        return objects.filesystem(delayed_open=True), f"{bucket}/{key}".rstrip("/")
     if "://" not in location:
         location = os.path.abspath(location)
     fs, root = pafs.FileSystem.from_uri(location)
@@ -227,6 +227,7 @@ class StorageTransport(Transport):
         self._seq = [0] * size
         self._sent_since_poll = False
         self._writes: queue.SimpleQueue = queue.SimpleQueue()
+        self._deletes: queue.SimpleQueue = queue.SimpleQueue()  # objects read, for the delete loop
         self._inbox = Inbox()
         self._stop = threading.Event()
         self._sent = threading.Event()  # a send: a reply is likely soon, so poll often again
@@ -234,7 +235,12 @@ class StorageTransport(Transport):
         self._heard = dict.fromkeys(range(size), now)
         self._beats: dict[int, int] = {}
         self._ended: set[int] = set()
-        loops = {"write": self._write_loop, "read": self._read_loop, "beat": self._beat_loop}
+        loops = {
+            "write": self._write_loop,
+            "read": self._read_loop,
+            "delete": self._delete_loop,
+            "beat": self._beat_loop,
+        }
         self._threads = [
             threading.Thread(target=self._guarded, args=(fn,), name=f"duckflock-storage-{what}", daemon=True)
             for what, fn in loops.items()
@@ -292,11 +298,21 @@ class StorageTransport(Transport):
         expected = [0] * self.size  # the next sequence number of each source
         last = time.monotonic()
         low, high = self.poll_s
-        while not self._stop.is_set():
-            if self._receive(expected) or self._sent.is_set():
-                last = time.monotonic()
-            self._sent.clear()
-            self._sent.wait(min(high, max(low, (time.monotonic() - last) / 8)))
+        try:
+            while not self._stop.is_set():
+                if self._receive(expected) or self._sent.is_set():
+                    last = time.monotonic()
+                self._sent.clear()
+                self._sent.wait(min(high, max(low, (time.monotonic() - last) / 8)))
+        finally:
+            self._deletes.put(None)  # the delete loop ends once it has deleted all that was read
+
+    def _delete_loop(self) -> None:
+        """Delete each object once read, off the read loop: on S3 a delete is three requests
+        (pyarrow checks the object, deletes it and keeps its "directory" with a marker), which
+        would otherwise delay the next object's read."""
+        while (name := self._deletes.get()) is not None:
+            self.store.delete(name)
 
     def _receive(self, expected: list[int]) -> bool:
         """Read the objects addressed to this rank that are next in their source's sequence."""
@@ -311,7 +327,7 @@ class StorageTransport(Transport):
                 name = f"to-{self.rank}/{src}-{expected[src]:012d}"
                 for tag, payload in decode(self.store.get(name)):
                     self._inbox.put((src, tag, payload))
-                self.store.delete(name)
+                self._deletes.put(name)
                 expected[src] += 1
                 got = True
         return got
