@@ -46,7 +46,7 @@ def _query(db, args: argparse.Namespace, on: str = "rank") -> int:
             result.show(max_rows=args.max_rows, console=_out())
         _out().print(f"{result.seconds:.3f} s on {db.ranks} {on}{'' if db.ranks == 1 else 's'}")
         if args.profile:
-            print_profile(result.stats, console=_out())
+            print_profile(result.stats, console=_out(), on_driver=result.on_driver)
     except DuckflockError as e:
         print_error(str(e))
         return 1

@@ -26,7 +26,7 @@ from sqlglot.optimizer.qualify import qualify
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import canonical_hash_type, check_spreadable, common_hash_type
-from duckflock.errors import CatalogError, DuckflockError, SqlError, duckdb_message
+from duckflock.errors import CatalogError, DuckflockError, NotDistributed, SqlError, duckdb_message
 from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
     Aggregate,
@@ -103,6 +103,10 @@ _RULES: tuple[OptimizerFn, ...] = (
 )
 
 
+# The refusal of a rewritten query (or part of one) that DuckDB rejects, where it accepted the query.
+REWRITE_REJECTED = "a rewrite DuckDB does not accept"
+
+
 @dataclass(frozen=True)
 class BoundQuery:
     plan: Node
@@ -134,7 +138,8 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
         # DuckDB accepts it (ROLLUP(x IS NULL)): say whose parser gave up, and let the driver
         # answer it as written.
         reason = f"cannot parse SQL (duckflock's SQL parser, sqlglot, cannot read it{_where(e)})"
-        return _unparsed(text, parsed, catalog, schema_db, reason, driver_fallback_bytes)
+        refusal = NotDistributed(reason, "SQL that sqlglot cannot parse")
+        return _unparsed(text, parsed, catalog, schema_db, refusal, driver_fallback_bytes)
     # Empty statements (";SELECT 1"), and a comment after the last one (a Semicolon to sqlglot).
     found = [s for s in statements if s is not None and not isinstance(s, exp.Semicolon)]
     if len(found) != 1:
@@ -163,8 +168,8 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
     try:
         plan = _distributed(text, tree, catalog, schema_db)
         _check_plan(plan, described, schema_db)
-    except SqlError as e:  # DuckDB accepts it, duckflock cannot distribute it
-        plan = on_driver(text, catalog, len(described), str(e), driver_fallback_bytes)
+    except NotDistributed as e:  # DuckDB accepts it, duckflock cannot distribute it (yet)
+        plan = on_driver(text, catalog, len(described), e, driver_fallback_bytes)
     return BoundQuery.of(plan, text, described, schema_db)
 
 
@@ -176,7 +181,10 @@ def _check_struct_names(tree: exp.Expr, catalog: Catalog) -> None:
         info = catalog.find(table.name) if isinstance(table.this, exp.Identifier) else None
         for column, typ in info.columns if info is not None else ():
             if typ.upper().startswith("STRUCT") and column.lower() in items:
-                raise unsupported(f"a STRUCT column ({column}) named like a FROM item")
+                raise unsupported(
+                    f"a STRUCT column ({column}) named like a FROM item",
+                    "a STRUCT column named like a FROM item",
+                )
 
 
 def _parenthesized(e: exp.Expr) -> exp.Expr:
@@ -206,17 +214,17 @@ def _unparsed(
     statements: list[duckdb.Statement],
     catalog: Catalog,
     schema_db: SchemaDB,
-    reason: str,
+    refusal: NotDistributed,
     limit_bytes: int,
 ) -> BoundQuery:
     """A query sqlglot cannot parse, answered by DuckDB on the driver where DuckDB's own parser
     found (``statements``) one SELECT that passes the introspection checks (by name, there being
-    no tree), else SqlError naming ``reason``."""
+    no tree), else ``refusal``."""
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
-        raise SqlError(reason)
+        raise refusal
     check_introspection_text(text)
     described = schema_db.describe(text)
-    plan = on_driver(text, catalog, len(described), reason, limit_bytes)
+    plan = on_driver(text, catalog, len(described), refusal, limit_bytes)
     return BoundQuery.of(plan, text, described, schema_db)
 
 
@@ -238,11 +246,16 @@ def _check_plan(plan: Node, described: list[tuple[str, str]], schema_db: SchemaD
     try:
         got = [t for _, t in schema_db.describe(render(plan, lambda scan: q(scan.table)))]
     except (SqlError, CatalogError) as e:
-        raise unsupported(f"a rewrite DuckDB does not accept ({e})") from None
+        raise unsupported(
+            f"a rewrite DuckDB does not accept ({e})", "a rewrite DuckDB does not accept"
+        ) from None
     want = [t for _, t in described]
     if got != want:
         types = f"{', '.join(got)} for {', '.join(want)}"
-        raise unsupported(f"a rewrite that changes the result's types ({types})")
+        raise unsupported(
+            f"a rewrite that changes the result's types ({types})",
+            "a rewrite that changes the result's types",
+        )
 
 
 def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaDB) -> Node:
@@ -272,11 +285,14 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
         )
         builder = _Builder(catalog, schema_db, aggregates)
         plan = builder.query(tree, prefix=None)
-    except (SqlglotError, AssertionError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except SqlglotError as e:
         # sqlglot's rewrites raise these on queries they do not understand: refuse, never guess.
-        # The user reads this (explain, a refusal): sqlglot's name for its error or classes say nothing.
-        why = str(e) if isinstance(e, SqlglotError) else f"{type(e).__name__}: {e}"
-        raise SqlError(f"cannot plan this query: {_SQLGLOT_CLASS.sub('', why)}") from None
+        # The user reads this (explain, a refusal): sqlglot's name for its error or classes say
+        # nothing. Any other exception is a bug, raised as it is (plan/planner.py names it so).
+        why = _SQLGLOT_CLASS.sub("", str(e))
+        raise NotDistributed(
+            f"cannot plan this query: {why}", f"a query sqlglot's rewrites reject ({type(e).__name__})"
+        ) from None
     # Only Filter and Project carry subquery plans; a token anywhere else has no rows behind it.
     tokens = [q(t) for t in builder.subplans]
     for node in walk(plan):
@@ -593,7 +609,7 @@ class _Builder:
             if any(token in str(e) for token in self.subplans):
                 raise unsupported("a subquery inside aggregate expressions") from None
             if not self._correlated_depth:
-                raise
+                raise unsupported(f"a rewrite DuckDB does not accept ({e})", REWRITE_REJECTED) from None
             return [""] * (len(exprs) if exprs is not None else len(rel.columns))
 
     def hash_types(self, rel: Node, exprs: list[str]) -> tuple[str, ...]:
@@ -747,7 +763,9 @@ class _Builder:
                 self.ctes = here
         info = self.catalog.find(item.name)
         if info is None:  # DuckDB's binder took it: a file ('x.parquet' AS x) read by name
-            raise unsupported(f"{item.name!r}, which is not a table of the catalog")
+            raise unsupported(
+                f"{item.name!r}, which is not a table of the catalog", "a FROM item not in the catalog"
+            )
         used = []
         for c in _scope_find(s, exp.Column):
             if c.table == alias and c.name not in used:
