@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import cast
@@ -476,7 +476,9 @@ class _Builder:
         key = o.this
         for c in [key, *key.find_all(exp.Column)]:
             if isinstance(c, exp.Column) and not c.table and out_names.count(c.name) > 1:
-                raise SqlError(f"ORDER BY {c.name} is ambiguous: several output columns have that name")
+                # DuckDB picks one (the last); which one is its rule to tell, not this binder's.
+                what = "ORDER BY a name several output columns have"
+                raise unsupported(f"{what} ({c.name}): ambiguous to duckflock", what)
         if isinstance(key, exp.Column) and not key.table and key.name in out_names:
             hit: str | None = names[out_names.index(key.name)]
         elif isinstance(key, exp.Literal) and key.is_int:
@@ -493,7 +495,7 @@ class _Builder:
             hit = names[exprs.index(_sql(key))] if _sql(key) in exprs else None
         if hit is None:
             if s.args.get("distinct"):
-                raise SqlError("for SELECT DISTINCT, ORDER BY expressions must appear in the select list")
+                raise unsupported("SELECT DISTINCT ordered by an expression not in its select list")
             hit = self.fresh("s")
             names.append(hit)
             exprs.append(_sql(key))
@@ -615,7 +617,9 @@ class _Builder:
     def hash_types(self, rel: Node, exprs: list[str]) -> tuple[str, ...]:
         """Canonical hash types of expressions over ``rel``: a shuffle on them then partitions rows
         the same way a catalog table or a join on those keys does, so later joins can reuse it."""
-        return tuple(canonical_hash_type(t) for t in self.node_types(rel, exprs)) if exprs else ()
+        types = self.node_types(rel, exprs) if exprs else []
+        _check_spreadable(types)
+        return tuple(canonical_hash_type(t) for t in types)
 
     def windows(self, rel: Node, selects, order_keys, qualify_):
         """Window functions become a Window node after grouping; expressions refer to its columns."""
@@ -668,8 +672,7 @@ class _Builder:
         # Hash in the set operation's exact result types: DuckDB casts each branch's values to them
         # (rounding to a FLOAT, or to a DECIMAL's scale) before it compares rows.
         types = tuple(self.node_types(rel))
-        for t in types:
-            check_spreadable(t)
+        _check_spreadable(types)
         rel = replace(cast(SetOp, rel), key_types=types)
         keys = []
         order = tree.args.get("order")
@@ -827,6 +830,7 @@ class _Builder:
                 rkeys.append(a)
         ltypes = self.node_types(left, [_sql(k) for k in lkeys]) if lkeys else []
         rtypes = self.node_types(right, [_sql(k) for k in rkeys]) if rkeys else []
+        _check_spreadable([*ltypes, *rtypes])
         return Join(
             cols,
             left=left,
@@ -944,6 +948,15 @@ def _push_down(
 # Joins whose ON conjunct over one side alone filters that side's rows before the join.
 _ON_PUSHED_RIGHT = (JoinKind.INNER, JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
 _ON_PUSHED_LEFT = (JoinKind.INNER, JoinKind.SEMI)
+
+
+def _check_spreadable(types: Iterable[str]) -> None:
+    """Refuse keys of types rows must not be hashed or ranged by (catalog/partitioning.py)."""
+    try:
+        for t in types:
+            check_spreadable(t)
+    except ValueError as e:
+        raise unsupported(str(e), "keys, groups or set operations over VARIANT or GEOMETRY values") from None
 
 
 def _join_kind(j: exp.Join) -> JoinKind:
