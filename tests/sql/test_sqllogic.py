@@ -1,5 +1,6 @@
 """Every tests/sql/*.test file on 1-4 ranks, threads and MPI, broadcasts on and forced off: each query
-must give single-process DuckDB's answer, each refusal must name its construct.
+must give single-process DuckDB's answer, each refusal must name its construct, and only queries
+under a ``driver`` line may run on the driver (duckflock.testing.sqllogic).
 
 DUCKFLOCK_SLT_FULL=1 runs every file on every combination; by default each file runs on a spread
 of them that still covers every transport, 1-4 ranks, and broadcasts/gathered sorts on and off."""
