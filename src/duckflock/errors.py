@@ -43,6 +43,35 @@ class SqlError(DuckflockError):
     """The SQL text could not be parsed, or uses a construct duckflock does not run."""
 
 
+class NotDistributed(SqlError):
+    """A valid query using a construct the planner does not distribute yet: a refusal, which the
+    driver may answer instead (sql/driver_fallback.py). ``construct`` names it the same way every
+    time (no names or values of the query in it): what the fallback reports, and what counts of
+    refusals group by."""
+
+    def __init__(self, message: str, construct: str):
+        self.construct = construct
+        super().__init__(message)
+
+    def __reduce__(self):  # picklable, so it can cross process boundaries intact
+        return (NotDistributed, (str(self), self.construct))
+
+
+class InternalError(DuckflockError):
+    """A bug in duckflock (an exception the code did not expect), with the query it met: never
+    taken for a refusal, never answered another way."""
+
+    def __init__(self, where: str, cause: str, query: str = ""):
+        self.where = where
+        self.cause = cause
+        self.query = query
+        text = f"internal error in the {where} (a bug in duckflock): {cause}"
+        super().__init__(f"{text}\n\nQuery: {query}" if query else text)
+
+    def __reduce__(self):
+        return (InternalError, (self.where, self.cause, self.query))
+
+
 class CatalogError(DuckflockError):
     """A table, column or data directory is missing or inconsistent."""
 

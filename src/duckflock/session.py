@@ -20,6 +20,7 @@ from duckflock.exec.progress import ProgressCallback
 from duckflock.exec.stage import StageStats
 from duckflock.local_duckdb import arrow_time_zone, check_exact_from_arrow, is_ctrl_c, set_time_zone
 from duckflock.plan.explain import explain_plan
+from duckflock.plan.stages import OnDriver
 from duckflock.sqltext import quote_ident as q
 
 T = TypeVar("T")
@@ -74,6 +75,12 @@ class Result:
             con.close()
 
     @property
+    def on_driver(self) -> OnDriver | None:
+        """Why the query ran whole on the driver, single-process (a construct not distributed
+        yet, over tables small enough: Config.driver_fallback_bytes); None when it ran distributed."""
+        return self.outcome.plan.on_driver
+
+    @property
     def stats(self) -> list[StageStats]:
         return self.outcome.stats
 
@@ -92,7 +99,10 @@ class Result:
 
     def __repr__(self) -> str:
         t = self.outcome.table
-        return f"<duckflock.Result {t.num_rows} rows x {t.num_columns} columns in {self.seconds:.3f} s>"
+        driver = " on the driver" if self.on_driver is not None else ""
+        return (
+            f"<duckflock.Result {t.num_rows} rows x {t.num_columns} columns in {self.seconds:.3f} s{driver}>"
+        )
 
 
 class Session:

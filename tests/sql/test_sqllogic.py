@@ -1,5 +1,6 @@
 """Every tests/sql/*.test file on 1-4 ranks, threads and MPI, broadcasts on and forced off: each query
-must give single-process DuckDB's answer, each refusal must name its construct.
+must give single-process DuckDB's answer, each refusal must name its construct, and only queries
+under a ``driver`` line may run on the driver (duckflock.testing.sqllogic).
 
 DUCKFLOCK_SLT_FULL=1 runs every file on every combination; by default each file runs on a spread
 of them that still covers every transport, 1-4 ranks, and broadcasts/gathered sorts on and off."""
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import duckflock
-from duckflock.testing.sqllogic import NO_BROADCAST, parse, run
+from duckflock.testing.sqllogic import NO_BROADCAST, counts, parse, run
 
 FILES = sorted(Path(__file__).parent.glob("*.test"))
 # How ranks run: threads of this process; an MPI job of one rank per process; an MPI job of two
@@ -101,3 +102,33 @@ def test_hash_partitioned_table_without_files(tmp_path):
         assert db.sql("SELECT count(*) AS n, max(s) AS m FROM z").fetchall() == [(0, None)]
         assert db.sql("SELECT a.k FROM z a JOIN z b ON a.k = b.k").fetchall() == []
         assert db.sql("SELECT k, count(*) FROM z GROUP BY k").fetchall() == []
+
+
+def test_a_query_runs_on_the_driver_only_where_a_driver_line_says_so(tmp_path):
+    """The runner's fallback is off except where declared: an undeclared fallback fails, and so
+    does a driver line over a query that runs distributed; --counts groups them by construct."""
+    path = tmp_path / "driver.test"
+    path.write_text(
+        "statement ok\nCREATE TABLE t AS SELECT i AS k FROM range(10) r(i)\n\n"
+        "driver POSITIONAL\nquery\nSELECT a.k FROM t a POSITIONAL JOIN t b\n\n"
+        "query\nSELECT a.k FROM t a POSITIONAL JOIN t b\n\n"
+        "driver POSITIONAL\nquery\nSELECT k FROM t\n\n"
+        "driver NATURAL\nquery\nSELECT a.k FROM t a POSITIONAL JOIN t b\n\n"
+        "query\nSELECT count(*) FROM t\n"
+    )
+    test = parse(path)
+    assert [r.driver for r in test.checks] == ["POSITIONAL", None, "POSITIONAL", "NATURAL", None]
+    outcomes = run(test, lambda d, extra: duckflock.connect(d, ranks=2, transport="threads", config=extra))
+    assert [(o.status, o.how) for o in outcomes] == [
+        ("correct", "driver"),
+        ("failed", "driver"),
+        ("failed", "distributed"),
+        ("failed", "driver"),
+        ("correct", "distributed"),
+    ]
+    assert "without a driver line" in outcomes[1].detail and "remove it" in outcomes[2].detail
+    text = counts([(path, o) for o in outcomes])
+    assert text.splitlines()[0] == (
+        "5 records: distributed 2, driver 3, refused 0, internal 0, error 0 (40.0% of 5 valid)"
+    )
+    assert "on the driver, declared (2):\n        2  POSITIONAL JOIN" in text

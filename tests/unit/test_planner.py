@@ -11,12 +11,14 @@ import pytest
 from duckflock.catalog import Catalog, Hashed, Ranged
 from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.config import Config
-from duckflock.errors import CatalogError, DuckflockError, SqlError
+from duckflock.errors import CatalogError, DuckflockError, InternalError, NotDistributed, SqlError
 from duckflock.exec import adaptive
+from duckflock.plan.explain import explain_plan
 from duckflock.plan.nodes import Aggregate, ExchangeRead, Join, Node, Scan, SetOp, Sort, Window, walk
 from duckflock.plan.planner import plan_query
 from duckflock.plan.sql_text import target_sql
-from duckflock.plan.stages import ExchangeSpec, StagePlan
+from duckflock.plan.stages import ExchangeSpec, OnDriver, StagePlan
+from duckflock.sql import bind
 from duckflock.sql.schema_db import SchemaDB
 from support import make_table
 
@@ -598,6 +600,37 @@ def test_what_cannot_be_distributed_runs_on_the_driver_over_whole_tables(plan, s
     assert gathers == ([] if shared else ["gather"])
     with pytest.raises(SqlError, match=r"RECURSIVE.*over the 0 MB limit"):
         plan(sql, driver_fallback_bytes=0)
+
+
+def test_a_refusal_names_its_construct_and_a_driver_plan_says_why(plan):
+    sql = "SELECT ua.k FROM ua POSITIONAL JOIN ub"
+    with pytest.raises(NotDistributed) as info:
+        plan(sql, driver_fallback_bytes=-1)
+    assert info.value.construct == "POSITIONAL JOIN"
+    p = plan(sql)
+    assert p.on_driver == OnDriver("POSITIONAL JOIN", "POSITIONAL JOIN")
+    assert "DriverQuery: the whole query on the driver, not distributed: POSITIONAL JOIN" in explain_plan(p)
+    assert plan("SELECT k FROM ua").on_driver is None
+    # The name leaves out the query's own names, so that refusals can be counted by it.
+    with pytest.raises(NotDistributed, match=r"USING \(k\) on columns of different types") as info:
+        plan("SELECT * FROM hi JOIN hk USING (k)", driver_fallback_bytes=-1)
+    assert info.value.construct == "JOIN ... USING on columns of different types"
+
+
+def test_a_bug_in_the_planner_is_an_internal_error_never_a_fallback(plan, monkeypatch):
+    def broken(self, tree, prefix):
+        raise KeyError("no such column")
+
+    # The fallback is on and the tables small: a refusal would run on the driver.
+    monkeypatch.setattr(bind._Builder, "query", broken)
+    with pytest.raises(InternalError) as info:
+        plan("SELECT k FROM ua")
+    message = str(info.value)
+    assert message.startswith(
+        "internal error in the planner (a bug in duckflock): KeyError: 'no such column'"
+    )
+    assert "test_planner.py" in message and message.endswith("Query: SELECT k FROM ua")
+    assert not isinstance(info.value, SqlError)
 
 
 def test_asof_lateral_and_distinct_on_are_distributed(plan):

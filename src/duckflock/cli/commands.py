@@ -48,7 +48,7 @@ def _query(db, args: argparse.Namespace, on: str = "rank") -> int:
         if args.profile:
             for read_at in result.outcome.plan.read_at:  # the version each lake table was read at
                 _out().print(f"read at {read_at}", highlight=False, markup=False)
-            print_profile(result.stats, console=_out())
+            print_profile(result.stats, console=_out(), on_driver=result.on_driver)
     except DuckflockError as e:
         print_error(str(e))
         return 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
@@ -10,6 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from duckflock.units import human
+
+if TYPE_CHECKING:
+    from duckflock.plan.stages import OnDriver
 
 
 def stdout_console() -> Console:
@@ -30,9 +34,12 @@ def print_rows(names: list[str], rows: list[tuple], total: int, console: Console
     console.print(f"{total} row{'' if total == 1 else 's'}{more}")
 
 
-def print_profile(stats, console: Console | None = None) -> None:
-    """Per rank and stage: the breakdown of the seed report's tables 2-4, and more."""
+def print_profile(stats, console: Console | None = None, on_driver: OnDriver | None = None) -> None:
+    """Per rank and stage: the breakdown of the seed report's tables 2-4, and more; ``on_driver``:
+    why the query ran whole on the driver, when it did."""
     console = console or Console()
+    if on_driver is not None:
+        console.print(f"the query {on_driver.describe()}", highlight=False, markup=False)
     view = Table(
         title="profile per rank and stage (milliseconds)",
         header_style="bold",

@@ -311,7 +311,8 @@ class DriverQuery(Node):
 
     sql: str = ""
     inputs: tuple[tuple[str, Node], ...] = ()  # (catalog table name, the table's rows)
-    reason: str = ""  # why the query was not distributed
+    reason: str = ""  # why the query was not distributed, for the user
+    construct: str = ""  # the name of what is not distributed (errors.NotDistributed.construct)
 
     @property
     def children(self) -> tuple[Node, ...]:
@@ -321,7 +322,7 @@ class DriverQuery(Node):
         return replace(self, inputs=tuple((t, n) for (t, _), n in zip(self.inputs, children, strict=True)))
 
     def explain_line(self) -> str:
-        return f"DriverQuery (not distributed: {self.reason})"
+        return f"DriverQuery: the whole query on the driver, not distributed: {self.reason}"
 
 
 @dataclass(frozen=True, eq=False)

@@ -8,10 +8,13 @@ exchange boundary).
 from __future__ import annotations
 
 import os
+import traceback
 from dataclasses import replace
+from pathlib import Path
 
 from duckflock.catalog import Catalog
 from duckflock.config import Config
+from duckflock.errors import DuckflockError, InternalError
 from duckflock.plan.distribute import distribute
 from duckflock.plan.nodes import ExchangeRead
 from duckflock.plan.stages import StagePlan, cut
@@ -30,6 +33,35 @@ def plan_query(
 ) -> StagePlan:
     """The stage plan of ``sql`` over ``size`` ranks, ``per_process`` of them in each process of
     ``cores`` cores (None: as many as this one), or SqlError/CatalogError naming what is wrong."""
+    try:
+        return _plan(sql, catalog, schema_db, size, config, per_process, cores)
+    except DuckflockError:
+        raise
+    except Exception as e:  # not a refusal: a bug, told as one, never answered another way
+        raise InternalError("planner", _cause(e), sql.strip()) from e
+
+
+def _cause(e: Exception) -> str:
+    """The exception and where it was raised: the innermost frame, and duckflock's own innermost
+    frame when that is in a library."""
+    frames = traceback.extract_tb(e.__traceback__)
+    ours = [f for f in frames if f"{os.sep}duckflock{os.sep}" in f.filename]
+    where = ours[-1:] + frames[-1:]
+    at = " <- ".join(
+        dict.fromkeys(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in reversed(where))
+    )
+    return f"{type(e).__name__}: {e}" + (f" (at {at})" if at else "")
+
+
+def _plan(
+    sql: str,
+    catalog: Catalog,
+    schema_db: SchemaDB,
+    size: int,
+    config: Config,
+    per_process: int,
+    cores: int | None,
+) -> StagePlan:
     cores = len(os.sched_getaffinity(0)) if cores is None else cores
     bound = bind(sql, catalog, schema_db, config.driver_fallback_bytes)
     physical, copies_per_process = distribute(bound.plan, catalog, size, config, per_process)

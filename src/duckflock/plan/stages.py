@@ -14,7 +14,17 @@ from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import Partitioning
 from duckflock.plan import skew
 from duckflock.plan.kinds import ExchangeKind, SkewRole
-from duckflock.plan.nodes import AdaptiveJoin, Exchange, ExchangeRead, Filter, Node, Project, Scan, walk
+from duckflock.plan.nodes import (
+    AdaptiveJoin,
+    DriverQuery,
+    Exchange,
+    ExchangeRead,
+    Filter,
+    Node,
+    Project,
+    Scan,
+    walk,
+)
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,17 @@ _SPREAD_ANEW = (ExchangeKind.HASH, ExchangeKind.RANGE, ExchangeKind.BROADCAST, E
 
 
 @dataclass(frozen=True)
+class OnDriver:
+    """Why a query ran whole, single-process, on the driver instead of distributed."""
+
+    construct: str  # what is not distributed yet, by name (errors.NotDistributed.construct)
+    reason: str  # the refusal's message
+
+    def describe(self) -> str:
+        return f"ran on the driver, not distributed: {self.reason}"
+
+
+@dataclass(frozen=True)
 class StagePlan:
     stages: tuple[Stage, ...]  # in an order where producers come before consumers
     output_names: tuple[str, ...]
@@ -108,6 +129,15 @@ class StagePlan:
 
     def stage(self, sid: int) -> Stage:
         return self.stages[sid]
+
+    @property
+    def on_driver(self) -> OnDriver | None:
+        """Why the query runs whole on the driver (sql/driver_fallback.py); None: it is distributed."""
+        for s in self.stages:
+            for node in walk(s.root):
+                if isinstance(node, DriverQuery):
+                    return OnDriver(node.construct, node.reason)
+        return None
 
     def exchange(self, xid: int) -> ExchangeSpec:
         for s in self.stages:

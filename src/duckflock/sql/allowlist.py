@@ -14,7 +14,7 @@ import re
 
 from sqlglot import exp
 
-from duckflock.errors import SqlError
+from duckflock.errors import NotDistributed
 from duckflock.sql.functions import function_name
 from duckflock.sql.scopes import query_of
 
@@ -98,8 +98,10 @@ _REFUSED_KINDS: dict[type, str] = {
 }
 
 
-def unsupported(what: str) -> SqlError:
-    return SqlError(f"unsupported SQL construct: {what}")
+def unsupported(what: str, construct: str | None = None) -> NotDistributed:
+    """The refusal of a construct not distributed yet: ``what`` for the user, ``construct`` its
+    name without the query's own names or values (default: ``what``)."""
+    return NotDistributed(f"unsupported SQL construct: {what}", construct or what)
 
 
 # Functions whose result type is written as text in an argument: ``from_json(j, '"ENUM(''a'')"')``.

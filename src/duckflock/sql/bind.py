@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import cast
@@ -26,7 +26,7 @@ from sqlglot.optimizer.qualify import qualify
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import canonical_hash_type, check_spreadable, common_hash_type
-from duckflock.errors import CatalogError, DuckflockError, SqlError, duckdb_message
+from duckflock.errors import CatalogError, DuckflockError, NotDistributed, SqlError, duckdb_message
 from duckflock.plan.kinds import JoinKind, SetOpKind
 from duckflock.plan.nodes import (
     Aggregate,
@@ -103,6 +103,10 @@ _RULES: tuple[OptimizerFn, ...] = (
 )
 
 
+# The refusal of a rewritten query (or part of one) that DuckDB rejects, where it accepted the query.
+REWRITE_REJECTED = "a rewrite DuckDB does not accept"
+
+
 @dataclass(frozen=True)
 class BoundQuery:
     plan: Node
@@ -134,7 +138,8 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
         # DuckDB accepts it (ROLLUP(x IS NULL)): say whose parser gave up, and let the driver
         # answer it as written.
         reason = f"cannot parse SQL (duckflock's SQL parser, sqlglot, cannot read it{_where(e)})"
-        return _unparsed(text, parsed, catalog, schema_db, reason, driver_fallback_bytes)
+        refusal = NotDistributed(reason, "SQL that sqlglot cannot parse")
+        return _unparsed(text, parsed, catalog, schema_db, refusal, driver_fallback_bytes)
     # Empty statements (";SELECT 1"), and a comment after the last one (a Semicolon to sqlglot).
     found = [s for s in statements if s is not None and not isinstance(s, exp.Semicolon)]
     if len(found) != 1:
@@ -163,8 +168,8 @@ def bind(sql: str, catalog: Catalog, schema_db: SchemaDB, driver_fallback_bytes:
     try:
         plan = _distributed(text, tree, catalog, schema_db)
         _check_plan(plan, described, schema_db)
-    except SqlError as e:  # DuckDB accepts it, duckflock cannot distribute it
-        plan = on_driver(text, catalog, len(described), str(e), driver_fallback_bytes)
+    except NotDistributed as e:  # DuckDB accepts it, duckflock cannot distribute it (yet)
+        plan = on_driver(text, catalog, len(described), e, driver_fallback_bytes)
     return BoundQuery.of(plan, text, described, schema_db)
 
 
@@ -176,7 +181,10 @@ def _check_struct_names(tree: exp.Expr, catalog: Catalog) -> None:
         info = catalog.find(table.name) if isinstance(table.this, exp.Identifier) else None
         for column, typ in info.columns if info is not None else ():
             if typ.upper().startswith("STRUCT") and column.lower() in items:
-                raise unsupported(f"a STRUCT column ({column}) named like a FROM item")
+                raise unsupported(
+                    f"a STRUCT column ({column}) named like a FROM item",
+                    "a STRUCT column named like a FROM item",
+                )
 
 
 def _parenthesized(e: exp.Expr) -> exp.Expr:
@@ -206,17 +214,17 @@ def _unparsed(
     statements: list[duckdb.Statement],
     catalog: Catalog,
     schema_db: SchemaDB,
-    reason: str,
+    refusal: NotDistributed,
     limit_bytes: int,
 ) -> BoundQuery:
     """A query sqlglot cannot parse, answered by DuckDB on the driver where DuckDB's own parser
     found (``statements``) one SELECT that passes the introspection checks (by name, there being
-    no tree), else SqlError naming ``reason``."""
+    no tree), else ``refusal``."""
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
-        raise SqlError(reason)
+        raise refusal
     check_introspection_text(text)
     described = schema_db.describe(text)
-    plan = on_driver(text, catalog, len(described), reason, limit_bytes)
+    plan = on_driver(text, catalog, len(described), refusal, limit_bytes)
     return BoundQuery.of(plan, text, described, schema_db)
 
 
@@ -238,11 +246,16 @@ def _check_plan(plan: Node, described: list[tuple[str, str]], schema_db: SchemaD
     try:
         got = [t for _, t in schema_db.describe(render(plan, lambda scan: q(scan.table)))]
     except (SqlError, CatalogError) as e:
-        raise unsupported(f"a rewrite DuckDB does not accept ({e})") from None
+        raise unsupported(
+            f"a rewrite DuckDB does not accept ({e})", "a rewrite DuckDB does not accept"
+        ) from None
     want = [t for _, t in described]
     if got != want:
         types = f"{', '.join(got)} for {', '.join(want)}"
-        raise unsupported(f"a rewrite that changes the result's types ({types})")
+        raise unsupported(
+            f"a rewrite that changes the result's types ({types})",
+            "a rewrite that changes the result's types",
+        )
 
 
 def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaDB) -> Node:
@@ -272,11 +285,14 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
         )
         builder = _Builder(catalog, schema_db, aggregates)
         plan = builder.query(tree, prefix=None)
-    except (SqlglotError, AssertionError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except SqlglotError as e:
         # sqlglot's rewrites raise these on queries they do not understand: refuse, never guess.
-        # The user reads this (explain, a refusal): sqlglot's name for its error or classes say nothing.
-        why = str(e) if isinstance(e, SqlglotError) else f"{type(e).__name__}: {e}"
-        raise SqlError(f"cannot plan this query: {_SQLGLOT_CLASS.sub('', why)}") from None
+        # The user reads this (explain, a refusal): sqlglot's name for its error or classes say
+        # nothing. Any other exception is a bug, raised as it is (plan/planner.py names it so).
+        why = _SQLGLOT_CLASS.sub("", str(e))
+        raise NotDistributed(
+            f"cannot plan this query: {why}", f"a query sqlglot's rewrites reject ({type(e).__name__})"
+        ) from None
     # Only Filter and Project carry subquery plans; a token anywhere else has no rows behind it.
     tokens = [q(t) for t in builder.subplans]
     for node in walk(plan):
@@ -460,7 +476,9 @@ class _Builder:
         key = o.this
         for c in [key, *key.find_all(exp.Column)]:
             if isinstance(c, exp.Column) and not c.table and out_names.count(c.name) > 1:
-                raise SqlError(f"ORDER BY {c.name} is ambiguous: several output columns have that name")
+                # DuckDB picks one (the last); which one is its rule to tell, not this binder's.
+                what = "ORDER BY a name several output columns have"
+                raise unsupported(f"{what} ({c.name}): ambiguous to duckflock", what)
         if isinstance(key, exp.Column) and not key.table and key.name in out_names:
             hit: str | None = names[out_names.index(key.name)]
         elif isinstance(key, exp.Literal) and key.is_int:
@@ -477,7 +495,7 @@ class _Builder:
             hit = names[exprs.index(_sql(key))] if _sql(key) in exprs else None
         if hit is None:
             if s.args.get("distinct"):
-                raise SqlError("for SELECT DISTINCT, ORDER BY expressions must appear in the select list")
+                raise unsupported("SELECT DISTINCT ordered by an expression not in its select list")
             hit = self.fresh("s")
             names.append(hit)
             exprs.append(_sql(key))
@@ -593,13 +611,15 @@ class _Builder:
             if any(token in str(e) for token in self.subplans):
                 raise unsupported("a subquery inside aggregate expressions") from None
             if not self._correlated_depth:
-                raise
+                raise unsupported(f"a rewrite DuckDB does not accept ({e})", REWRITE_REJECTED) from None
             return [""] * (len(exprs) if exprs is not None else len(rel.columns))
 
     def hash_types(self, rel: Node, exprs: list[str]) -> tuple[str, ...]:
         """Canonical hash types of expressions over ``rel``: a shuffle on them then partitions rows
         the same way a catalog table or a join on those keys does, so later joins can reuse it."""
-        return tuple(canonical_hash_type(t) for t in self.node_types(rel, exprs)) if exprs else ()
+        types = self.node_types(rel, exprs) if exprs else []
+        _check_spreadable(types)
+        return tuple(canonical_hash_type(t) for t in types)
 
     def windows(self, rel: Node, selects, order_keys, qualify_):
         """Window functions become a Window node after grouping; expressions refer to its columns."""
@@ -652,8 +672,7 @@ class _Builder:
         # Hash in the set operation's exact result types: DuckDB casts each branch's values to them
         # (rounding to a FLOAT, or to a DECIMAL's scale) before it compares rows.
         types = tuple(self.node_types(rel))
-        for t in types:
-            check_spreadable(t)
+        _check_spreadable(types)
         rel = replace(cast(SetOp, rel), key_types=types)
         keys = []
         order = tree.args.get("order")
@@ -747,7 +766,9 @@ class _Builder:
                 self.ctes = here
         info = self.catalog.find(item.name)
         if info is None:  # DuckDB's binder took it: a file ('x.parquet' AS x) read by name
-            raise unsupported(f"{item.name!r}, which is not a table of the catalog")
+            raise unsupported(
+                f"{item.name!r}, which is not a table of the catalog", "a FROM item not in the catalog"
+            )
         used = []
         for c in _scope_find(s, exp.Column):
             if c.table == alias and c.name not in used:
@@ -809,6 +830,7 @@ class _Builder:
                 rkeys.append(a)
         ltypes = self.node_types(left, [_sql(k) for k in lkeys]) if lkeys else []
         rtypes = self.node_types(right, [_sql(k) for k in rkeys]) if rkeys else []
+        _check_spreadable([*ltypes, *rtypes])
         return Join(
             cols,
             left=left,
@@ -926,6 +948,15 @@ def _push_down(
 # Joins whose ON conjunct over one side alone filters that side's rows before the join.
 _ON_PUSHED_RIGHT = (JoinKind.INNER, JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
 _ON_PUSHED_LEFT = (JoinKind.INNER, JoinKind.SEMI)
+
+
+def _check_spreadable(types: Iterable[str]) -> None:
+    """Refuse keys of types rows must not be hashed or ranged by (catalog/partitioning.py)."""
+    try:
+        for t in types:
+            check_spreadable(t)
+    except ValueError as e:
+        raise unsupported(str(e), "keys, groups or set operations over VARIANT or GEOMETRY values") from None
 
 
 def _join_kind(j: exp.Join) -> JoinKind:

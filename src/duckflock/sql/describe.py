@@ -42,4 +42,5 @@ def schema_answer(text: str, schema_db: SchemaDB, described: list[tuple[str, str
     else:
         sql = f"SELECT {casts} FROM (SELECT {', '.join(f'NULL AS {c}' for c in names)}) WHERE false"
     columns = tuple(f"__d{i}" for i in range(len(described)))
-    return DriverQuery(columns, sql=sql, reason="a question about the catalog's names and types")
+    what = "a question about the catalog's names and types"
+    return DriverQuery(columns, sql=sql, reason=what, construct="DESCRIBE / SHOW")

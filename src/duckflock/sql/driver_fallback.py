@@ -13,13 +13,16 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from duckflock.catalog import Catalog
-from duckflock.errors import SqlError
+from duckflock.errors import NotDistributed
 from duckflock.plan.nodes import DriverQuery, Scan
 
 
-def on_driver(text: str, catalog: Catalog, width: int, reason: str, limit_bytes: int) -> DriverQuery:
-    """A DriverQuery for ``text`` (whose result has ``width`` columns), or SqlError naming
-    ``reason`` when the tables it reads are larger than ``limit_bytes``."""
+def on_driver(
+    text: str, catalog: Catalog, width: int, refusal: NotDistributed, limit_bytes: int
+) -> DriverQuery:
+    """A DriverQuery for ``text`` (whose result has ``width`` columns), or ``refusal`` (with the
+    size) when the tables it reads are larger than ``limit_bytes``. Only a named refusal comes
+    here: an error in the planner is a bug, which no other way of answering may hide."""
     inputs: list[tuple[str, Scan]] = []
     total = 0
     # Every catalog table the text names, also where a CTE of that name may shadow it: which one a
@@ -30,23 +33,30 @@ def on_driver(text: str, catalog: Catalog, width: int, reason: str, limit_bytes:
         if info is not None and qualified:
             # Each table becomes a temporary view of its name there (exec/stage.py), which a
             # schema-qualified name does not reach.
-            raise SqlError(f"{reason}; on the driver, name the table {info.name} without a schema")
+            raise _refused(refusal, f"on the driver, name the table {info.name} without a schema")
         if info is None or any(t == info.name for t, _ in inputs):
             continue
         cols = tuple(c for c, _ in info.columns)
         inputs.append((info.name, Scan(cols, table=info.name, source_columns=cols)))
         total += info.rows * info.row_width()
     if limit_bytes < 0:
-        raise SqlError(f"{reason} (answering such queries on the driver is off: driver_fallback_bytes)")
+        raise NotDistributed(
+            f"{refusal} (answering such queries on the driver is off: driver_fallback_bytes)",
+            refusal.construct,
+        )
     if total > limit_bytes:
-        raise SqlError(
-            f"{reason}; answering it on the driver instead would gather about {total / 1e6:.0f} MB of "
-            f"tables, over the {limit_bytes / 1e6:.0f} MB limit (driver_fallback_bytes)"
+        raise _refused(
+            refusal,
+            f"answering it on the driver instead would gather about {total / 1e6:.0f} MB of "
+            f"tables, over the {limit_bytes / 1e6:.0f} MB limit (driver_fallback_bytes)",
         )
     columns = tuple(f"__d{i}" for i in range(width))
-    return DriverQuery(
-        columns, sql=text, inputs=tuple(inputs), reason=reason.removeprefix("unsupported SQL construct: ")
-    )
+    reason = str(refusal).removeprefix("unsupported SQL construct: ")
+    return DriverQuery(columns, sql=text, inputs=tuple(inputs), reason=reason, construct=refusal.construct)
+
+
+def _refused(refusal: NotDistributed, why: str) -> NotDistributed:
+    return NotDistributed(f"{refusal}; {why}", refusal.construct)
 
 
 def _table_names(text: str) -> list[tuple[str, bool]]:

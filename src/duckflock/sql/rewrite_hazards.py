@@ -60,16 +60,18 @@ Describe = Callable[[str], list[tuple[str, str]]]
 
 
 def rules_to_skip(tree: exp.Expr, volatile: frozenset[str], describe: Describe) -> set[str]:
-    """The rule names to leave out for ``tree`` (before qualify); raises SqlError (so that the
+    """The rule names to leave out for ``tree`` (before qualify); raises NotDistributed (so that the
     driver answers the query as written) for volatile functions below the outermost query."""
     for call in tree.find_all(exp.Func):
         name = function_name(call)
         if name in volatile and name not in _VOLATILE_KEEP and _copied(call, tree):
-            raise unsupported(f"a volatile function ({name}) in a derived table's or CTE's columns")
+            where = "in a derived table's or CTE's columns"
+            raise unsupported(f"a volatile function ({name}) {where}", f"a volatile function {where}")
     for cte in _computed_repeatedly(tree):
         what = _order_dependent(cte.this) or _float_sum(cte, describe)
         if what:
-            raise unsupported(f"a CTE computed more than once whose result depends on row order ({what})")
+            construct = "a CTE computed more than once whose result depends on row order"
+            raise unsupported(f"{construct} ({what})", construct)
     skip = {_NORMALIZE} if _guarded_failures(tree) else set()
     if any(is_asof(j) for j in tree.find_all(exp.Join)):
         return skip | {_PUSHDOWN}

@@ -64,7 +64,9 @@ def check_round_trip(
         again = tree.sql(dialect="duckdb")
     except SqlglotError as e:  # e.g. a call it parsed but cannot write back (encode(s))
         why = (str(e).splitlines() or [type(e).__name__])[0]
-        raise unsupported(f"SQL the rewriter cannot write back ({why})") from None
+        raise unsupported(
+            f"SQL the rewriter cannot write back ({why})", "SQL the rewriter cannot write back"
+        ) from None
     # Both statements in one DuckDB query: each query costs about a millisecond of overhead.
     both = con.execute("SELECT json_serialize_sql(?), json_serialize_sql(?)", [text, again])
     written, rewritten = (
@@ -74,7 +76,10 @@ def check_round_trip(
         return  # DuckDB cannot serialize this statement; its binder has accepted it already
     for name, *_ in written:
         if name in CONTEXT_FUNCTIONS:
-            raise unsupported(f"{name}() (its value depends on where it runs)")
+            raise unsupported(
+                f"{name}() (its value depends on where it runs)",
+                "a function whose value depends on where it runs",
+            )
     if rewritten is None:
         return
     expected = Counter({_equivalent(c): n for c, n in written.items()})
@@ -84,7 +89,8 @@ def check_round_trip(
     if got != expected:
         changed = sorted({c[0] for c in (written - rewritten) + (rewritten - written)})
         raise unsupported(
-            f"function calls, casts or numbers the SQL rewriter would change: {', '.join(changed)}"
+            f"function calls, casts or numbers the SQL rewriter would change: {', '.join(changed)}",
+            "function calls, casts or numbers the SQL rewriter would change",
         )
 
 

@@ -68,7 +68,10 @@ def _check(select: exp.Select, joins: list[exp.Join], schema_db: SchemaDB) -> No
         # sqlglot's * leaves out the column of that name of every other FROM item; DuckDB keeps it.
         for key, sources in merged.items():
             if any(_has(items.columns(i), key) for i in range(len(items.items)) if i not in sources):
-                raise unsupported(f"* over JOIN ... USING ({key}) and another FROM item with a column {key}")
+                raise unsupported(
+                    f"* over JOIN ... USING ({key}) and another FROM item with a column {key}",
+                    "* over JOIN ... USING and another FROM item with a column of that name",
+                )
 
 
 def _check_types(key: str, lefts: list[list[tuple[str, str]]], right: list[tuple[str, str]]) -> None:
@@ -77,7 +80,10 @@ def _check_types(key: str, lefts: list[list[tuple[str, str]]], right: list[tuple
     rtype = next((t for n, t in right if n.lower() == key.lower()), None)
     ltype = next((t for cols in lefts for n, t in cols if n.lower() == key.lower()), None)
     if ltype is None or rtype is None or ltype != rtype:
-        raise unsupported(f"JOIN ... USING ({key}) on columns of different types ({ltype}, {rtype})")
+        raise unsupported(
+            f"JOIN ... USING ({key}) on columns of different types ({ltype}, {rtype})",
+            "JOIN ... USING on columns of different types",
+        )
 
 
 def _has(columns: list[tuple[str, str]], key: str) -> bool:
@@ -109,4 +115,7 @@ def _describe_item(select: exp.Select, alias: str, schema_db: SchemaDB) -> list[
     try:
         return schema_db.describe(sql)
     except (SqlError, CatalogError):
-        raise unsupported(f"JOIN ... USING whose sides' columns could not be typed ({q(alias)})") from None
+        raise unsupported(
+            f"JOIN ... USING whose sides' columns could not be typed ({q(alias)})",
+            "JOIN ... USING whose sides' columns could not be typed",
+        ) from None

@@ -23,14 +23,28 @@ A file is records separated by blank lines; ``#`` starts a comment line::
     statement error unsupported       -- duckflock must refuse, with this text in its message
     SELECT ...
 
+    driver WITH RECURSIVE             -- this query runs whole on the driver, as a construct
+    query                             -- not distributed yet: the refusal's name (errors.
+    WITH RECURSIVE ...                -- NotDistributed.construct) contains this text
+
+Every query must run distributed unless a ``driver`` line (in the spirit of sqllogictest's
+``skipif``/``onlyif`` lines, it qualifies the record under it) says it runs on the driver and why: a
+query that runs on the driver without one fails, and so does one with a line that now runs
+distributed (the line is out of date). The driver fallback is thus off, except where declared; a
+file's ``config driver_fallback_bytes`` still sets its limit (-1: off, refused instead). An error in
+the planner (errors.InternalError) is never taken for a refusal.
+
 Comparing with DuckDB, not only with written rows, is what makes thousands of queries cheap to add;
-the written rows pin DuckDB itself where a test wants that.
+the written rows pin DuckDB itself where a test wants that. ``python -m duckflock.testing.sqllogic
+--counts tests/sql`` counts how the queries ran: distributed, on the driver (declared or not, by
+construct), refused (by construct), internal errors.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -39,7 +53,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from duckflock.errors import DuckflockError
+from duckflock.errors import DuckflockError, InternalError, NotDistributed
+from duckflock.plan.stages import OnDriver
 from duckflock.testing.compare import difference
 from duckflock.testing.tables import make_table, oracle
 
@@ -56,6 +71,7 @@ class Record:
     order_columns: tuple[str, ...] = ()  # ordered by these columns only (ties may come in any order)
     expected: tuple[tuple[str, ...], ...] | None = None
     message: str = ""  # for error: text the refusal must contain
+    driver: str | None = None  # declared to run on the driver: text of the refusal's construct
 
 
 @dataclass(frozen=True)
@@ -78,6 +94,13 @@ def parse(path: Path) -> TestFile:
     out = TestFile(path)
     for start, lines in _blocks(path.read_text()):
         head = lines[0].split()
+        driver = None
+        if head[0] == "driver":  # qualifies the record under it
+            driver = " ".join(head[1:])
+            if not driver or len(lines) < 2 or not lines[1].startswith("query"):
+                raise ValueError(f"{path}:{start}: a driver line names a construct, above a query record")
+            lines = lines[1:]
+            head = lines[0].split()
         if head[0] == "config":
             out.config[head[1]] = int(head[2])
             continue
@@ -103,7 +126,9 @@ def parse(path: Path) -> TestFile:
         elif head[0] == "query":
             ordered = head[1:2] == ["ordered"]
             columns = tuple(head[2:]) if ordered else ()
-            out.checks.append(Record("query", sql, start, ordered and not columns, columns, expected))
+            out.checks.append(
+                Record("query", sql, start, ordered and not columns, columns, expected, driver=driver)
+            )
         else:
             raise ValueError(f"{path}:{start}: unknown record {lines[0]!r}")
     return out
@@ -140,6 +165,11 @@ class Outcome:
     record: Record
     status: str  # correct, refused (an expected refusal), wrong, failed (refused or erred when it must not)
     detail: str = ""
+    # How the query ran: distributed, driver (whole on the driver), refused (not distributed, by
+    # name), internal (a bug: errors.InternalError, or any non-duckflock exception), error (another
+    # duckflock error, e.g. a user error a record expects)
+    how: str = "distributed"
+    construct: str = ""  # for driver and refused: the construct not distributed
 
 
 # Opens a session on a data directory with a file's config fields: duckflock.connect with the
@@ -160,21 +190,44 @@ def run(test: TestFile, connect: SessionFactory) -> list[Outcome]:
 
 def _check(r: Record, db, ref: duckdb.DuckDBPyConnection) -> Outcome:
     try:
-        got = db.sql(r.sql).arrow()
+        result = db.sql(r.sql)
+    except InternalError as e:
+        return Outcome(r, "failed", str(e), how="internal")
     except DuckflockError as e:
         message = str(e)
+        how, construct = ("refused", e.construct) if isinstance(e, NotDistributed) else ("error", "")
         if r.kind == "error" and r.message.lower() in message.lower():
-            return Outcome(r, "refused", message)
-        return Outcome(r, "failed", f"refused: {message}")
+            return Outcome(r, "refused", message, how, construct)
+        return Outcome(r, "failed", f"refused: {message}", how, construct)
     except Exception as e:  # anything but a clear duckflock error reaching the user is a defect
-        return Outcome(r, "failed", f"{type(e).__name__}: {e}")
+        return Outcome(r, "failed", f"{type(e).__name__}: {e}", how="internal")
+    got = result.arrow()
+    on_driver = result.on_driver
+    how, construct = ("driver", on_driver.construct) if on_driver is not None else ("distributed", "")
     if r.kind == "error":
-        return Outcome(r, "failed", f"expected a refusal naming {r.message!r}, got {got.num_rows} rows")
+        answered = f"expected a refusal naming {r.message!r}, got {got.num_rows} rows"
+        return Outcome(r, "failed", answered, how, construct)
+    misplaced = _driver_problem(r, on_driver)
+    if misplaced is not None:
+        return Outcome(r, "failed", misplaced, how, construct)
     want = ref.sql(r.sql).to_arrow_table()
     problem = difference(got, want, list(r.order_columns) or None, in_order=r.ordered)
     if problem is None and r.expected is not None:
         problem = _against_written(want, r.expected)
-    return Outcome(r, "correct" if problem is None else "wrong", problem or "")
+    return Outcome(r, "correct" if problem is None else "wrong", problem or "", how, construct)
+
+
+def _driver_problem(r: Record, on_driver: OnDriver | None) -> str | None:
+    """Where the query ran, against the record's ``driver`` line (None: as declared)."""
+    if on_driver is None:
+        if r.driver is not None:
+            return f"ran distributed, but a driver line says it runs on the driver ({r.driver}): remove it"
+        return None
+    if r.driver is None:
+        return f"{on_driver.describe()} [{on_driver.construct}], without a driver line saying so"
+    if r.driver.lower() not in on_driver.construct.lower():
+        return f"{on_driver.describe()} [{on_driver.construct}]; its driver line names {r.driver!r}"
+    return None
 
 
 def _against_written(want: pa.Table, rows: tuple[tuple[str, ...], ...]) -> str | None:
@@ -199,6 +252,34 @@ def summary(outcomes: list[Outcome]) -> dict[str, int]:
     return counts
 
 
+HOW = ("distributed", "driver", "refused", "internal", "error")
+
+
+def counts(outcomes: list[tuple[Path, Outcome]]) -> str:
+    """How the queries ran, as text: distributed, on the driver (declared by a driver line or not,
+    by construct), refused (by construct), internal errors (each), other errors. The share
+    distributed is of the records whose query DuckDB answers (all but the other errors)."""
+    by_how = Counter(o.how for _, o in outcomes)
+    valid = len(outcomes) - by_how["error"]
+    share = f" ({100 * by_how['distributed'] / valid:.1f}% of {valid} valid)" if valid else ""
+    lines = [f"{len(outcomes)} records: " + ", ".join(f"{h} {by_how[h]}" for h in HOW) + share]
+    groups = {
+        "on the driver, declared": [o for _, o in outcomes if o.how == "driver" and o.record.driver],
+        "on the driver, undeclared": [o for _, o in outcomes if o.how == "driver" and not o.record.driver],
+        "refused": [o for _, o in outcomes if o.how == "refused"],
+    }
+    for title, group in groups.items():
+        if group:
+            lines.append(f"  {title} ({len(group)}):")
+            for construct, n in Counter(o.construct for o in group).most_common():
+                lines.append(f"    {n:5}  {construct}")
+    internal = [(f, o) for f, o in outcomes if o.how == "internal"]
+    if internal:
+        lines.append(f"  internal errors ({len(internal)}):")
+        lines += [f"    {f.name}:{o.record.line}: {o.detail.splitlines()[0][:240]}" for f, o in internal]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run .test files and print per-file counts: python -m duckflock.testing.sqllogic DIR --ranks 2,3"""
     import argparse
@@ -217,14 +298,15 @@ def main(argv: list[str] | None = None) -> int:
         "--no-broadcast", action="store_true", help="broadcasts and gathered sorts off, streams of any size"
     )
     ap.add_argument(
-        "--no-fallback", action="store_true", help="refuse instead of running on the driver: lists those"
+        "--counts",
+        action="store_true",
+        help="also count how the queries ran: distributed, on the driver and refused (by construct), "
+        "internal errors",
     )
     args = ap.parse_args(argv)
     config: dict[str, int] = {}
     if args.no_broadcast:
         config |= NO_BROADCAST
-    if args.no_fallback:
-        config["driver_fallback_bytes"] = -1
     if args.ranks_per_process:
         config["ranks_per_process"] = args.ranks_per_process
     options: dict[str, object] = dict(config)
@@ -234,20 +316,24 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for ranks in (int(r) for r in args.ranks.split(",")):
         total = {"correct": 0, "refused": 0, "wrong": 0, "failed": 0}
+        every: list[tuple[Path, Outcome]] = []
         for f in files:
 
             def session(d: str, extra: dict[str, int], n: int = ranks) -> duckflock.Session:
                 return duckflock.connect(d, ranks=n, transport=args.transport, config={**options, **extra})
 
             outcomes = run(parse(f), session)
-            counts = summary(outcomes)
-            print(f"{ranks} ranks  {f.name:32} " + "  ".join(f"{k} {v}" for k, v in counts.items()))
+            every += [(f, o) for o in outcomes]
+            counted = summary(outcomes)
+            print(f"{ranks} ranks  {f.name:32} " + "  ".join(f"{k} {v}" for k, v in counted.items()))
             for o in outcomes:
                 if o.status in ("wrong", "failed"):
                     print(f"    {o.status}: line {o.record.line}: {o.record.sql[:90]!r}: {o.detail[:200]}")
-            total = {k: total[k] + counts[k] for k in total}
+            total = {k: total[k] + counted[k] for k in total}
         bad += total["wrong"] + total["failed"]
         print(f"{ranks} ranks  {'all files':32} " + "  ".join(f"{k} {v}" for k, v in total.items()))
+        if args.counts:
+            print(f"{ranks} ranks  " + counts(every))
     return 1 if bad else 0
 
 
