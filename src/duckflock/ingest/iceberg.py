@@ -100,10 +100,11 @@ def load_iceberg(
 def open_table(catalog_uri: str, catalog_name: str, identifier: str) -> Any:
     from pyiceberg.catalog import load_catalog
 
-    kind = "rest" if catalog_uri.startswith(("http://", "https://")) else "sql"
+    rest = catalog_uri.startswith(("http://", "https://"))
+    kind = {"py-catalog-impl": "duckflock.ingest.iceberg_rest.TimedRestCatalog"} if rest else {"type": "sql"}
     try:
         # The S3 settings apply where the table's files are objects (unused otherwise).
-        catalog = load_catalog(catalog_name, type=kind, uri=catalog_uri, **iceberg_properties())
+        catalog = load_catalog(catalog_name, uri=catalog_uri, **kind, **iceberg_properties())
         return catalog.load_table(identifier)
     except Exception as e:  # pyiceberg's and SQLAlchemy's errors: no catalog, no such table
         raise CatalogError(f"cannot open Iceberg table {identifier} of {catalog_uri}: {e}") from e
