@@ -3,9 +3,9 @@
 
 Messages travel inside write-once objects under ``<uri>/<job>/``:
 
-- ``msg/<src>-<seq>-<mask>``: what ``src`` sent every rank since its previous flush, one block per
-  destination (Lambada's and Modularis's write combining); ``mask`` names, in hex bits, the
-  destinations that have a block. A sender buffers its messages and writes one object when they
+- ``msg/<src>-<seq>[-<mask>]``: what ``src`` sent every rank since its previous flush, one block
+  per destination (Lambada's and Modularis's write combining); on S3 ``mask`` names, in hex bits,
+  the destinations that have a block. A sender buffers its messages and writes one object when they
   reach ``flush_bytes``, or as soon as its multiplexer hands it nothing more (the poll after a round
   of sends): a control message waits one round of the mux, not for a full buffer. At N ranks a
   round of all-to-all sends is N PUTs, not N² (a PUT costs 12.5 GETs on AWS, and request rates are
@@ -16,16 +16,16 @@ Messages travel inside write-once objects under ``<uri>/<job>/``:
   hosts' clocks may differ) is lost.
 
 An object appears atomically: on a local or shared file system it is written under ``tmp/`` and
-renamed; on S3 a PUT (or a multi-part upload's completion) is atomic. A receiver's thread lists
-``msg/`` (one LIST for all senders), polling more often right after traffic, and takes each
-source's objects in sequence order (a gap waits for its object): one whose mask leaves it out it
-passes by name alone; of the others it reads the index and then its own block (on S3 a HEAD and
-two ranged GETs; an object of at most WHOLE_READ_BYTES in one GET) and hands the messages to the
-multiplexer. Only the sender deletes an object, once every peer's heartbeat shows it has passed it
-(each receiver waits for every object of a source in turn, so none may vanish before all have
-passed it): no agreement among readers, and the progress rides on heartbeats written anyway, read
-only while objects wait for deletion. The session's launcher removes the whole job directory at the
-end, with whatever a failed rank left.
+renamed; on S3 a PUT (or a multi-part upload's completion) is atomic. A receiver's thread takes
+each source's objects in sequence order (a gap waits for its object), polling more often right
+after traffic: on S3 it lists ``msg/`` (one LIST for all senders) and passes an object whose mask
+leaves it out by name alone; on a file system it opens each source's next object by name. It reads
+the index and then its own block (on S3 a HEAD and two ranged GETs; an object of at most
+WHOLE_READ_BYTES in one GET) and hands the messages to the multiplexer. Only the sender deletes an
+object, once every peer's heartbeat shows it has passed it (each receiver waits for every object of
+a source in turn, so none may vanish before all have passed it): no agreement among readers, and
+the progress rides on heartbeats written anyway, read only while objects wait for deletion. The
+session's launcher removes the whole job directory at the end, with whatever a failed rank left.
 
 Object layout: ``INDEX_MAGIC``, the rank count and per rank its block's (offset, length), (0, 0)
 for none, as int64; then the blocks, each at a multiple of 64 bytes. A block: ``MAGIC``, an int64
@@ -40,7 +40,6 @@ import collections
 import contextlib
 import os
 import queue
-import re
 import threading
 import time
 import uuid
@@ -63,7 +62,6 @@ INDEX_MAGIC = b"DFXIDX01"  # a combined object: the index of its blocks
 WHOLE_READ_BYTES = 256 << 10
 _ALIGN = 64
 _ZEROS = bytes(_ALIGN)
-_MESSAGE = re.compile(r"(\d+)-(\d+)-([0-9a-f]+)")  # msg/<src>-<seq>-<destinations, a bit mask>
 # How often a receiver lists its prefix: right after traffic the first, growing with the quiet
 # time to the second (a listing of a local directory costs about 50 us; an S3 LIST a request).
 LOCAL_POLL_S = (0.0005, 0.02)
@@ -338,8 +336,9 @@ class StorageTransport(Transport):
         if not self._pending:
             return
         pending, self._pending, self._pending_bytes = self._pending, {}, 0
-        mask = sum(1 << dest for dest in pending)
-        name = f"msg/{self.rank}-{self._seq:012d}-{mask:x}"
+        name = f"msg/{self.rank}-{self._seq:012d}"
+        if not self.store.local:  # the receivers with a block: the others need not read it
+            name += f"-{sum(1 << dest for dest in pending):x}"
         blocks = {dest: [(tag, data) for tag, data, _ in ms] for dest, ms in pending.items()}
         self._writes.put((self._seq, name, blocks, [h for ms in pending.values() for *_, h in ms]))
         self._seq += 1
@@ -388,20 +387,31 @@ class StorageTransport(Transport):
     def _receive(self) -> bool:
         """Read this rank's blocks of the objects next in their source's sequence; pass, by name
         alone, the objects holding none."""
-        ready: dict[tuple[int, int], tuple[str, int]] = {}
-        for name in self.store.list("msg"):
-            if m := _MESSAGE.fullmatch(name):
-                ready[int(m[1]), int(m[2])] = (name, int(m[3], 16))
+        # On S3 a LIST finds what is there (its objects by "<src>-<seq>"), each missing object
+        # tried would be a request; on a file system a failed open costs microseconds, where a
+        # listing would also return every object passed but not deleted yet.
+        listed = None if self.store.local else {n.rpartition("-")[0]: n for n in self.store.list("msg")}
         got = False
         expected = self._expected
         for src in range(self.size):
-            while (object_ := ready.get((src, expected[src]))) is not None:
-                name, mask = object_
-                if mask >> self.rank & 1:
-                    with self.store.open(f"msg/{name}") as f:
-                        for tag, payload in read_messages(f, self.rank, self.size):
-                            self._inbox.put((src, tag, payload))
-                    got = True
+            while src != self.rank:
+                key = f"{src}-{expected[src]:012d}"
+                if listed is None:
+                    try:
+                        f = self.store.open(f"msg/{key}")
+                    except FileNotFoundError:
+                        break
+                elif (name := listed.get(key)) is None:
+                    break
+                elif int(name.rpartition("-")[2], 16) >> self.rank & 1:
+                    f = self.store.open(f"msg/{name}")
+                else:  # no block for this rank
+                    expected[src] += 1
+                    continue
+                with f:
+                    for tag, payload in read_messages(f, self.rank, self.size):
+                        self._inbox.put((src, tag, payload))
+                        got = True
                 expected[src] += 1
         return got
 
