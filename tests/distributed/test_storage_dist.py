@@ -35,10 +35,11 @@ def assert_removed(exchange: Path) -> None:
 
 
 def wait_messages_removed(exchange: Path) -> None:
-    """Every message object of the queries so far is read and deleted (heartbeats stay)."""
+    """Every message object of the queries so far is passed by every rank and deleted by its sender
+    (heartbeats stay)."""
 
     def messages() -> list[Path]:
-        return [p for p in exchange.glob("*/*/*") if p.parent.name.startswith("to-")]
+        return list(exchange.glob("*/msg/*"))
 
     wait_until(lambda: not messages(), f"message objects remain: {messages()}")
 

@@ -3,6 +3,7 @@ directory, each polled by the test as its multiplexer would poll it; then a Mux 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -13,7 +14,19 @@ import pyarrow as pa
 import pytest
 
 from duckflock.exchange.mux import Mux
-from duckflock.transport.storage import StorageTransport, decode, encode, remove_job
+from duckflock.transport.storage import (
+    WHOLE_READ_BYTES,
+    ObjectStore,
+    StorageTransport,
+    combine,
+    decode,
+    encode,
+    index_bytes,
+    open_location,
+    read_messages,
+    remove_job,
+)
+from s3_support import bucket
 
 BOUND_S = 20.0
 
@@ -58,6 +71,71 @@ def test_object_layout_round_trips_single_and_multipart_messages():
     assert out[2][0] == 1 << 27 and out[2][1].to_pybytes() == b""
 
 
+def test_combined_object_holds_a_block_per_destination_read_by_range():
+    """Forty destinations, most without a block: each reads its own messages; an empty block costs
+    the index only, and a large object is read as index and block, not whole."""
+    ranks = 40
+    big = np.arange(WHOLE_READ_BYTES, dtype=np.uint8)
+    blocks = {3: [(1, b"three")], 17: [(2, [b"h", big]), (3, b"")], 39: [(4, b"last")]}
+    obj = b"".join(bytes(memoryview(p).cast("B")) for p in combine(blocks, ranks))
+    reads: list[tuple[int, int]] = []
+    for dest in range(ranks):
+        got = read_messages(CountingFile(obj, reads), dest, ranks)
+        want = blocks.get(dest, [])
+        assert [tag for tag, _ in got] == [tag for tag, _ in want]
+        if dest == 17:
+            assert [bytes(f) for f in got[0][1]] == [b"h", big.tobytes()] and bytes(got[1][1]) == b""
+        elif want:
+            assert bytes(got[0][1]) == want[0][1]
+        block = reads[1:]
+        assert reads[0] == (0, index_bytes(ranks)) and len(block) == (1 if want else 0), (dest, reads)
+        reads.clear()
+    small = combine({0: [(5, b"a")], 2: [(6, b"b")]}, 3)
+    assert [bytes(p) for _, p in read_messages(CountingFile(join(small), reads), 2, 3)] == [b"b"]
+    assert len(reads) == 1  # a small object: one read, whole
+    with pytest.raises(ValueError, match="of 3 ranks, read by one of 4"):
+        read_messages(CountingFile(join(small), reads), 0, 4)
+
+
+def join(parts: list) -> bytes:
+    return b"".join(bytes(memoryview(p).cast("B")) for p in parts)
+
+
+class CountingFile:
+    """An object in memory, read as ``read_messages`` reads a file, its reads recorded as (offset,
+    length)."""
+
+    def __init__(self, data: bytes, reads: list[tuple[int, int]]):
+        self.data, self.reads, self.at = pa.py_buffer(data), reads, 0
+
+    def size(self) -> int:
+        return self.data.size
+
+    def seek(self, offset: int) -> None:
+        self.at = offset
+
+    def read_buffer(self, nbytes: int) -> pa.Buffer:
+        self.reads.append((self.at, nbytes))
+        self.at += nbytes
+        return self.data.slice(self.at - nbytes, nbytes)
+
+
+@pytest.mark.parametrize("medium", ["directory", "bucket"])
+def test_combined_objects_read_by_range_from_a_directory_and_a_bucket(tmp_path, medium):
+    ranks = 6
+    blocks = {d: [(d, bytes([d]) * (d * 100_000))] for d in (1, 4, 5)}
+    with contextlib.ExitStack() as stack:
+        if medium == "bucket":
+            stack.enter_context(bucket("exchange"))
+        store = ObjectStore(*open_location(str(tmp_path) if medium == "directory" else "s3://exchange/x"))
+        store.make_dirs("msg", "tmp")
+        store.put("msg/o", combine(blocks, ranks))
+        for dest in range(ranks):
+            with store.open("msg/o") as f:
+                got = read_messages(f, dest, ranks)
+            assert [(tag, bytes(p)) for tag, p in got] == [(t, bytes(p)) for t, p in blocks.get(dest, [])]
+
+
 def test_messages_arrive_in_order_per_source_with_their_tags(group):
     for i in range(50):
         group[0].isend(2, i % 3, f"a{i}".encode())
@@ -72,10 +150,12 @@ def test_messages_arrive_in_order_per_source_with_their_tags(group):
 def test_sends_in_one_round_share_an_object_and_a_lone_one_is_not_held(group, tmp_path):
     for i in range(20):
         group[0].isend(1, 1, bytes([i]) * 10)
-    assert group[0]._seq[1] == 0  # buffered until the mux's next poll
+    group[0].isend(2, 3, b"to two")
+    assert group[0]._seq == 0  # buffered until the mux's next poll
     group[0].poll()  # sent since the last poll: still a round of sends under way
-    group[0].poll()  # idle: flushed, as one object
-    assert group[0]._seq[1] == 1
+    group[0].poll()  # idle: flushed, as one object for both destinations
+    assert group[0]._seq == 1
+    assert [(tag, bytes(p)) for _, tag, p in receive(group[2], 1)] == [(3, b"to two")]
     assert [bytes(p) for _, _, p in receive(group[1], 20)] == [bytes([i]) * 10 for i in range(20)]
     t0 = time.monotonic()
     group[0].isend(1, 2, b"ping")
@@ -91,7 +171,7 @@ def test_large_messages_span_several_objects_in_order(tmp_path):
         rng = np.random.default_rng(0)
         big = [rng.integers(0, 255, size=n, dtype=np.uint8) for n in (3 << 20, 100, 1 << 20, 5, 2 << 20)]
         handles = [ts[0].isend(1, i, [b"h", b]) for i, b in enumerate(big)]
-        assert ts[0]._seq[1] >= 3  # flushed on size while sending, before any poll
+        assert ts[0]._seq >= 3  # flushed on size while sending, before any poll
         drain(ts[0])
         got = receive(ts[1], len(big))
         assert [tag for _, tag, _ in got] == list(range(len(big)))
@@ -103,12 +183,18 @@ def test_large_messages_span_several_objects_in_order(tmp_path):
             t.close()
 
 
-def test_read_objects_are_deleted_and_the_job_removed(group, tmp_path):
-    group[0].isend(1, 1, b"x" * 1000)
-    drain(group[0])
-    receive(group[1], 1)
-    time.sleep(0.05)
-    assert os.listdir(tmp_path / "job" / "to-1") == []
+def test_objects_every_rank_has_passed_are_deleted_and_the_job_removed(group, tmp_path):
+    """Rank 2 holds no block of rank 0's objects, yet they wait for it to pass them (by their
+    name) as well as for rank 1 to read them, each learnt from the rank's heartbeat."""
+    for _ in range(3):
+        group[0].isend(1, 1, b"x" * 1000)
+        drain(group[0])
+        receive(group[1], 1)
+    deadline = time.monotonic() + BOUND_S
+    while os.listdir(tmp_path / "job" / "msg"):
+        assert time.monotonic() < deadline, os.listdir(tmp_path / "job" / "msg")
+        time.sleep(0.05)
+    assert group[2]._expected[0] == 3
     assert os.listdir(tmp_path / "job" / "tmp") == []
     for t in group:
         t.close()

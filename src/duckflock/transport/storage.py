@@ -3,32 +3,40 @@
 
 Messages travel inside write-once objects under ``<uri>/<job>/``:
 
-- ``to-<dest>/<src>-<seq>``: what ``src`` sent ``dest`` since its previous flush, in order. A sender
-  buffers per destination and writes one object per (destination, flush) — write combining — when a
-  destination holds ``flush_bytes``, or as soon as its multiplexer hands it nothing more (the poll
-  after a round of sends): a control message waits one round of the mux, not for a full buffer.
-  One object per (sender, receiver) rather than one per sender holding every receiver's block:
-  a receiver then lists only its own prefix, reads each object whole (one GET, no index to read
-  first) and deletes it once read without agreeing with other readers; an object per sender saves
-  PUTs only where a sender has a little for each of very many receivers (Lambada's thousands of
-  functions), not at the tens of ranks a session runs.
-- ``hb/<rank>-<n>``: the rank's heartbeat, renewed every HEARTBEAT_S; ``hb/<rank>-end`` once it has
+- ``msg/<src>-<seq>[-<mask>]``: what ``src`` sent every rank since its previous flush, one block
+  per destination (Lambada's and Modularis's write combining); on S3 ``mask`` names, in hex bits,
+  the destinations that have a block. A sender buffers its messages and writes one object when they
+  reach ``flush_bytes``, or as soon as its multiplexer hands it nothing more (the poll after a round
+  of sends): a control message waits one round of the mux, not for a full buffer. At N ranks a
+  round of all-to-all sends is N PUTs, not N² (a PUT costs 12.5 GETs on AWS, and request rates are
+  limited per prefix).
+- ``hb/<rank>-<n>``: the rank's heartbeat, renewed every HEARTBEAT_S, holding its progress (per
+  source, the sequence number of the next object it will read); ``hb/<rank>-end`` once it has
   closed. A peer whose heartbeat has not changed for ``peer_timeout_s`` (by the reader's own clock:
   hosts' clocks may differ) is lost.
 
 An object appears atomically: on a local or shared file system it is written under ``tmp/`` and
-renamed; on S3 a PUT (or a multi-part upload's completion) is atomic. A receiver's thread lists its
-prefix, polling more often right after traffic, reads each source's objects in sequence order (a
-gap waits for its object) and hands the messages to the multiplexer; another thread deletes each
-object read. The session's launcher removes the whole job directory at the end.
+renamed; on S3 a PUT (or a multi-part upload's completion) is atomic. A receiver's thread takes
+each source's objects in sequence order (a gap waits for its object), polling more often right
+after traffic: on S3 it lists ``msg/`` (one LIST for all senders) and passes an object whose mask
+leaves it out by name alone; on a file system it opens each source's next object by name. It reads
+the index and then its own block (on S3 a HEAD and two ranged GETs; an object of at most
+WHOLE_READ_BYTES in one GET) and hands the messages to the multiplexer. Only the sender deletes an
+object, once every peer's heartbeat shows it has passed it (each receiver waits for every object of
+a source in turn, so none may vanish before all have passed it): no agreement among readers, and
+the progress rides on heartbeats written anyway, read only while objects wait for deletion. The
+session's launcher removes the whole job directory at the end, with whatever a failed rank left.
 
-Object layout: ``MAGIC``, an int64 word count, the words (message count; per message its tag, its
-part count or -1 for a single buffer, and each part's length), then the parts, each starting at a
-multiple of 64 bytes so that Arrow buffers rebuilt on them are aligned.
+Object layout: ``INDEX_MAGIC``, the rank count and per rank its block's (offset, length), (0, 0)
+for none, as int64; then the blocks, each at a multiple of 64 bytes. A block: ``MAGIC``, an int64
+word count, the words (message count; per message its tag, its part count or -1 for a single
+buffer, and each part's length), then the parts, each starting at a multiple of 64 bytes so that
+Arrow buffers rebuilt on them are aligned.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import queue
@@ -47,7 +55,11 @@ from duckflock.transport.base import Buffer, Inbox, SendHandle, Transport, view
 
 FLUSH_BYTES = 8 << 20
 HEARTBEAT_S = 1.0
-MAGIC = b"DFXCHG01"
+MAGIC = b"DFXCHG01"  # a block of messages
+INDEX_MAGIC = b"DFXIDX01"  # a combined object: the index of its blocks
+# An object up to this size is read whole, in one GET, rather than its index and then its block:
+# at S3's ~20-50 ms a request, reading 256 KiB more costs less than a second request.
+WHOLE_READ_BYTES = 256 << 10
 _ALIGN = 64
 _ZEROS = bytes(_ALIGN)
 # How often a receiver lists its prefix: right after traffic the first, growing with the quiet
@@ -78,7 +90,7 @@ def open_location(location: str | tuple[Any, str]) -> tuple[pafs.FileSystem, str
 
 
 class ObjectStore:
-    """Write-once objects on a pyarrow filesystem: put (atomically), list, get, delete."""
+    """Write-once objects on a pyarrow filesystem: put (atomically), list, read ranges, delete."""
 
     def __init__(self, fs: pafs.FileSystem, root: str):
         self.fs, self.root = fs, root
@@ -124,11 +136,16 @@ class ObjectStore:
         infos = self.fs.get_file_info(pafs.FileSelector(self.path(prefix), allow_not_found=True))
         return [i.base_name for i in infos]
 
+    def open(self, name: str) -> pa.NativeFile:
+        """An object to read ranges of: on a file system mapped (its slices are not copies, and the
+        mapping outlives the file's deletion); on S3 opening is a HEAD (pyarrow's Python API takes
+        no size from a listing) and each read a ranged GET."""
+        if self.local:
+            return pa.memory_map(self.path(name))
+        return self.fs.open_input_file(self.path(name))
+
     def get(self, name: str) -> pa.Buffer:
-        if self.local:  # mapped, not copied: the mapping outlives the file's deletion
-            with pa.memory_map(self.path(name)) as f:
-                return f.read_buffer()
-        with self.fs.open_input_stream(self.path(name)) as f:
+        with self.open(name) as f:
             return f.read_buffer()
 
     def delete(self, name: str) -> None:
@@ -188,6 +205,53 @@ def decode(obj: pa.Buffer) -> list[tuple[int, object]]:
     return out
 
 
+def combine(blocks: dict[int, list[tuple[int, Buffer]]], ranks: int) -> list[Buffer]:
+    """The parts of one object holding a block of messages (``encode``) for each destination in
+    ``blocks``, behind an index of every rank's (offset, length), (0, 0) for no block."""
+    index = np.zeros((ranks, 2), dtype="<i8")
+    body: list[Buffer] = []
+    offset = _aligned(index_bytes(ranks))
+    for dest, messages in sorted(blocks.items()):
+        parts = encode(messages)
+        length = sum(view(p).nbytes for p in parts)  # a multiple of 64: encode pads every part
+        index[dest] = (offset, length)
+        body += parts
+        offset += length
+    header = INDEX_MAGIC + np.array([ranks], dtype="<i8").tobytes() + index.tobytes()
+    return [header, _ZEROS[: -len(header) % _ALIGN], *body]
+
+
+def index_bytes(ranks: int) -> int:
+    return len(INDEX_MAGIC) + 8 + 16 * ranks
+
+
+def _aligned(n: int) -> int:
+    return n + -n % _ALIGN
+
+
+def read_messages(f: pa.NativeFile, dest: int, ranks: int) -> list[tuple[int, object]]:
+    """``dest``'s messages in a combined object: on S3 a ranged GET of the index, then one of its
+    block; a small object (``WHOLE_READ_BYTES``) in one GET instead."""
+    size = f.size()
+    whole = _read_at(f, 0, size) if size <= WHOLE_READ_BYTES else None
+    header = whole if whole is not None else _read_at(f, 0, index_bytes(ranks))
+    if header.size < index_bytes(ranks) or header.slice(0, len(INDEX_MAGIC)).to_pybytes() != INDEX_MAGIC:
+        raise ValueError("not an exchange object")
+    words = np.frombuffer(header, dtype="<i8", count=1 + 2 * ranks, offset=len(INDEX_MAGIC)).tolist()
+    if words[0] != ranks:
+        raise ValueError(f"an exchange object of {words[0]} ranks, read by one of {ranks}")
+    offset, length = words[1 + 2 * dest : 3 + 2 * dest]
+    if not length:
+        return []
+    return decode(whole.slice(offset, length) if whole is not None else _read_at(f, offset, length))
+
+
+def _read_at(f: pa.NativeFile, offset: int, length: int) -> pa.Buffer:
+    """A range as a buffer (``read_at`` copies into ``bytes``); of a mapped file, not a copy."""
+    f.seek(offset)
+    return f.read_buffer(length)
+
+
 class _Written(SendHandle):
     __slots__ = ("_done",)
 
@@ -219,15 +283,20 @@ class StorageTransport(Transport):
         self.flush_bytes = flush_bytes
         self.timeout = peer_timeout_s
         self.poll_s = poll_s or (LOCAL_POLL_S if self.store.local else REMOTE_POLL_S)
-        self.store.make_dirs("tmp", "hb", *(f"to-{d}" for d in range(size)))
+        self.store.make_dirs("tmp", "hb", "msg")
         self.failed: str | None = None
         # Outgoing, touched by the multiplexer thread only: messages not flushed yet, per target.
         self._pending: dict[int, list[tuple[int, Buffer, _Written]]] = {}
-        self._pending_bytes: dict[int, int] = {}
-        self._seq = [0] * size
+        self._pending_bytes = 0
+        self._seq = 0  # the next object's sequence number
         self._sent_since_poll = False
         self._writes: queue.SimpleQueue = queue.SimpleQueue()
-        self._deletes: queue.SimpleQueue = queue.SimpleQueue()  # objects read, for the delete loop
+        # This rank's objects written and not deleted yet, (seq, name) in order; then deleted.
+        self._written: collections.deque[tuple[int, str]] = collections.deque()
+        self._deletes: queue.SimpleQueue = queue.SimpleQueue()
+        # Per source, the sequence number of the next object to read: this rank's progress, which
+        # its heartbeat publishes so that senders may delete what every rank has passed.
+        self._expected = [0] * size
         self._inbox = Inbox()
         self._stop = threading.Event()
         self._sent = threading.Event()  # a send: a reply is likely soon, so poll often again
@@ -235,6 +304,8 @@ class StorageTransport(Transport):
         self._heard = dict.fromkeys(range(size), now)
         self._beats: dict[int, int] = {}
         self._ended: set[int] = set()
+        self._passed = [0] * size  # per peer, how far it has read this rank's objects
+        self._progress_read: dict[int, str] = {}  # per peer, the heartbeat its progress came from
         loops = {
             "write": self._write_loop,
             "read": self._read_loop,
@@ -253,37 +324,47 @@ class StorageTransport(Transport):
         handle = _Written()
         n = sum(view(d).nbytes for d in data) if isinstance(data, list) else view(data).nbytes
         self._pending.setdefault(dest, []).append((tag, data, handle))
-        self._pending_bytes[dest] = self._pending_bytes.get(dest, 0) + n
+        self._pending_bytes += n
         self._sent_since_poll = True
-        if self._pending_bytes[dest] >= self.flush_bytes:
-            self._flush(dest)
+        if self._pending_bytes >= self.flush_bytes:
+            self._flush()
         self._sent.set()
         return handle
 
-    def _flush(self, dest: int) -> None:
-        messages = self._pending.pop(dest, [])
-        self._pending_bytes.pop(dest, None)
-        if messages:
-            name = f"to-{dest}/{self.rank}-{self._seq[dest]:012d}"
-            self._seq[dest] += 1
-            self._writes.put((name, [(tag, data) for tag, data, _ in messages], [h for *_, h in messages]))
+    def _flush(self) -> None:
+        """One object with a block for each destination that has messages waiting."""
+        if not self._pending:
+            return
+        pending, self._pending, self._pending_bytes = self._pending, {}, 0
+        name = f"msg/{self.rank}-{self._seq:012d}"
+        if not self.store.local:  # the receivers with a block: the others need not read it
+            name += f"-{sum(1 << dest for dest in pending):x}"
+        blocks = {dest: [(tag, data) for tag, data, _ in ms] for dest, ms in pending.items()}
+        self._writes.put((self._seq, name, blocks, [h for ms in pending.values() for *_, h in ms]))
+        self._seq += 1
 
     def _write_loop(self) -> None:
         while True:
             item = self._writes.get()
             if item is None:
                 return
-            name, messages, handles = item
-            self.store.put(name, encode(messages))
+            seq, name, blocks, handles = item
+            self.store.put(name, combine(blocks, self.size))
+            self._written.append((seq, name))
             for h in handles:
                 h._done = True
+
+    def _delete_loop(self) -> None:
+        """Delete the objects every peer has passed, off the heartbeat loop: on S3 a delete is three
+        requests (pyarrow checks the object, deletes it and keeps its "directory" with a marker)."""
+        while (name := self._deletes.get()) is not None:
+            self.store.delete(name)
 
     # ---- receiving -------------------------------------------------------------------------------
     def poll(self) -> list[tuple[int, int, object]]:
         # The multiplexer handed nothing since its last poll: it has no more to send for now.
         if not self._sent_since_poll:
-            for dest in list(self._pending):
-                self._flush(dest)
+            self._flush()
         self._sent_since_poll = False
         return self._inbox.drain()
 
@@ -295,64 +376,97 @@ class StorageTransport(Transport):
         return True
 
     def _read_loop(self) -> None:
-        expected = [0] * self.size  # the next sequence number of each source
         last = time.monotonic()
         low, high = self.poll_s
-        try:
-            while not self._stop.is_set():
-                if self._receive(expected) or self._sent.is_set():
-                    last = time.monotonic()
-                self._sent.clear()
-                self._sent.wait(min(high, max(low, (time.monotonic() - last) / 8)))
-        finally:
-            self._deletes.put(None)  # the delete loop ends once it has deleted all that was read
+        while not self._stop.is_set():
+            if self._receive() or self._sent.is_set():
+                last = time.monotonic()
+            self._sent.clear()
+            self._sent.wait(min(high, max(low, (time.monotonic() - last) / 8)))
 
-    def _delete_loop(self) -> None:
-        """Delete each object once read, off the read loop: on S3 a delete is three requests
-        (pyarrow checks the object, deletes it and keeps its "directory" with a marker), which
-        would otherwise delay the next object's read."""
-        while (name := self._deletes.get()) is not None:
-            self.store.delete(name)
-
-    def _receive(self, expected: list[int]) -> bool:
-        """Read the objects addressed to this rank that are next in their source's sequence."""
-        ready: set[tuple[int, int]] = set()
-        for name in self.store.list(f"to-{self.rank}"):
-            sender, _, seq = name.partition("-")
-            if sender.isdigit() and seq.isdigit():
-                ready.add((int(sender), int(seq)))
+    def _receive(self) -> bool:
+        """Read this rank's blocks of the objects next in their source's sequence; pass, by name
+        alone, the objects holding none."""
+        # On S3 a LIST finds what is there (its objects by "<src>-<seq>"), each missing object
+        # tried would be a request; on a file system a failed open costs microseconds, where a
+        # listing would also return every object passed but not deleted yet.
+        listed = None if self.store.local else {n.rpartition("-")[0]: n for n in self.store.list("msg")}
         got = False
+        expected = self._expected
         for src in range(self.size):
-            while (src, expected[src]) in ready:
-                name = f"to-{self.rank}/{src}-{expected[src]:012d}"
-                for tag, payload in decode(self.store.get(name)):
-                    self._inbox.put((src, tag, payload))
-                self._deletes.put(name)
+            while src != self.rank:
+                key = f"{src}-{expected[src]:012d}"
+                if listed is None:
+                    try:
+                        f = self.store.open(f"msg/{key}")
+                    except FileNotFoundError:
+                        break
+                elif (name := listed.get(key)) is None:
+                    break
+                elif int(name.rpartition("-")[2], 16) >> self.rank & 1:
+                    f = self.store.open(f"msg/{name}")
+                else:  # no block for this rank
+                    expected[src] += 1
+                    continue
+                with f:
+                    for tag, payload in read_messages(f, self.rank, self.size):
+                        self._inbox.put((src, tag, payload))
+                        got = True
                 expected[src] += 1
-                got = True
         return got
 
-    # ---- liveness --------------------------------------------------------------------------------
+    # ---- liveness and deletion -------------------------------------------------------------------
+    def _progress(self) -> bytes:
+        return np.array(self._expected, dtype="<i8").tobytes()
+
     def _beat_loop(self) -> None:
         n = 0
-        while True:
-            self.store.put(f"hb/{self.rank}-{n}", [])
-            if n:
-                self.store.delete(f"hb/{self.rank}-{n - 1}")
-            n += 1
-            now = time.monotonic()
-            for name in self.store.list("hb"):
-                peer, _, beat = name.partition("-")
-                if not peer.isdigit():
-                    continue
-                if beat == "end":
-                    self._ended.add(int(peer))
-                elif beat.isdigit() and int(beat) > self._beats.get(int(peer), -1):
-                    self._beats[int(peer)] = int(beat)
-                    self._heard[int(peer)] = now
-            if self._stop.wait(HEARTBEAT_S):
-                self.store.delete(f"hb/{self.rank}-{n - 1}")
-                return
+        try:
+            while True:
+                self.store.put(f"hb/{self.rank}-{n}", [self._progress()])
+                if n:
+                    self.store.delete(f"hb/{self.rank}-{n - 1}")
+                n += 1
+                now = time.monotonic()
+                latest: dict[int, str] = {}  # per peer, its newest heartbeat
+                for name in sorted(self.store.list("hb")):
+                    peer, _, beat = name.partition("-")
+                    if not peer.isdigit():
+                        continue
+                    if beat == "end":
+                        self._ended.add(int(peer))
+                        latest[int(peer)] = name
+                    elif beat.isdigit() and int(beat) > self._beats.get(int(peer), -1):
+                        self._beats[int(peer)] = int(beat)
+                        self._heard[int(peer)] = now
+                        if int(peer) not in self._ended:
+                            latest[int(peer)] = name
+                self._delete_passed(latest)
+                if self._stop.wait(HEARTBEAT_S):
+                    self.store.delete(f"hb/{self.rank}-{n - 1}")
+                    return
+        finally:
+            self._deletes.put(None)  # the delete loop ends once it has deleted all it was given
+
+    def _delete_passed(self, latest: dict[int, str]) -> None:
+        """Hand the delete loop this rank's objects that every peer has read or passed (a peer
+        waits for each object in sequence, so none may go before all have passed it), learning
+        how far each peer is from its newest heartbeat: read only while objects wait."""
+        if not self._written:
+            return
+        for peer, name in latest.items():
+            if peer == self.rank or self._progress_read.get(peer) == name:
+                continue
+            try:
+                progress = self.store.get(f"hb/{name}")
+            except OSError:  # replaced by the peer's next heartbeat meanwhile: read that next time
+                continue
+            if progress.size == 8 * self.size:
+                self._passed[peer] = int(np.frombuffer(progress, dtype="<i8")[self.rank])
+                self._progress_read[peer] = name
+        passed = min((p for peer, p in enumerate(self._passed) if peer != self.rank), default=self._seq)
+        while self._written and self._written[0][0] < passed:
+            self._deletes.put(self._written.popleft()[1])
 
     def _guarded(self, loop: Callable[[], None]) -> None:
         try:
@@ -381,4 +495,4 @@ class StorageTransport(Transport):
             t.join(timeout=10)
         if self.failed is None:
             with contextlib.suppress(OSError):  # the job may be removed already (its launcher ended)
-                self.store.put(f"hb/{self.rank}-end", [])
+                self.store.put(f"hb/{self.rank}-end", [self._progress()])
