@@ -12,6 +12,7 @@ over one argument deduplicate (group, value) pairs before the shuffle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import sqlglot
@@ -110,69 +111,92 @@ def split_aggregates(
     group_cols: tuple[str, ...] = (),
     arg_types: tuple[str, ...] = (),
     grouping: str = "",
+    final_groups: tuple[tuple[str, str], ...] = (),
 ) -> Split | None:
     """Partial/final decomposition, or None when some aggregate is not on the allow-list below.
     ``group_cols``: the final phase's group columns (SQL), for windows over the partials;
     ``arg_types``: DuckDB type of each aggregate's first argument; ``grouping``: how the original
     aggregate groups ("none", "groups" or "sets"; default: "groups" with ``group_cols``), which
-    decides how DuckDB finishes an AVG (_avg_rewritten)."""
+    decides how DuckDB finishes an AVG (_avg_rewritten); ``final_groups``: (SQL, final column) of
+    each group key, for GROUPING(), which the final phase computes over its grouping sets."""
     nodes = [sqlglot.parse_one(sql, read="duckdb") for sql in aggs]
     if any(_is_distinct(n) for n in nodes):
         return _distinct_split(nodes, fresh)
-    grouping = grouping or ("groups" if group_cols else "none")
-    partial: list[tuple[str, str]] = []
-    final: list[tuple[str, str]] = []
-    result: list[str] = []
-    windows: list[tuple[str, str]] = []
     over = f"OVER (PARTITION BY {', '.join(group_cols)})" if group_cols else "OVER ()"
-    types = arg_types or ("",) * len(nodes)
+    context = _Context(nodes, grouping or ("groups" if group_cols else "none"), over, fresh, final_groups)
+    splits = [_split_one(n, t, context) for n, t in zip(nodes, arg_types or ("",) * len(nodes), strict=True)]
+    if any(one is None for one in splits):
+        return None
+    parts = [one for one in splits if one is not None]
+    return Split(
+        tuple(x for one in parts for x in one.partial),
+        tuple(x for one in parts for x in one.final),
+        tuple(x for one in parts for x in one.result),
+        windows=tuple(x for one in parts for x in one.windows),
+    )
 
-    for node, arg_type in zip(nodes, types, strict=True):
-        where = ""
-        if isinstance(node, exp.Filter):  # agg(x) FILTER (WHERE c): the filter goes to the partial
-            where = f" FILTER ({node.expression.sql(dialect='duckdb')})"
-            node = node.this
-        if isinstance(node, WRAPPERS) or next(node.find_all(exp.Order), None) is not None:
-            return None  # IGNORE NULLS, WITHIN GROUP, ORDER BY inside: order-dependent
-        name = function_name(node)
-        args = _arguments(node)
-        if name in ("count", "count_star") and len(args) <= 1:
-            arg = "*" if not args or isinstance(args[0], exp.Star) else args[0].sql(dialect="duckdb")
-            p, f = fresh("p"), fresh("f")
-            partial.append((p, f"COUNT({arg}){where}"))
-            final.append((f, f"SUM({q(p)})"))
-            result.append(f"CAST(COALESCE({q(f)}, 0) AS BIGINT)")
-            continue
-        if len(args) != 1 or name is None:
+
+@dataclass(frozen=True)
+class _Context:
+    nodes: list[exp.Expr]  # every aggregate of the node
+    grouping: str
+    over: str  # the window over the partials of one final group
+    fresh: Callable[[str], str]
+    final_groups: tuple[tuple[str, str], ...]
+
+
+def _split_one(node: exp.Expr, arg_type: str, c: _Context) -> Split | None:
+    """One aggregate's partials, finals, windows and result (None: it does not split)."""
+    fresh = c.fresh
+    where = ""
+    if isinstance(node, exp.Filter):  # agg(x) FILTER (WHERE c): the filter goes to the partial
+        where = f" FILTER ({node.expression.sql(dialect='duckdb')})"
+        node = node.this
+    if isinstance(node, WRAPPERS) or next(node.find_all(exp.Order), None) is not None:
+        return None  # IGNORE NULLS, WITHIN GROUP, ORDER BY inside: order-dependent
+    name = function_name(node)
+    args = _arguments(node)
+    if isinstance(node, exp.Grouping | exp.GroupingId):
+        return _grouping(args, c)
+    if name in ("count", "count_star") and len(args) <= 1:
+        arg = "*" if not args or isinstance(args[0], exp.Star) else args[0].sql(dialect="duckdb")
+        p, f = fresh("p"), fresh("f")
+        return Split(
+            ((p, f"COUNT({arg}){where}"),), ((f, f"SUM({q(p)})"),), (f"CAST(COALESCE({q(f)}, 0) AS BIGINT)",)
+        )
+    if len(args) != 1 or name is None:
+        return None
+    arg = args[0].sql(dialect="duckdb")
+    if name in ("count_if", "countif"):
+        p, f = fresh("p"), fresh("f")
+        # NULL over no non-NULL input, like SUM
+        return Split(((p, f"COUNT_IF({arg}){where}"),), ((f, f"SUM({q(p)})"),), (q(f),))
+    if name in _SELF_COMBINING and _takes(arg_type, _SELF_COMBINING[name]):
+        p, f = fresh("p"), fresh("f")
+        return Split(((p, f"{name.upper()}({arg}){where}"),), ((f, f"{name.upper()}({q(p)})"),), (q(f),))
+    if name in ("avg", "mean") and _takes(arg_type, "numeric"):
+        s, fs, n, fn = fresh("p"), fresh("f"), fresh("p"), fresh("f")
+        rewritten = not where and _avg_rewritten(arg, c.nodes, c.grouping)
+        avg = _avg_result(q(fs), q(fn), arg_type, rewritten)
+        if avg is None:
             return None
-        arg = args[0].sql(dialect="duckdb")
-        if name in ("count_if", "countif"):
-            p, f = fresh("p"), fresh("f")
-            partial.append((p, f"COUNT_IF({arg}){where}"))  # NULL over no non-NULL input, like SUM
-            final.append((f, f"SUM({q(p)})"))
-            result.append(q(f))
-        elif name in _SELF_COMBINING and _takes(arg_type, _SELF_COMBINING[name]):
-            p, f = fresh("p"), fresh("f")
-            partial.append((p, f"{name.upper()}({arg}){where}"))
-            final.append((f, f"{name.upper()}({q(p)})"))
-            result.append(q(f))
-        elif name in ("avg", "mean") and _takes(arg_type, "numeric"):
-            s, fs, c, fc = fresh("p"), fresh("f"), fresh("p"), fresh("f")
-            partial += [(s, f"SUM({arg}){where}"), (c, f"COUNT({arg}){where}")]
-            final += [(fs, f"SUM({q(s)})"), (fc, f"SUM({q(c)})")]
-            avg = _avg_result(q(fs), q(fc), arg_type, not where and _avg_rewritten(arg, nodes, grouping))
-            if avg is None:
-                return None
-            result.append(avg)
-        elif name in _VARIANCE and _takes(arg_type, "numeric"):
-            p_var, f_var, w_var, r_var = _variance(name, arg, where, over, fresh)
-            partial += p_var
-            final += f_var
-            windows += w_var
-            result.append(r_var)
-        else:
-            return None
-    return Split(tuple(partial), tuple(final), tuple(result), windows=tuple(windows))
+        partial = ((s, f"SUM({arg}){where}"), (n, f"COUNT({arg}){where}"))
+        return Split(partial, ((fs, f"SUM({q(s)})"), (fn, f"SUM({q(n)})")), (avg,))
+    if name in _VARIANCE and _takes(arg_type, "numeric"):
+        p_var, f_var, w_var, r_var = _variance(name, arg, where, c.over, fresh)
+        return Split(tuple(p_var), tuple(f_var), (r_var,), windows=tuple(w_var))
+    return None
+
+
+def _grouping(args: list[exp.Expr], c: _Context) -> Split | None:
+    """GROUPING(k, ...): nothing per rank; the final phase, grouping by the sets, computes it over
+    its columns of those keys (None where an argument is no group key as written)."""
+    finals = {sqlglot.parse_one(g, read="duckdb").sql(dialect="duckdb"): col for g, col in c.final_groups}
+    keys = [finals.get(a.sql(dialect="duckdb")) for a in args]
+    if any(k is None for k in keys):
+        return None
+    f = c.fresh("f")
+    return Split((), ((f, f"GROUPING({', '.join(k for k in keys if k is not None)})"),), (q(f),))
 
 
 def _avg_result(total: str, count: str, arg_type: str, rewritten: bool) -> str | None:

@@ -525,11 +525,13 @@ class _Planner:
         partials meet on the driver; aggregates that do not combine bring their raw rows there."""
         sets = node.grouping_sets or ()
         grouping = "sets" if len(sets) > 1 else "groups" if node.groups else "none"
-        split = split_aggregates(node.aggs, self.fresh, (), node.arg_types, grouping)
+        group_names = node.columns[: len(node.groups)]
+        gkeys = tuple(q(g) for g in group_names)
+        finals = tuple(zip(node.groups, gkeys, strict=True))
+        split = split_aggregates(node.aggs, self.fresh, (), node.arg_types, grouping, finals)
         if split is None or split.windows or split.partial_groups:
             moved = self.to_single(child)
             return Placed(node.with_children((moved.node,)), moved.parts, rows, width)
-        group_names = node.columns[: len(node.groups)]
         partial = Aggregate(
             group_names + tuple(n for n, _ in split.partial),
             child=child.node,
@@ -538,7 +540,6 @@ class _Planner:
             phase=AggPhase.PARTIAL,
         )
         moved = self.to_single(Placed(partial, child.parts, rows, width))
-        gkeys = tuple(q(g) for g in group_names)
         final = Aggregate(
             group_names + tuple(n for n, _ in split.final),
             child=moved.node,

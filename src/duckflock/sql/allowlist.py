@@ -81,7 +81,6 @@ _ARG_NAMES = {
 _REFUSED_KINDS: dict[type, str] = {
     exp.Unnest: "UNNEST",
     exp.Pivot: "PIVOT / UNPIVOT",
-    exp.Values: "VALUES in FROM",
     exp.TableSample: "USING SAMPLE / TABLESAMPLE",
     exp.Placeholder: "query parameters",
     exp.Into: "SELECT ... INTO",
@@ -156,6 +155,8 @@ def check_supported(tree: exp.Expr) -> None:
         for kind, name in _REFUSED_KINDS.items():
             if isinstance(node, kind):
                 raise unsupported(name)
+        if isinstance(node, exp.Values) and not isinstance(node.parent, exp.From | exp.Join):
+            raise unsupported("VALUES other than a FROM item")
         if isinstance(node, exp.Lateral):
             _check_lateral(node)
         _check_names(node)
@@ -224,10 +225,6 @@ def _check_names(node: exp.Expr) -> None:
         items = [i for e in node.expressions for i in (e.expressions if isinstance(e, exp.Tuple) else [e])]
         if any(isinstance(i.unnest(), exp.Literal) and i.unnest().is_int for i in items):
             raise unsupported("column positions in ROLLUP, CUBE or GROUPING SETS")
-    named = isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier)  # not range(3) r(i)
-    alias = node.args.get("alias") if named else None
-    if isinstance(alias, exp.TableAlias) and alias.args.get("columns"):
-        raise unsupported("column aliases on a table (t AS a(x, y))")
     # A dot in a FROM item's name: "x.y" with column v and x with column "y.v" would both be "x.y.v"
     # (with no dot there, the first dot of such a name ends the item's).
     if isinstance(node, exp.Table | exp.Subquery | exp.CTE) and "." in node.alias_or_name:

@@ -53,6 +53,7 @@ from duckflock.sql.derived_names import unique_derived_names
 from duckflock.sql.describe import is_schema_question, schema_answer
 from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
+from duckflock.sql.from_forms import rewrite_from_forms
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
 from duckflock.sql.join_order import optimize_joins
 from duckflock.sql.order_all import order_by_all_written_out
@@ -262,6 +263,7 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
     check_round_trip(schema_db.con, schema_db.function_aliases, text, tree, schema_db.type_aliases)
     tree = fix_clock(tree, schema_db)
     tree = distinct_on_as_qualify(plain_positions(tree))
+    tree = rewrite_from_forms(tree, schema_db)
     check_supported(tree)
     _check_struct_names(tree, catalog)
     aggregates = Aggregates(schema_db.aggregate_names)
@@ -455,8 +457,6 @@ class _Builder:
         if group is None:
             return [], None
         if any(isinstance(g, exp.Rollup | exp.Cube | exp.GroupingSets) for g in group.expressions):
-            if any(_calls(e, ("grouping", "grouping_id")) for e in scoped):
-                raise unsupported("GROUPING() over GROUPING SETS / ROLLUP / CUBE")
             return self.grouping_sets(group)
         if group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs that read the rows
             return [e.unalias().copy() for e in selects if not self.aggregates.units(e)], None
@@ -553,6 +553,8 @@ class _Builder:
 
         def replace(e: exp.Expr) -> exp.Expr:
             def fn(node: exp.Expr) -> exp.Expr:
+                if isinstance(node, exp.Grouping | exp.GroupingId) and query_of(node) is None:
+                    return self._grouping(node, group_sql, sets is not None, aggs, args)
                 if self._is_unit(node):
                     key = _sql(node)
                     if key not in aggs:
@@ -587,6 +589,27 @@ class _Builder:
         )
         # Columns not grouped and not aggregated would be a binder error; DuckDB already checked.
         return node, selects, order_keys, having, qualify_
+
+    def _grouping(
+        self,
+        node: exp.Expr,
+        group_sql: list[str],
+        sets: bool,
+        aggs: dict[str, str],
+        args: dict[str, str | None],
+    ) -> exp.Expr:
+        """GROUPING(k, ...) as a column of the aggregate (a bit per key, set in the rows of the
+        grouping sets without it); without grouping sets every key is in the one set: 0."""
+        keys = [_sql(_unparen_expr(a)) for a in node.expressions]
+        if any(k not in group_sql for k in keys):
+            raise unsupported("GROUPING() of an expression not grouped by as written")
+        if not sets:
+            return exp.cast(exp.Literal.number(0), exp.DataType.build("BIGINT"))
+        key = f"GROUPING({', '.join(keys)})"
+        if key not in aggs:
+            aggs[key] = self.fresh("a")
+            args[key] = None
+        return _col(aggs[key])
 
     def _is_unit(self, node: exp.Expr) -> bool:
         """An aggregate call with its wrappers, used for grouping (not as a window function, not
@@ -675,6 +698,7 @@ class _Builder:
         _check_spreadable(types)
         rel = replace(cast(SetOp, rel), key_types=types)
         keys = []
+        hidden: dict[str, str] = {}  # column -> expression over the outputs, for ORDER BY only
         order = tree.args.get("order")
         for o in order.expressions if order else []:
             key = o.this
@@ -683,11 +707,15 @@ class _Builder:
             elif isinstance(key, exp.Column) and key.name in names:
                 name = cols[names.index(key.name)]
             else:
-                raise unsupported("ORDER BY of a set operation on an expression")
+                name = self.fresh("s")
+                hidden[name] = _sql(_over_outputs(key, names, cols))
             o = o.copy()
             o.set("this", _col(name))
             keys.append(_sql(o))
         limit, offset = _int_arg(tree, "limit"), _int_arg(tree, "offset") or 0
+        if hidden:  # the sort keys as columns beside the outputs; the sort keeps only the outputs
+            exprs = tuple(q(c) for c in cols) + tuple(hidden.values())
+            rel = Project(cols + tuple(hidden), child=rel, exprs=exprs)
         if keys:
             rel = Sort(cols, child=rel, keys=tuple(keys), limit=limit, offset=offset)
         elif limit is not None or offset:
@@ -753,6 +781,8 @@ class _Builder:
             return self.lateral(item.this, alias)
         if isinstance(item, exp.Subquery):
             return self.query(item.this, prefix=alias)
+        if isinstance(item, exp.Values):
+            return self.values(item)
         if not isinstance(item, exp.Table):
             raise unsupported(f"{item.key.upper()} in FROM")
         if not isinstance(item.this, exp.Identifier):
@@ -796,6 +826,19 @@ class _Builder:
         names = names + described[len(names) :]
         return FunctionScan(
             tuple(f"{item.alias_or_name}.{n}" for n in names), function=call, source_columns=tuple(names)
+        )
+
+    def values(self, item: exp.Values) -> Node:
+        """VALUES in FROM: its rows, computed whole on every rank (sql/from_forms.py named its
+        columns); each rank must compute the same rows."""
+        if any(function_name(f) in self.schema_db.volatile_names for f in item.find_all(exp.Func)):
+            raise unsupported("a volatile function in VALUES")
+        names = [c.name for c in item.args["alias"].columns]
+        rows = exp.Values(expressions=[e.copy() for e in item.expressions])
+        return FunctionScan(
+            tuple(f"{item.alias_or_name}.{n}" for n in names),
+            function=f"({_sql(rows)})",
+            source_columns=tuple(names),
         )
 
     def join(
@@ -1000,10 +1043,6 @@ def _unparen_expr(e: exp.Expr) -> exp.Expr:
     return e
 
 
-def _calls(e: exp.Expr, names: tuple[str, ...]) -> bool:
-    return any(function_name(f) in names for f in e.find_all(exp.Func))
-
-
 def _first_arg(call: exp.Expr) -> str | None:
     """SQL of an aggregate call's first argument (None for COUNT(*) and argument-less calls)."""
     first = call.this if not isinstance(call, exp.Anonymous | exp.AnonymousAggFunc) else None
@@ -1024,6 +1063,24 @@ def _outer_aggregate(body: exp.Expr, aggregates: Aggregates) -> bool:
         aggregates.is_call(f) and any(id(c) in outer for c in f.find_all(exp.Column))
         for f in body.find_all(exp.Func)
     )
+
+
+def _over_outputs(key: exp.Expr, names: list[str], cols: tuple[str, ...]) -> exp.Expr:
+    """An ORDER BY expression of a set operation over its output columns, which are all it may
+    read (DuckDB's binder checked that it reads nothing else)."""
+    lower = [n.lower() for n in names]
+    if any(isinstance(n, exp.Query | exp.Window | exp.AggFunc) for n in key.walk()):
+        raise unsupported("ORDER BY of a set operation on a subquery, window or aggregate")
+    for c in key.find_all(exp.Column):
+        if c.table or lower.count(c.name.lower()) != 1:
+            raise unsupported("ORDER BY of a set operation on an expression")
+
+    def output(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, exp.Column):
+            return _col(cols[lower.index(n.name.lower())])
+        return n
+
+    return key.transform(output, copy=True)
 
 
 def _unparen(e: exp.Expr) -> exp.Expr:

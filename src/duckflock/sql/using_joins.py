@@ -41,18 +41,29 @@ class _Items:
             self._columns[i] = _describe_item(self.select, self.items[i].alias_or_name, self.schema_db)
         return self._columns[i]
 
-    def first_with(self, key: str, before: int) -> int | None:
-        return next((i for i in range(before) if _has(self.columns(i), key)), None)
+    def first_with(self, key: str, before: int, after_comma: int = 0) -> int | None:
+        """The first item before ``before`` with column ``key``: the one sqlglot joins on."""
+        first = next((i for i in range(before) if _has(self.columns(i), key)), None)
+        if first is not None and first < after_comma:
+            # DuckDB joins on the column of an item after the comma.
+            raise unsupported(
+                f"JOIN ... USING ({key}) after a comma in FROM, on a column of an item before it",
+                "JOIN ... USING after a comma, on a column of an item before it",
+            )
+        return first
 
 
 def _check(select: exp.Select, joins: list[exp.Join], schema_db: SchemaDB) -> None:
     items = _Items(select, joins, schema_db)
     full_merged: set[str] = set()
     merged: dict[str, set[int]] = {}  # USING column -> the FROM items whose column it merges
+    after_comma = 0  # the first FROM item of the join a USING closes: a comma binds after every JOIN
     for j, join in enumerate(joins, start=1):
+        if is_comma(join):
+            after_comma = j
         using = [u.name for u in join.args.get("using") or []]
         for key in using:
-            first = items.first_with(key, j)
+            first = items.first_with(key, j, after_comma)
             merged.setdefault(key.lower(), {first} if first is not None else set()).add(j)
         side, kind = (join.side or "").upper(), (join.kind or "").upper()
         if using and side == "RIGHT":
@@ -74,6 +85,11 @@ def _check(select: exp.Select, joins: list[exp.Join], schema_db: SchemaDB) -> No
                 )
 
 
+def is_comma(join: exp.Join) -> bool:
+    """Whether a join is a comma in FROM (``a, b``)."""
+    return not any(join.args.get(k) for k in ("kind", "side", "on", "using", "method"))
+
+
 def _check_types(key: str, lefts: list[list[tuple[str, str]]], right: list[tuple[str, str]]) -> None:
     """An INNER or LEFT join's USING column is the left one, of its type: sqlglot's COALESCE of
     both has it only where both sides have the one type."""
@@ -91,19 +107,34 @@ def _has(columns: list[tuple[str, str]], key: str) -> bool:
 
 
 def _describe_item(select: exp.Select, alias: str, schema_db: SchemaDB) -> list[tuple[str, str]]:
+    try:
+        return describe_item(select, alias, schema_db)
+    except (SqlError, CatalogError):
+        raise unsupported(
+            f"JOIN ... USING whose sides' columns could not be typed ({q(alias)})",
+            "JOIN ... USING whose sides' columns could not be typed",
+        ) from None
+
+
+def describe_item(select: exp.Select, alias: str, schema_db: SchemaDB) -> list[tuple[str, str]]:
     """(name, type) of a FROM item's columns, as DuckDB binds ``alias.*`` over the query's FROM
-    clause (with the CTEs in scope)."""
+    clause (with the CTEs in scope); DuckDB's error as SqlError / CatalogError."""
     probe = exp.Select(expressions=[exp.Column(this=exp.Star(), table=exp.to_identifier(alias))])
     for arg in ("from_", "from"):
         if select.args.get(arg):
             probe.set(arg, select.args[arg].copy())
     probe.set("joins", [j.copy() for j in select.args.get("joins") or []])
+    return describe_in_scope(select, probe, schema_db)
+
+
+def describe_in_scope(node: exp.Expr, probe: exp.Query, schema_db: SchemaDB) -> list[tuple[str, str]]:
+    """(name, type) of ``probe``'s columns, bound where ``node`` is: with the CTEs in its scope."""
     levels: list[list[exp.CTE]] = []  # innermost first
-    node: exp.Expr | None = select
-    while node is not None:
-        if ctes_of(node):
-            levels.append(ctes_of(node))
-        node = node.parent
+    at: exp.Expr | None = node
+    while at is not None:
+        if ctes_of(at):
+            levels.append(ctes_of(at))
+        at = at.parent
     ctes: list[exp.CTE] = []
     named: set[str] = set()
     for level in levels:  # an inner CTE hides an outer one of its name
@@ -112,10 +143,4 @@ def _describe_item(select: exp.Select, alias: str, schema_db: SchemaDB) -> list[
     sql = probe.sql(dialect="duckdb")
     if ctes:
         sql = f"WITH {', '.join(c.sql(dialect='duckdb') for c in ctes)} {sql}"
-    try:
-        return schema_db.describe(sql)
-    except (SqlError, CatalogError):
-        raise unsupported(
-            f"JOIN ... USING whose sides' columns could not be typed ({q(alias)})",
-            "JOIN ... USING whose sides' columns could not be typed",
-        ) from None
+    return schema_db.describe(sql)
