@@ -1,9 +1,9 @@
-"""``duckflock bench lake``: TPC-H registered in place on S3-compatible storage (moto's server on
-loopback, started here) against the same files on local disk, in one run:
+"""``duckflock bench lake``: TPC-H registered in place on S3-compatible storage (gofakes3 or moto's
+server on loopback, started here: lake_store.py) against the same files on local disk, in one run:
 
 * tpch: the 22 queries over objects vs over local files (both registered in place, so the plans
-  are the same), every result checked against DuckDB; moto's own whole-object GET throughput
-  measured alongside, since on loopback the store, not the network, is the ceiling.
+  are the same), every result checked against DuckDB; the store's own GET throughput and request
+  latency measured alongside, since on loopback the store, not the network, is the ceiling.
 * pushdown: bytes fetched (exec/scan_stats.py, from a profiled run) by Q1, Q6 and Q14 against a
   scan of every column of the tables they read (no projection or filter to push), and against
   the compressed bytes of the columns they reference (Parquet footers); then Q6 over a lineitem
@@ -34,7 +34,7 @@ from duckflock.storage import objects
 from duckflock.testing.compare import difference
 from duckflock.testing.tables import oracle
 from duckflock.testing.tpch import ORDER, SEED_ORDER, SEED_QUERY, queries
-from duckflock_bench import lake_s3
+from duckflock_bench import lake_s3, lake_store
 from duckflock_bench.jobs import err, write_json
 from duckflock_bench.measure import cores, machine_info, median, timed, versions
 
@@ -69,6 +69,7 @@ def run_lake(
     out: Path,
     only: list[int] | None = None,
     sections: tuple[str, ...] = SECTIONS,
+    store: str | None = None,
 ) -> dict:
     parts = max(12, math.ceil(12 * sf))  # lineitem files of ~20 MB at any scale factor
     data = Path(data_root) / f"tpch-sf{sf:g}" if parts == 12 else Path(data_root) / f"tpch-sf{sf:g}-p{parts}"
@@ -90,7 +91,8 @@ def run_lake(
         "versions": versions(with_mpi=False),
     }
     t_start = time.perf_counter()
-    with lake_s3.moto_s3() as endpoint:
+    store = lake_store.choose(store)
+    with lake_s3.s3(store, out) as endpoint:
         results["endpoint"] = endpoint
         lake_s3.create_bucket(endpoint, BUCKET)
         size, seconds, biggest = 0, 0.0, ("", 0)
@@ -109,10 +111,12 @@ def run_lake(
             "objects": sum(map(len, files.values())),
         }
         results["largest_object"] = {"uri": biggest[0], "bytes": biggest[1]}
-        results["moto_get_mb_s"] = lake_s3.get_throughput(biggest[0])
+        results["store"] = {"name": store, **lake_store.describe(store), **lake_s3.throughput(biggest[0])}
+        st = results["store"]
         err.print(
-            f"uploaded {size / 1e6:.0f} MB in {seconds:.1f} s ({size / seconds / 1e6:.0f} MB/s); moto GET of "
-            f"{biggest[1] / 1e6:.0f} MB: {results['moto_get_mb_s']:.0f} MB/s",
+            f"{store}: uploaded {size / 1e6:.0f} MB in {seconds:.1f} s ({size / seconds / 1e6:.0f} MB/s); "
+            f"GET of {biggest[1] / 1e6:.0f} MB: {st['whole_get_mb_s']:.0f} MB/s, 4 MB ranges "
+            f"{st['range_4mb_get_mb_s']:.0f} MB/s, a 64 KB range {st['range_64kb_get_ms']:.1f} ms",
             highlight=False,
         )
         baseline = oracle(data, cores())
@@ -183,7 +187,7 @@ def _duckdb_over(catalog_dir: Path) -> duckdb.DuckDBPyConnection:
 
 def _duckdb_alone(points: list[dict], s3_cat: Path, runs: int, baseline: duckdb.DuckDBPyConnection) -> None:
     """Each query by DuckDB alone over the objects and over the local files: the store's share of
-    duckflock's ratio (the same adapter and moto, no ranks)."""
+    duckflock's ratio (the same adapter and store, no ranks)."""
     err.print("[bold]tpch: DuckDB alone, objects vs local files[/]")
     con = _duckdb_over(s3_cat)
     qs = queries()
@@ -332,11 +336,13 @@ def _exchange(s3_cat: Path, n_ranks: int, runs: int, baseline, work: Path) -> li
     return points
 
 
-def run(args_sf: float, ranks: list[int], runs: int, data_root: str, out: Path, only, sections) -> int:
+def run(
+    args_sf: float, ranks: list[int], runs: int, data_root: str, out: Path, only, sections, store: str | None
+) -> int:
     from duckflock_bench.lake_report import lake_figures, lake_markdown
     from duckflock_bench.report import print_markdown
 
-    results = run_lake(args_sf, ranks, runs, data_root, out, only, sections)
+    results = run_lake(args_sf, ranks, runs, data_root, out, only, sections, store)
     write_json(out / "results.json", results)
     md = lake_markdown(results)
     (out / "results.md").write_text(md)

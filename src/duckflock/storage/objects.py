@@ -47,6 +47,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -318,12 +319,13 @@ def check_opened(uri: str, size: int, etag: str) -> None:
 
 
 def upload(local: str | os.PathLike[str], uri: str) -> None:
-    """Copy a local file to ``uri`` (a single PUT or multipart: readers see it whole or not at all)."""
-    import pyarrow.fs as pafs
-
+    """Copy a local file to ``uri`` (a single PUT or multipart: readers see it whole or not at all).
+    The stream is closed here, not by pyarrow's ``copy_files``, whose close ignores a failed last
+    part (the object is then not written, and nothing says so)."""
     bucket, key = split(uri)
     try:
-        pafs.copy_files(os.fspath(local), f"{bucket}/{key}", destination_filesystem=filesystem())
+        with open(local, "rb") as src, filesystem().open_output_stream(f"{bucket}/{key}") as out:
+            shutil.copyfileobj(src, out, 8 << 20)
     except Exception as e:
         raise _failed(f"cannot write object {uri}", e) from None
 

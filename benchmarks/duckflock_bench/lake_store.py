@@ -1,0 +1,92 @@
+"""The S3-compatible server ``bench lake`` reads from: gofakes3 (MIT, Go; its filesystem backend
+serves objects as files, a range request by a seek) built on first use from the Go module proxy
+into the repository's ``.cache/``, or moto's server (the tests' store: it answers each range
+request by reading its whole object, ~5 ms, and is the ceiling of any engine reading through it).
+
+Measured here with pyarrow's S3 client (2-core shared machine, a 24 MB object; medians):
+see README's lake paragraph; each run measures its own store again (``throughput``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from duckflock.testing.s3_server import free_port, moto_process, serving
+from duckflock_bench.jobs import err
+
+STORES = ("gofakes3", "moto")
+GOFAKES3 = "github.com/johannesboyne/gofakes3/cmd/gofakes3"
+GOFAKES3_VERSION = "v1.2.0"
+CACHE = Path(__file__).resolve().parents[2] / ".cache"
+
+
+def gofakes3_binary(cache: Path = CACHE) -> Path | str:
+    """The gofakes3 command, built with ``go install`` into ``cache`` the first time; a string
+    saying why it cannot be had (no Go toolchain, the build failed)."""
+    target = cache / f"gofakes3-{GOFAKES3_VERSION}"
+    binary = target / "gofakes3"
+    if binary.is_file():
+        return binary
+    go = shutil.which("go")
+    if go is None:
+        return "no Go toolchain (go) on PATH to build gofakes3"
+    err.print(f"building gofakes3 {GOFAKES3_VERSION} into {target} (once)", highlight=False)
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run(
+            [go, "install", f"{GOFAKES3}@{GOFAKES3_VERSION}"],
+            env={**os.environ, "GOBIN": str(target), "CGO_ENABLED": "0"},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    except subprocess.TimeoutExpired:
+        return "building gofakes3 took more than 15 minutes"
+    if done.returncode != 0 or not binary.is_file():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"building gofakes3 failed: {last}"
+    return binary
+
+
+def choose(asked: str | None) -> str:
+    """The store to use: the one asked for, else gofakes3 when it can be built, else moto (saying why)."""
+    if asked == "moto":
+        return "moto"
+    found = gofakes3_binary()
+    if isinstance(found, Path):
+        return "gofakes3"
+    if asked == "gofakes3":
+        raise RuntimeError(f"--store gofakes3: {found}")
+    err.print(f"[yellow]{found}: reading from moto's server instead (slower: ~5 ms a range request)[/]")
+    return "moto"
+
+
+@contextmanager
+def server(store: str, work: Path) -> Iterator[str]:
+    """The store's server on a free loopback port while the block runs (gofakes3 keeps its objects
+    in a directory under ``work``, removed after); its endpoint URL."""
+    if store == "moto":
+        with moto_process() as endpoint:
+            yield endpoint
+        return
+    binary = gofakes3_binary()
+    assert isinstance(binary, Path), binary
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work, prefix="gofakes3-") as root:
+        port = free_port()
+        argv = [str(binary), "-backend", "fs", "-fs.path", root, "-fs.create", "-quiet"]
+        with serving([*argv, "-host", f"127.0.0.1:{port}"], port, "gofakes3") as endpoint:
+            yield endpoint
+
+
+def describe(store: str) -> dict[str, str]:
+    if store == "moto":
+        from importlib.metadata import version
+
+        return {"version": version("moto"), "license": "Apache-2.0"}
+    return {"version": GOFAKES3_VERSION, "license": "MIT", "backend": "fs (objects as files)"}
