@@ -36,6 +36,7 @@ from duckflock.testing.tables import oracle
 from duckflock.testing.tpch import ORDER, SEED_ORDER, SEED_QUERY, queries
 from duckflock_bench import lake_s3, lake_store
 from duckflock_bench.jobs import err, write_json
+from duckflock_bench.lake_report import requests_text
 from duckflock_bench.measure import cores, machine_info, median, timed, versions
 
 BUCKET = "lake"
@@ -92,9 +93,9 @@ def run_lake(
     }
     t_start = time.perf_counter()
     store = lake_store.choose(store)
-    with lake_s3.s3(store, out) as endpoint:
-        results["endpoint"] = endpoint
-        lake_s3.create_bucket(endpoint, BUCKET)
+    with lake_s3.s3(store, out) as server:
+        results["endpoint"] = server.endpoint
+        lake_s3.create_bucket(server.endpoint, BUCKET)
         size, seconds, biggest = 0, 0.0, ("", 0)
         for table, paths in files.items():
             uris, n, s = lake_s3.upload_files(paths, f"s3://{BUCKET}/tpch/{table}")
@@ -121,8 +122,8 @@ def run_lake(
         )
         baseline = oracle(data, cores())
         if "tpch" in sections:
-            results["tpch"] = _tpch(local_cat, s3_cat, ranks, runs, baseline, only)
-            _duckdb_alone(results["tpch"], s3_cat, runs, baseline)
+            results["tpch"] = _tpch(local_cat, s3_cat, ranks, runs, baseline, only, server.requests)
+            _duckdb_alone(results["tpch"], s3_cat, runs, baseline, server.requests)
         if "pushdown" in sections:
             results["pushdown"] = _pushdown(s3_cat, files, max(ranks), baseline, work)
         if "exchange" in sections:
@@ -136,8 +137,28 @@ def _check(got: Any, want: pa.Table, order: list[str] | None) -> str | None:
     return difference(got.arrow(), want, order)
 
 
+def _counted(log: lake_store.RequestLog, run: Any) -> tuple[float, dict[str, int] | None]:
+    """Seconds of ``run()`` and the store's requests meanwhile, by kind (None: not counted)."""
+    before = log.counts()
+    seconds = timed(run)[0]
+    after = log.counts()
+    if before is None or after is None:
+        return seconds, None
+    return seconds, {k: after[k] - before[k] for k in after}
+
+
+def _requests_text(counts: dict[str, int] | None) -> str:
+    return "" if counts is None else f"; {requests_text(counts)}"
+
+
 def _tpch(
-    local_cat: Path, s3_cat: Path, ranks: list[int], runs: int, baseline, only: list[int] | None
+    local_cat: Path,
+    s3_cat: Path,
+    ranks: list[int],
+    runs: int,
+    baseline,
+    only: list[int] | None,
+    log: lake_store.RequestLog,
 ) -> list[dict]:
     points = []
     qs = {n: q for n, q in queries().items() if not only or n in only}
@@ -150,16 +171,19 @@ def _tpch(
             for n, q in qs.items():
                 want = baseline.sql(q).to_arrow_table()
                 problems = [_check(db.sql(q), want, ORDER.get(n)) for db in (s3, local)]  # also warms up
-                on_s3, on_disk = [], []
+                on_s3, on_disk, requests = [], [], []
                 for _ in range(runs):
                     on_disk.append(timed(lambda q=q: local.sql(q))[0])
-                    on_s3.append(timed(lambda q=q: s3.sql(q))[0])
+                    seconds, counted = _counted(log, lambda q=q: s3.sql(q))
+                    on_s3.append(seconds)
+                    requests.append(counted)
                 point = {
                     "ranks": n_ranks,
                     "query": n,
                     "s3_s": median(on_s3),
                     "local_s": median(on_disk),
                     "ratio": median(on_s3) / median(on_disk),
+                    "requests": requests[0],
                     "correct": all(p is None for p in problems),
                     "problem": next((p for p in problems if p), None),
                 }
@@ -167,7 +191,7 @@ def _tpch(
                 mark = " ok" if point["correct"] else f" WRONG: {point['problem']}"
                 err.print(
                     f"  Q{n:02d}: S3 {point['s3_s']:.3f} s, local {point['local_s']:.3f} s "
-                    f"({point['ratio']:.2f}x){mark}",
+                    f"({point['ratio']:.2f}x){_requests_text(point['requests'])}{mark}",
                     highlight=False,
                 )
     return points
@@ -185,7 +209,13 @@ def _duckdb_over(catalog_dir: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _duckdb_alone(points: list[dict], s3_cat: Path, runs: int, baseline: duckdb.DuckDBPyConnection) -> None:
+def _duckdb_alone(
+    points: list[dict],
+    s3_cat: Path,
+    runs: int,
+    baseline: duckdb.DuckDBPyConnection,
+    log: lake_store.RequestLog,
+) -> None:
     """Each query by DuckDB alone over the objects and over the local files: the store's share of
     duckflock's ratio (the same adapter and store, no ranks)."""
     err.print("[bold]tpch: DuckDB alone, objects vs local files[/]")
@@ -194,13 +224,20 @@ def _duckdb_alone(points: list[dict], s3_cat: Path, runs: int, baseline: duckdb.
     for n in sorted({p["query"] for p in points}):
         q = qs[n]
         con.sql(q).fetchall()  # warm-up, as for duckflock
-        on_s3 = [timed(lambda q=q: con.sql(q).to_arrow_table())[0] for _ in range(runs)]
+        counted = [_counted(log, lambda q=q: con.sql(q).to_arrow_table()) for _ in range(runs)]
+        on_s3 = [seconds for seconds, _ in counted]
         on_disk = [timed(lambda q=q: baseline.sql(q).to_arrow_table())[0] for _ in range(runs)]
         for p in points:
             if p["query"] == n:
-                p.update(duckdb_s3_s=median(on_s3), duckdb_local_s=median(on_disk))
+                p.update(
+                    duckdb_s3_s=median(on_s3), duckdb_local_s=median(on_disk), duckdb_requests=counted[0][1]
+                )
                 p["duckdb_ratio"] = p["duckdb_s3_s"] / p["duckdb_local_s"]
-        err.print(f"  Q{n:02d}: S3 {median(on_s3):.3f} s, local {median(on_disk):.3f} s", highlight=False)
+        err.print(
+            f"  Q{n:02d}: S3 {median(on_s3):.3f} s, local {median(on_disk):.3f} s"
+            + _requests_text(counted[0][1]),
+            highlight=False,
+        )
     con.close()
 
 

@@ -12,6 +12,11 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
+def requests_text(counts: dict[str, int] | None) -> str:
+    """A query's requests to the store: GET / HEAD / LIST ('-': not counted, moto logs none)."""
+    return "-" if counts is None else f"{counts['get']} GET, {counts['head']} HEAD, {counts['list']} LIST"
+
+
 def lake_markdown(r: dict) -> str:
     up, st = r["upload"], r["store"]
     lines = [
@@ -60,14 +65,16 @@ def _tpch(r: dict) -> list[str]:
             f"Medians of {r['runs']} runs after a checked warm-up of each.{alone} DuckDB alone reads the "
             "objects through the same adapter and server: what the store allows any engine here.",
             "",
-            "| query | S3 s | local s | ratio | DuckDB S3 s | DuckDB local s | DuckDB ratio | correct |",
-            "|---:|---:|---:|---:|---:|---:|---:|:---:|",
+            "| query | S3 s | local s | ratio | DuckDB S3 s | DuckDB local s | DuckDB ratio | correct "
+            "| requests (one run) | DuckDB's requests |",
+            "|---:|---:|---:|---:|---:|---:|---:|:---:|---|---|",
         ]
         lines += [
             f"| Q{p['query']:02d} | {p['s3_s']:.3f} | {p['local_s']:.3f} | {p['ratio']:.2f}x "
             f"| {p.get('duckdb_s3_s', 0):.3f} | {p.get('duckdb_local_s', 0):.3f} "
             f"| {p.get('duckdb_ratio', 0):.2f}x "
-            f"| {'yes' if p['correct'] else 'NO'} |"
+            f"| {'yes' if p['correct'] else 'NO'} "
+            f"| {requests_text(p.get('requests'))} | {requests_text(p.get('duckdb_requests'))} |"
             for p in pts
         ]
         lines.append("")

@@ -29,14 +29,14 @@ MAX_OBJECT = 32 << 20  # moto answers a range request by reading its whole objec
 
 
 @contextmanager
-def s3(store: str, work: Path) -> Iterator[str]:
+def s3(store: str, work: Path) -> Iterator[lake_store.Server]:
     """The store's server (lake_store.py) on a free loopback port, and this process's (and its
-    ranks') environment pointing at it while the block runs; its endpoint URL."""
+    ranks') environment pointing at it while the block runs."""
     with (
-        lake_store.server(store, work) as endpoint,
-        environment({**KEYS, "AWS_ENDPOINT_URL": endpoint, "DUCKFLOCK_S3_TIMEOUT_S": "60"}),
+        lake_store.server(store, work) as server,
+        environment({**KEYS, "AWS_ENDPOINT_URL": server.endpoint, "DUCKFLOCK_S3_TIMEOUT_S": "60"}),
     ):
-        yield endpoint
+        yield server
 
 
 def create_bucket(endpoint: str, bucket: str) -> None:

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from duckflock.testing.s3_server import free_port, moto_process, serving
@@ -66,22 +67,52 @@ def choose(asked: str | None) -> str:
     return "moto"
 
 
+class RequestLog:
+    """Requests the server answered, counted from its log (gofakes3 logs each one; moto: none)."""
+
+    KINDS = {"GET OBJECT": "get", "HEAD OBJECT": "head", "LIST BUCKET": "list", "bucketName:": "list"}
+
+    def __init__(self, path: Path | None):
+        self.path, self._at, self._seen = path, 0, dict.fromkeys(("get", "head", "list"), 0)
+
+    def counts(self) -> dict[str, int] | None:
+        """Requests so far, by kind (get, head, list); None where the server logs none."""
+        if self.path is None:
+            return None
+        with open(self.path, "rb") as f:
+            f.seek(self._at)
+            text = f.read()
+        done = text.rfind(b"\n") + 1  # a line still being written is counted next time
+        self._at += done
+        for line in text[:done].decode(errors="replace").splitlines():
+            kind = next((k for m, k in self.KINDS.items() if m in line), None)
+            if kind:
+                self._seen[kind] += 1
+        return dict(self._seen)
+
+
+@dataclass
+class Server:
+    endpoint: str
+    requests: RequestLog
+
+
 @contextmanager
-def server(store: str, work: Path) -> Iterator[str]:
+def server(store: str, work: Path) -> Iterator[Server]:
     """The store's server on a free loopback port while the block runs (gofakes3 keeps its objects
-    in a directory under ``work``, removed after); its endpoint URL."""
+    in a directory under ``work``, removed after, and logs each request there)."""
     if store == "moto":
         with moto_process() as endpoint:
-            yield endpoint
+            yield Server(endpoint, RequestLog(None))
         return
     binary = gofakes3_binary()
     assert isinstance(binary, Path), binary
     work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work, prefix="gofakes3-") as root:
-        port = free_port()
-        argv = [str(binary), "-backend", "fs", "-fs.path", root, "-fs.create", "-quiet"]
-        with serving([*argv, "-host", f"127.0.0.1:{port}"], port, "gofakes3") as endpoint:
-            yield endpoint
+        port, log = free_port(), Path(root) / "requests.log"
+        argv = [str(binary), "-backend", "fs", "-fs.path", f"{root}/data", "-fs.create"]
+        with serving([*argv, "-host", f"127.0.0.1:{port}"], port, "gofakes3", log=log) as endpoint:
+            yield Server(endpoint, RequestLog(log))
 
 
 def describe(store: str) -> dict[str, str]:

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -20,12 +21,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(argv: Sequence[str], port: int, what: str, env: dict[str, str] | None = None) -> Iterator[str]:
+def serving(
+    argv: Sequence[str], port: int, what: str, env: dict[str, str] | None = None, log: Path | None = None
+) -> Iterator[str]:
     """The command ``argv`` (a server listening on ``port`` of 127.0.0.1) while the block runs;
-    its endpoint URL. RuntimeError naming ``what`` when it has not started within 30 s."""
-    proc = subprocess.Popen(
-        list(argv), env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    its endpoint URL. Its output goes to ``log`` (or nowhere). RuntimeError naming ``what`` when it
+    has not started within 30 s."""
+    with open(log or os.devnull, "wb") as out:
+        proc = subprocess.Popen(list(argv), env={**os.environ, **(env or {})}, stdout=out, stderr=out)
     try:
         deadline = time.monotonic() + 30
         while True:
