@@ -197,16 +197,17 @@ def _tpch(
     return points
 
 
-def _duckdb_over(catalog_dir: Path) -> duckdb.DuckDBPyConnection:
+def _duckdb_over(catalog_dir: Path) -> tuple[duckdb.DuckDBPyConnection, list[objects.Stamp]]:
     """Single-process DuckDB (all cores) over a catalog's files, objects read through the same
-    adapter the ranks use: how fast the store lets any DuckDB go."""
+    adapter the ranks use: how fast the store lets any DuckDB go. With the objects' stamps, to
+    expect before each query as a rank's stage does (each object checked once a query)."""
     con = duckdb.connect(config={"threads": cores()})
     objects.register(con)
     catalog = Catalog.load(catalog_dir)
     for name, info in catalog.tables.items():
         paths = [catalog.path(f) for p in info.partitions for f in p.files]
         con.execute(f"CREATE VIEW {name} AS SELECT * FROM {read_table_files(info, paths)}")
-    return con
+    return con, [objects.Stamp(*o) for info in catalog.tables.values() for o in info.objects]
 
 
 def _duckdb_alone(
@@ -219,12 +220,17 @@ def _duckdb_alone(
     """Each query by DuckDB alone over the objects and over the local files: the store's share of
     duckflock's ratio (the same adapter and store, no ranks)."""
     err.print("[bold]tpch: DuckDB alone, objects vs local files[/]")
-    con = _duckdb_over(s3_cat)
+    con, stamps = _duckdb_over(s3_cat)
+
+    def run(q: str) -> pa.Table:
+        objects.expect(stamps)
+        return con.sql(q).to_arrow_table()
+
     qs = queries()
     for n in sorted({p["query"] for p in points}):
         q = qs[n]
-        con.sql(q).fetchall()  # warm-up, as for duckflock
-        counted = [_counted(log, lambda q=q: con.sql(q).to_arrow_table()) for _ in range(runs)]
+        run(q)  # warm-up, as for duckflock
+        counted = [_counted(log, lambda q=q: run(q)) for _ in range(runs)]
         on_s3 = [seconds for seconds, _ in counted]
         on_disk = [timed(lambda q=q: baseline.sql(q).to_arrow_table())[0] for _ in range(runs)]
         for p in points:

@@ -2,7 +2,10 @@
 
 Reads are positional (``read_at``): DuckDB seeks and reads a handle in two calls, and a file object
 that keeps its own offset for a stream (fsspec's buffered files, obstore's) returned short or
-misplaced reads under DuckDB's threads. Each open checks the object against its registered stamp.
+misplaced reads under DuckDB's threads. The first open of an object after a stage expects it checks
+it against its registered stamp (a HEAD request); DuckDB's later opens of it and its questions of
+size and existence are answered from the stamp (TPC-H Q1 at SF 1 on 2 ranks: 80 HEAD requests
+for 136 GETs before, 12 after).
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ class ObjectFile:
     could start where another's seek (or the end of another's read) left it: misplaced data, or
     none past the end (``only 0 bytes returned``, seen at TPC-H SF 1 on 2 ranks)."""
 
-    def __init__(self, raw: Any, uri: str):
-        self._raw, self.uri, self.size = raw, uri, raw.size()
+    def __init__(self, raw: Any, uri: str, owned: bool = True):
+        self._raw, self.uri, self.size, self._owned = raw, uri, raw.size(), owned
         self._at = threading.local()
         self.closed = False
 
@@ -64,7 +67,8 @@ class ObjectFile:
 
     def close(self) -> None:
         self.closed = True
-        self._raw.close()
+        if self._owned:  # a shared handle stays open for the next open of its object
+            self._raw.close()
 
     def __enter__(self) -> ObjectFile:
         return self
@@ -78,6 +82,11 @@ class ObjectFileSystem(AbstractFileSystem):
     cachable = False
     root_marker = ""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._lock = threading.Lock()
+        self._checked: dict[str, Any] = {}  # pyarrow's handle of each object last checked, by URI
+
     @classmethod
     def _strip_protocol(cls, path: str) -> str:
         path = path[len(objects.SCHEME) :] if path.startswith(objects.SCHEME) else path
@@ -87,6 +96,9 @@ class ObjectFileSystem(AbstractFileSystem):
         import pyarrow.fs as pafs
 
         key = self._strip_protocol(path)
+        known = objects.expected(objects.SCHEME + key)
+        if known is not None:  # DuckDB asks each object's size a few times a query: no HEAD each
+            return {"name": key, "size": known.size, "type": "file"}
         try:
             found = objects.filesystem().get_file_info(key)
         except Exception as e:
@@ -108,6 +120,10 @@ class ObjectFileSystem(AbstractFileSystem):
             raise objects.ObjectError(f"{path}: DuckDB writes no objects here (results are uploaded whole)")
         key = self._strip_protocol(path)
         uri = objects.SCHEME + key
+        with self._lock:
+            raw = self._checked.get(uri) if objects.opening(uri) else None
+        if raw is not None:  # checked in this stage: its handle again, no HEAD request
+            return ObjectFile(raw, uri, owned=False)
         try:
             raw = objects.filesystem().open_input_file(key)
         except FileNotFoundError:
@@ -116,7 +132,10 @@ class ObjectFileSystem(AbstractFileSystem):
             ) from None
         except Exception as e:
             raise objects.ObjectError(f"cannot read object {uri}: {e}") from None
-        objects.check_opened(uri, raw.size(), objects.etag_of(raw.metadata()))
+        if objects.check_opened(uri, raw.size(), objects.etag_of(raw.metadata())):
+            with self._lock:  # reads are positional: DuckDB's opens of it can share the handle
+                self._checked[uri] = raw
+            return ObjectFile(raw, uri, owned=False)
         return ObjectFile(raw, uri)
 
     def modified(self, path: str) -> Any:

@@ -244,15 +244,36 @@ def prefixes(uris: Iterable[str]) -> list[str]:
 # ---- reading from DuckDB ------------------------------------------------------------------------------
 
 _expected: dict[str, Stamp] = {}
+_checked: set[str] = set()  # expected objects whose ETag was checked since they were last expected
 _opened: list[int] = [0]
 _fetched: dict[str, tuple[int, int]] = {}  # (bytes, reads) by this process's DuckDBs, by object URI
 _lock = threading.Lock()
 
 
 def expect(stamps: Iterable[Stamp]) -> None:
-    """Objects opened from now on must still be these (same ETag and size)."""
+    """Objects opened from now on must still be these (same ETag and size). Each is checked (a
+    HEAD request) the first time it is opened after this call; DuckDB opens an object and asks
+    its size several times in one query, and those are answered from its stamp."""
     with _lock:
-        _expected.update((s.uri, s) for s in stamps)
+        for s in stamps:
+            _expected[s.uri] = s
+            _checked.discard(s.uri)
+
+
+def expected(uri: str) -> Stamp | None:
+    """The stamp the object is expected to have, if it was registered."""
+    with _lock:
+        return _expected.get(uri)
+
+
+def opening(uri: str) -> bool:
+    """Called by the adapter when DuckDB opens an object: whether it was checked since it was last
+    expected (it needs no HEAD request); if not, check it (``check_opened``)."""
+    with _lock:
+        if uri not in _checked:
+            return False
+        _opened[0] += 1
+        return True
 
 
 def opened() -> int:
@@ -301,18 +322,22 @@ def _adapter() -> Any:
     return ObjectFileSystem()
 
 
-def check_opened(uri: str, size: int, etag: str) -> None:
-    """Called by the adapter when DuckDB opens an object: refuse one replaced since registration."""
+def check_opened(uri: str, size: int, etag: str) -> bool:
+    """Called by the adapter when DuckDB opens an object: refuse one replaced since registration.
+    Whether it was expected (and is now checked until it is expected again)."""
     with _lock:
         _opened[0] += 1
         want = _expected.get(uri)
     if want is None:
-        return
+        return False
     if (want.etag and etag and want.etag != etag) or want.size != size:
         raise ObjectError(
             f"object {uri} changed after it was registered (ETag {want.etag} -> {etag}, "
             f"{want.size} -> {size} bytes): load the table again"
         )
+    with _lock:
+        _checked.add(uri)
+    return True
 
 
 # ---- writing results ------------------------------------------------------------------------------------
