@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
         if not sections or set(sections) - set(SECTIONS):
             raise DuckflockError(f"--sections takes some of {', '.join(SECTIONS)}, not {args.sections!r}")
         only = parse_list(args.queries, int) if args.queries else None
-        return run_lake(args.sf, _ranks(args.ranks), max(1, args.runs), args.data_root, out, only, sections)
+        runs = max(1, args.runs)
+        return run_lake(args.sf, _ranks(args.ranks), runs, args.data_root, out, only, sections, args.store)
     if args.bench == "memory":
         return _memory(args, out)
     raise DuckflockError(f"unknown benchmark {args.bench}")

@@ -1,9 +1,9 @@
-"""``duckflock bench lake``: TPC-H registered in place on S3-compatible storage (moto's server on
-loopback, started here) against the same files on local disk, in one run:
+"""``duckflock bench lake``: TPC-H registered in place on S3-compatible storage (gofakes3 or moto's
+server on loopback, started here: lake_store.py) against the same files on local disk, in one run:
 
 * tpch: the 22 queries over objects vs over local files (both registered in place, so the plans
-  are the same), every result checked against DuckDB; moto's own whole-object GET throughput
-  measured alongside, since on loopback the store, not the network, is the ceiling.
+  are the same), every result checked against DuckDB; the store's own GET throughput and request
+  latency measured alongside, since on loopback the store, not the network, is the ceiling.
 * pushdown: bytes fetched (exec/scan_stats.py, from a profiled run) by Q1, Q6 and Q14 against a
   scan of every column of the tables they read (no projection or filter to push), and against
   the compressed bytes of the columns they reference (Parquet footers); then Q6 over a lineitem
@@ -35,9 +35,10 @@ from duckflock.storage import objects
 from duckflock.testing.compare import difference
 from duckflock.testing.tables import oracle
 from duckflock.testing.tpch import ORDER, queries
-from duckflock_bench import lake_s3
+from duckflock_bench import lake_s3, lake_store
 from duckflock_bench.jobs import err, write_json
 from duckflock_bench.lake_exchange import run_exchange
+from duckflock_bench.lake_report import requests_text
 from duckflock_bench.measure import cores, machine_info, median, timed, versions
 
 BUCKET = "lake"
@@ -71,6 +72,7 @@ def run_lake(
     out: Path,
     only: list[int] | None = None,
     sections: tuple[str, ...] = SECTIONS,
+    store: str | None = None,
 ) -> dict:
     parts = max(12, math.ceil(12 * sf))  # lineitem files of ~20 MB at any scale factor
     data = Path(data_root) / f"tpch-sf{sf:g}" if parts == 12 else Path(data_root) / f"tpch-sf{sf:g}-p{parts}"
@@ -92,10 +94,10 @@ def run_lake(
         "versions": versions(with_mpi=False),
     }
     t_start = time.perf_counter()
-    log = out / "moto.log"  # the requests the server answered (lake_exchange counts them)
-    with lake_s3.moto_s3(str(log)) as endpoint:
-        results["endpoint"] = endpoint
-        lake_s3.create_bucket(endpoint, BUCKET)
+    store = lake_store.choose(store)
+    with lake_s3.s3(store, out) as server:
+        results["endpoint"] = server.endpoint
+        lake_s3.create_bucket(server.endpoint, BUCKET)
         size, seconds, biggest = 0, 0.0, ("", 0)
         for table, paths in files.items():
             uris, n, s = lake_s3.upload_files(paths, f"s3://{BUCKET}/tpch/{table}")
@@ -112,20 +114,24 @@ def run_lake(
             "objects": sum(map(len, files.values())),
         }
         results["largest_object"] = {"uri": biggest[0], "bytes": biggest[1]}
-        results["moto_get_mb_s"] = lake_s3.get_throughput(biggest[0])
+        results["store"] = {"name": store, **lake_store.describe(store), **lake_s3.throughput(biggest[0])}
+        st = results["store"]
         err.print(
-            f"uploaded {size / 1e6:.0f} MB in {seconds:.1f} s ({size / seconds / 1e6:.0f} MB/s); moto GET of "
-            f"{biggest[1] / 1e6:.0f} MB: {results['moto_get_mb_s']:.0f} MB/s",
+            f"{store}: uploaded {size / 1e6:.0f} MB in {seconds:.1f} s ({size / seconds / 1e6:.0f} MB/s); "
+            f"GET of {biggest[1] / 1e6:.0f} MB: {st['whole_get_mb_s']:.0f} MB/s, 4 MB ranges "
+            f"{st['range_4mb_get_mb_s']:.0f} MB/s, a 64 KB range {st['range_64kb_get_ms']:.1f} ms",
             highlight=False,
         )
         baseline = oracle(data, cores())
         if "tpch" in sections:
-            results["tpch"] = _tpch(local_cat, s3_cat, ranks, runs, baseline, only)
-            _duckdb_alone(results["tpch"], s3_cat, runs, baseline)
+            results["tpch"] = _tpch(local_cat, s3_cat, ranks, runs, baseline, only, server.requests)
+            _duckdb_alone(results["tpch"], s3_cat, runs, baseline, server.requests)
         if "pushdown" in sections:
             results["pushdown"] = _pushdown(s3_cat, files, max(ranks), baseline, work)
         if "exchange" in sections:
-            results["exchange"] = run_exchange(s3_cat, max(ranks), runs, baseline, work, BUCKET, log, only)
+            results["exchange"] = run_exchange(
+                s3_cat, max(ranks), runs, baseline, work, BUCKET, server.moto_log, only
+            )
     results["wall_s"] = time.perf_counter() - t_start
     return results
 
@@ -135,8 +141,28 @@ def _check(got: Any, want: pa.Table, order: list[str] | None) -> str | None:
     return difference(got.arrow(), want, order)
 
 
+def _counted(log: lake_store.RequestLog, run: Any) -> tuple[float, dict[str, int] | None]:
+    """Seconds of ``run()`` and the store's requests meanwhile, by kind (None: not counted)."""
+    before = log.counts()
+    seconds = timed(run)[0]
+    after = log.counts()
+    if before is None or after is None:
+        return seconds, None
+    return seconds, {k: after[k] - before[k] for k in after}
+
+
+def _requests_text(counts: dict[str, int] | None) -> str:
+    return "" if counts is None else f"; {requests_text(counts)}"
+
+
 def _tpch(
-    local_cat: Path, s3_cat: Path, ranks: list[int], runs: int, baseline, only: list[int] | None
+    local_cat: Path,
+    s3_cat: Path,
+    ranks: list[int],
+    runs: int,
+    baseline,
+    only: list[int] | None,
+    log: lake_store.RequestLog,
 ) -> list[dict]:
     points = []
     qs = {n: q for n, q in queries().items() if not only or n in only}
@@ -149,16 +175,19 @@ def _tpch(
             for n, q in qs.items():
                 want = baseline.sql(q).to_arrow_table()
                 problems = [_check(db.sql(q), want, ORDER.get(n)) for db in (s3, local)]  # also warms up
-                on_s3, on_disk = [], []
+                on_s3, on_disk, requests = [], [], []
                 for _ in range(runs):
                     on_disk.append(timed(lambda q=q: local.sql(q))[0])
-                    on_s3.append(timed(lambda q=q: s3.sql(q))[0])
+                    seconds, counted = _counted(log, lambda q=q: s3.sql(q))
+                    on_s3.append(seconds)
+                    requests.append(counted)
                 point = {
                     "ranks": n_ranks,
                     "query": n,
                     "s3_s": median(on_s3),
                     "local_s": median(on_disk),
                     "ratio": median(on_s3) / median(on_disk),
+                    "requests": requests[0],
                     "correct": all(p is None for p in problems),
                     "problem": next((p for p in problems if p), None),
                 }
@@ -166,40 +195,59 @@ def _tpch(
                 mark = " ok" if point["correct"] else f" WRONG: {point['problem']}"
                 err.print(
                     f"  Q{n:02d}: S3 {point['s3_s']:.3f} s, local {point['local_s']:.3f} s "
-                    f"({point['ratio']:.2f}x){mark}",
+                    f"({point['ratio']:.2f}x){_requests_text(point['requests'])}{mark}",
                     highlight=False,
                 )
     return points
 
 
-def _duckdb_over(catalog_dir: Path) -> duckdb.DuckDBPyConnection:
+def _duckdb_over(catalog_dir: Path) -> tuple[duckdb.DuckDBPyConnection, list[objects.Stamp]]:
     """Single-process DuckDB (all cores) over a catalog's files, objects read through the same
-    adapter the ranks use: how fast the store lets any DuckDB go."""
+    adapter the ranks use: how fast the store lets any DuckDB go. With the objects' stamps, to
+    expect before each query as a rank's stage does (each object checked once a query)."""
     con = duckdb.connect(config={"threads": cores()})
     objects.register(con)
     catalog = Catalog.load(catalog_dir)
     for name, info in catalog.tables.items():
         paths = [catalog.path(f) for p in info.partitions for f in p.files]
         con.execute(f"CREATE VIEW {name} AS SELECT * FROM {read_table_files(info, paths)}")
-    return con
+    return con, [objects.Stamp(*o) for info in catalog.tables.values() for o in info.objects]
 
 
-def _duckdb_alone(points: list[dict], s3_cat: Path, runs: int, baseline: duckdb.DuckDBPyConnection) -> None:
+def _duckdb_alone(
+    points: list[dict],
+    s3_cat: Path,
+    runs: int,
+    baseline: duckdb.DuckDBPyConnection,
+    log: lake_store.RequestLog,
+) -> None:
     """Each query by DuckDB alone over the objects and over the local files: the store's share of
-    duckflock's ratio (the same adapter and moto, no ranks)."""
+    duckflock's ratio (the same adapter and store, no ranks)."""
     err.print("[bold]tpch: DuckDB alone, objects vs local files[/]")
-    con = _duckdb_over(s3_cat)
+    con, stamps = _duckdb_over(s3_cat)
+
+    def run(q: str) -> pa.Table:
+        objects.expect(stamps)
+        return con.sql(q).to_arrow_table()
+
     qs = queries()
     for n in sorted({p["query"] for p in points}):
         q = qs[n]
-        con.sql(q).fetchall()  # warm-up, as for duckflock
-        on_s3 = [timed(lambda q=q: con.sql(q).to_arrow_table())[0] for _ in range(runs)]
+        run(q)  # warm-up, as for duckflock
+        counted = [_counted(log, lambda q=q: run(q)) for _ in range(runs)]
+        on_s3 = [seconds for seconds, _ in counted]
         on_disk = [timed(lambda q=q: baseline.sql(q).to_arrow_table())[0] for _ in range(runs)]
         for p in points:
             if p["query"] == n:
-                p.update(duckdb_s3_s=median(on_s3), duckdb_local_s=median(on_disk))
+                p.update(
+                    duckdb_s3_s=median(on_s3), duckdb_local_s=median(on_disk), duckdb_requests=counted[0][1]
+                )
                 p["duckdb_ratio"] = p["duckdb_s3_s"] / p["duckdb_local_s"]
-        err.print(f"  Q{n:02d}: S3 {median(on_s3):.3f} s, local {median(on_disk):.3f} s", highlight=False)
+        err.print(
+            f"  Q{n:02d}: S3 {median(on_s3):.3f} s, local {median(on_disk):.3f} s"
+            + _requests_text(counted[0][1]),
+            highlight=False,
+        )
     con.close()
 
 
@@ -302,11 +350,13 @@ def _sorted_q6(lineitem: list[Path], n_ranks: int, baseline, work: Path) -> dict
     return point
 
 
-def run(args_sf: float, ranks: list[int], runs: int, data_root: str, out: Path, only, sections) -> int:
+def run(
+    args_sf: float, ranks: list[int], runs: int, data_root: str, out: Path, only, sections, store: str | None
+) -> int:
     from duckflock_bench.lake_report import lake_figures, lake_markdown
     from duckflock_bench.report import print_markdown
 
-    results = run_lake(args_sf, ranks, runs, data_root, out, only, sections)
+    results = run_lake(args_sf, ranks, runs, data_root, out, only, sections, store)
     write_json(out / "results.json", results)
     md = lake_markdown(results)
     (out / "results.md").write_text(md)

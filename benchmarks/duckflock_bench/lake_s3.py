@@ -1,5 +1,5 @@
-"""The object store of ``bench lake``: moto's S3 server as a process of its own, uploads, its own
-read throughput, and tables registered in place (the way tests/s3_support.py does for the tests)."""
+"""The object store of ``bench lake``: its server (lake_store.py) as a process of its own, uploads,
+its own read throughput, and tables registered in place (the way tests/s3_support.py does for the tests)."""
 
 from __future__ import annotations
 
@@ -12,22 +12,31 @@ from duckflock.config import Config
 from duckflock.exec.runtime import Runtime
 from duckflock.ingest.load import load_table
 from duckflock.storage import objects
-from duckflock.testing.s3_server import environment, moto_process
+from duckflock.testing.s3_server import environment
 from duckflock.transport.inproc import InProcTransport
+from duckflock_bench import lake_store
+from duckflock_bench.measure import median
 
-KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
+KEYS = {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_REGION": "us-east-1",
+    # The AWS SDK streams uploads with a trailing checksum (no Content-Length) by default;
+    # gofakes3 refuses those (411), moto takes either.
+    "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+}
 MAX_OBJECT = 32 << 20  # moto answers a range request by reading its whole object: keep them small
 
 
 @contextmanager
-def moto_s3(log: str | None = None) -> Iterator[str]:
-    """moto's server on a free loopback port (its requests logged to ``log``), and this process's
-    (and its ranks') environment pointing at it while the block runs; its endpoint URL."""
+def s3(store: str, work: Path) -> Iterator[lake_store.Server]:
+    """The store's server (lake_store.py) on a free loopback port, and this process's (and its
+    ranks') environment pointing at it while the block runs."""
     with (
-        moto_process(log=log) as endpoint,
-        environment({**KEYS, "AWS_ENDPOINT_URL": endpoint, "DUCKFLOCK_S3_TIMEOUT_S": "60"}),
+        lake_store.server(store, work) as server,
+        environment({**KEYS, "AWS_ENDPOINT_URL": server.endpoint, "DUCKFLOCK_S3_TIMEOUT_S": "60"}),
     ):
-        yield endpoint
+        yield server
 
 
 def create_bucket(endpoint: str, bucket: str) -> None:
@@ -51,17 +60,35 @@ def upload_files(files: list[Path], prefix: str) -> tuple[list[str], int, float]
     return uris, size, time.perf_counter() - t0
 
 
-def get_throughput(uri: str, repeats: int = 3) -> float:
-    """moto's MB/s for a whole-object GET of ``uri`` (the best of ``repeats``): the store's ceiling."""
+def throughput(uri: str, repeats: int = 5) -> dict[str, float]:
+    """The store's own speed through pyarrow's S3 client (as the adapter reads it), medians of
+    ``repeats``: whole-object GETs (MB/s), 4 MB range GETs (MB/s) and 64 KB range GETs (ms each:
+    a request's latency, as for a Parquet footer or a small column chunk)."""
     bucket, key = objects.split(uri)
-    best = float("inf")
+    fs = objects.filesystem()
+    whole, big, small = [], [], []
     size = 0
     for _ in range(repeats):
         t0 = time.perf_counter()
-        with objects.filesystem().open_input_file(f"{bucket}/{key}") as f:
+        with fs.open_input_file(f"{bucket}/{key}") as f:
             size = len(f.read())
-        best = min(best, time.perf_counter() - t0)
-    return size / best / 1e6
+        whole.append(time.perf_counter() - t0)
+    with fs.open_input_file(f"{bucket}/{key}") as f:
+        for i in range(repeats):
+            at = (i * 7919 * 4096) % max(1, size - (4 << 20))
+            t0 = time.perf_counter()
+            f.read_at(4 << 20, at)
+            big.append(time.perf_counter() - t0)
+        for i in range(4 * repeats):
+            t0 = time.perf_counter()
+            f.read_at(64 << 10, (i * 104729 * 64) % max(1, size - (64 << 10)))
+            small.append(time.perf_counter() - t0)
+    return {
+        "object_bytes": size,
+        "whole_get_mb_s": size / median(whole) / 1e6,
+        "range_4mb_get_mb_s": min(size, 4 << 20) / median(big) / 1e6,
+        "range_64kb_get_ms": median(small) * 1e3,
+    }
 
 
 def register(catalog_dir: Path, table: str, files: list[str]) -> None:

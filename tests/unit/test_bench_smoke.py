@@ -113,14 +113,18 @@ def test_bench_lake_smoke(tmp_path):
     out = tmp_path / "lake"
     bench(
         "lake",
-        *("--sf", "0.01", "--ranks", "2", "--queries", "6", "--sections", "tpch,pushdown"),
+        *("--sf", "0.01", "--ranks", "2", "--queries", "6", "--sections", "tpch,pushdown", "--store", "moto"),
         *("--data-root", str(tmp_path), "--out", str(out)),
         cwd=tmp_path,
     )
     results = json.loads((out / "results.json").read_text())
     [point] = results["tpch"]
     assert point["correct"] and positive(point["s3_s"]) and positive(point["local_s"])
-    assert positive(results["moto_get_mb_s"]) and positive(results["upload"]["bytes"])
+    store = results["store"]
+    assert (
+        store["name"] == "moto" and positive(store["whole_get_mb_s"]) and positive(store["range_64kb_get_ms"])
+    )
+    assert positive(results["upload"]["bytes"])
     pushdown = results["pushdown"]
     assert [q["query"] for q in pushdown["queries"]] == [1, 6, 14]
     assert all(positive(q["fetched"]) and positive(q["referenced_bytes"]) for q in pushdown["queries"])

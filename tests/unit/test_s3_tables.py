@@ -250,6 +250,21 @@ def test_object_replaced_or_deleted_after_load_is_refused(s3, tpch_dir, tmp_path
         assert time.monotonic() - t0 < LIVENESS_S
 
 
+def test_object_replaced_between_queries_is_refused_by_the_next(s3, tpch_dir, tmp_path):
+    """An object is checked once a query (later opens in that query reuse its handle): one
+    replaced after a query that read it is refused by the next query."""
+    src = next((tpch_dir / "nation").glob("*.parquet"))
+    s3.upload_file(str(src), BUCKET, "swap2/nation.parquet")
+    register(tmp_path, "nation", [f"s3://{BUCKET}/swap2/nation.parquet"])
+    duckdb.sql(f"COPY (SELECT * FROM '{src}' LIMIT 3) TO '{tmp_path}/small.parquet'")
+    with duckflock.connect(str(tmp_path), ranks=2, transport="threads") as db:
+        for _ in range(2):
+            assert db.sql("SELECT count(*) AS n FROM nation").arrow().column("n").to_pylist() == [25]
+        s3.upload_file(str(tmp_path / "small.parquet"), BUCKET, "swap2/nation.parquet")
+        with pytest.raises(DuckflockError, match=f"s3://{BUCKET}/swap2/nation.parquet changed"):
+            db.sql("SELECT count(*) FROM nation").arrow()
+
+
 def test_wrong_credentials_and_silent_server_fail_fast(tmp_path):
     with silent_server() as endpoint, s3_env(endpoint, DUCKFLOCK_S3_TIMEOUT_S="1", DUCKFLOCK_S3_RETRIES="2"):
         message = failure(tmp_path, "t", [f"s3://{BUCKET}/tpch/nation/*.parquet"])

@@ -67,11 +67,18 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_lake(bsub: argparse._SubParsersAction) -> None:
-    bl = bsub.add_parser("lake", help="TPC-H on S3-compatible storage (moto, started here) vs local disk")
+    bl = bsub.add_parser("lake", help="TPC-H on an S3-compatible server (started here) vs local disk")
     bl.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
     bl.add_argument("--ranks", default="2", help="rank counts (the last: pushdown, exchange)")
     bl.add_argument("--runs", type=int, default=1, help="timed runs after a checked warm-up (median)")
     bl.add_argument("--queries", default=None, help="only these TPC-H query numbers, comma separated")
     bl.add_argument("--sections", default="tpch,pushdown,exchange", help="of tpch, pushdown, exchange")
+    bl.add_argument(
+        "--store",
+        choices=("gofakes3", "moto"),
+        default=None,
+        help="the S3 server: gofakes3 (built with go on first use into .cache/) or moto's; default "
+        "gofakes3 when it can be built, else moto",
+    )
     bl.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
     bl.add_argument("--out", default="bench-results/lake", help="output directory")
