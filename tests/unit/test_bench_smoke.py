@@ -142,10 +142,10 @@ def test_lake_exchange_counts_the_requests_on_its_prefix(tmp_path):
     requests = RequestLog(log, "lake", "exchange")
     with open(log, "a") as f:
         f.write(
-            '127.0.0.1 - - [x] "PUT /lake/exchange/j/to-1/0-000000000003 HTTP/1.1" 200 -\n'
-            '127.0.0.1 - - [x] "PUT /lake/exchange/j/to-1/ HTTP/1.1" 200 -\n'
-            '127.0.0.1 - - [x] "GET /lake?list-type=2&prefix=exchange/j/to-0/ HTTP/1.1" 200 -\n'
-            '127.0.0.1 - - [x] "\x1b[35mGET /lake/exchange/j/to-0/1-000000000000 HTTP/1.1\x1b[0m" 206 -\n'
+            '127.0.0.1 - - [x] "PUT /lake/exchange/j/msg/0-000000000003-2 HTTP/1.1" 200 -\n'
+            '127.0.0.1 - - [x] "PUT /lake/exchange/j/msg/ HTTP/1.1" 200 -\n'
+            '127.0.0.1 - - [x] "GET /lake?list-type=2&prefix=exchange/j/msg/ HTTP/1.1" 200 -\n'
+            '127.0.0.1 - - [x] "\x1b[35mGET /lake/exchange/j/msg/1-000000000000-1 HTTP/1.1\x1b[0m" 206 -\n'
             '127.0.0.1 - - [x] "GET /lake/tpch/a.parquet HTTP/1.1" 206 -\n'
         )
     assert requests.since_last() == {"PUT": 2, "objects": 1, "LIST": 1, "GET": 1, "requests": 4}
