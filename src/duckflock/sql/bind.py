@@ -44,6 +44,7 @@ from duckflock.plan.nodes import (
     Window,
     WithSubqueries,
     own_sql,
+    referenced,
     walk,
 )
 from duckflock.plan.render import render
@@ -65,6 +66,7 @@ from duckflock.sql.schema_db import SchemaDB
 from duckflock.sql.scopes import from_items, outer_columns, query_of
 from duckflock.sql.semijoin import exists_to_semi_join
 from duckflock.sql.shadowing import order_by_input_columns, unshadow_nested_sources, unshadow_semi_join_sides
+from duckflock.sql.subquery_columns import row_columns, stand_ins, value_root
 from duckflock.sql.using_joins import check_using_joins
 from duckflock.sqltext import quote_ident as q
 
@@ -364,6 +366,10 @@ class _Builder:
         self.subplans: dict[str, Node] = {}  # token -> plan of a subquery
         self.correlated: set[str] = set()  # tokens of subqueries that refer to an outer row
         self._correlated_depth = 0  # > 0 while building a correlated subquery's plan
+        # A subquery's text -> the token it was first planned as, and each token -> that one: the
+        # same subquery written twice in one SELECT (GROUP BY 1 and its output) is one expression.
+        self.first_of: dict[str, str] = {}
+        self.same: dict[str, str] = {}
         self._n = 0
 
     def fresh(self, stem: str) -> str:
@@ -545,7 +551,8 @@ class _Builder:
         sets: tuple[tuple[int, ...], ...] | None = None,
     ) -> tuple[Node, list[exp.Expr], list[exp.Expr], exp.Expr | None, exp.Expr | None]:
         group_names: list[str] = []
-        group_sql = [_sql(g) for g in groups]
+        group_sql = [self.matchable(g) for g in groups]  # how the expressions above name the groups
+        rel, groups = self.aggregate_inputs(rel, groups, [*selects, *order_keys, having, qualify_])
         for g in groups:
             group_names.append(g.name if isinstance(g, exp.Column) else self.fresh("g"))
         aggs: dict[str, str] = {}  # agg SQL -> column name
@@ -559,8 +566,8 @@ class _Builder:
                         aggs[key] = self.fresh("a")
                         args[key] = _first_arg(call_of(node))
                     return _col(aggs[key])
-                if not isinstance(node, exp.Alias | exp.Ordered) and _sql(node) in group_sql:
-                    return _col(group_names[group_sql.index(_sql(node))])
+                if not isinstance(node, exp.Alias | exp.Ordered) and self.matchable(node) in group_sql:
+                    return _col(group_names[group_sql.index(self.matchable(node))])
                 return node
 
             return e.transform(fn, copy=True)
@@ -579,14 +586,86 @@ class _Builder:
         node = Aggregate(
             tuple(group_names) + tuple(aggs.values()),
             child=rel,
-            groups=tuple(group_sql),
+            groups=tuple(_sql(g) for g in groups),
             aggs=tuple(aggs),
-            key_types=self.hash_types(rel, group_sql),
+            key_types=self.hash_types(rel, [_sql(g) for g in groups]),
             grouping_sets=sets,
             arg_types=tuple(next(types) if a is not None else "" for a in args.values()),
         )
         # Columns not grouped and not aggregated would be a binder error; DuckDB already checked.
         return node, selects, order_keys, having, qualify_
+
+    def aggregate_inputs(
+        self, rel: Node, groups: list[exp.Expr], exprs: list[exp.Expr | None]
+    ) -> tuple[Node, list[exp.Expr]]:
+        """``rel`` with a column for each subquery the aggregate reads per row (in an aggregate's
+        arguments or FILTER, in ``exprs``, which are rewritten to read it; or in a group key), and
+        the group keys over it (sql/subquery_columns.py)."""
+        roots = [
+            value_root(n)
+            for e in exprs
+            if e is not None
+            for unit in [u for u in e.walk() if self._is_unit(u)]
+            for n in stand_ins(unit, self.subplans)
+        ]
+        holders = [exp.Paren(this=g.copy()) for g in groups]
+        roots += [h.this for h in holders if stand_ins(h.this, self.subplans)]
+        rel = self.precompute(rel, roots)
+        return rel, [h.this for h in holders]
+
+    def precompute(self, rel: Node, roots: list[exp.Expr]) -> Node:
+        """``rel`` with a column more for each expression of ``roots`` (a value of one row of
+        ``rel``), which each root is replaced by (in the tree it is part of)."""
+        if not roots:
+            return rel
+        names, exprs = list(rel.columns), [q(c) for c in rel.columns]
+        for root in _outermost(roots):
+            if not row_columns(root) <= set(rel.columns):  # a lambda's parameter, an outer query's column
+                raise unsupported("a subquery inside an expression over columns of another scope")
+            sql = _sql(root)
+            if sql not in exprs:
+                names.append(self.fresh("p"))
+                exprs.append(sql)
+            root.replace(_col(names[exprs.index(sql)]))
+        return Project(tuple(names), child=rel, exprs=tuple(exprs), **self.attach(" ".join(exprs)))
+
+    def join_inputs(
+        self, left: Node, right: Node, kind: JoinKind, on: list[exp.Expr]
+    ) -> tuple[Node, Node, list[exp.Expr]]:
+        """An outer, semi or anti join's sides with a column for each subquery its condition reads
+        per pair of rows, computed on the side whose columns it reads (any, if none), and the
+        condition over those columns. One that reads both sides is refused: unlike an inner join's,
+        such a condition cannot move to a filter after the join."""
+        sides = (set(left.columns), set(right.columns))
+        holders = [exp.Paren(this=c) for c in on]
+        roots: tuple[list[exp.Expr], list[exp.Expr]] = ([], [])
+        for h in holders:
+            for n in stand_ins(h, self.subplans):
+                root = value_root(n)
+                reads = row_columns(root) | {
+                    c for t in self.tokens(root) if t in self.correlated for c in referenced(self.subplans[t])
+                }
+                reads &= sides[0] | sides[1]
+                if reads <= sides[1]:
+                    roots[1].append(root)
+                elif reads <= sides[0]:
+                    roots[0].append(root)
+                else:
+                    raise unsupported(
+                        f"a subquery reading both sides of a {kind.upper()} JOIN's condition",
+                        "a subquery reading both sides of an outer, semi or anti join's condition",
+                    )
+        return self.precompute(left, roots[0]), self.precompute(right, roots[1]), [h.this for h in holders]
+
+    def matchable(self, e: exp.Expr) -> str:
+        """``e``'s SQL with each subquery's token as the one its text was first planned as (and
+        columns named by it so too): equal for the same expression written twice in a SELECT."""
+        return _TOKEN.sub(lambda m: '"' + self.same.get(m.group(1), m.group(1)), _sql(e))
+
+    def tokens(self, e: exp.Expr) -> list[str]:
+        """The tokens of the subqueries ``e`` holds."""
+        sql = _sql(e)
+        return [t for t in self.subplans if q(t) in sql]
 
     def _is_unit(self, node: exp.Expr) -> bool:
         """An aggregate call with its wrappers, used for grouping (not as a window function, not
@@ -625,6 +704,11 @@ class _Builder:
         """Window functions become a Window node after grouping; expressions refer to its columns."""
         found: dict[str, str] = {}
         partitions: list[list[str]] = []
+        # A subquery inside a window function (its arguments, PARTITION BY, ORDER BY) is read per
+        # row: a column of the rows below, as an aggregate's (``precompute``).
+        scoped = [e for e in (*selects, *order_keys, qualify_) if e is not None]
+        windowed = [n for e in scoped for w in e.find_all(exp.Window) for n in stand_ins(w, self.subplans)]
+        rel = self.precompute(rel, [value_root(n) for n in windowed])
 
         def fn(node: exp.Expr) -> exp.Expr:
             if isinstance(node, exp.Window):
@@ -733,11 +817,16 @@ class _Builder:
         pushed, rest_where = _push_down(sources, kinds, where_conj, ons, self.reads_outer_row)
         rel = self.filter(sources[0], pushed[0])
         for j in range(1, len(sources)):
-            # An inner join's correlated subquery (sqlglot's pushdown moves WHERE conjuncts into
-            # ON) filters the joined rows: a join cannot evaluate it, a Filter can.
-            after = [c for c in ons[j] if kinds[j] is JoinKind.INNER and self.reads_outer_row(c)]
+            # An inner join's subquery (sqlglot's pushdown moves WHERE conjuncts into ON) filters
+            # the joined rows: a join cannot evaluate it, a Filter can. Another join's is computed
+            # on a side, as a column (``join_inputs``).
+            right = self.filter(sources[j], pushed[j])
+            inner = kinds[j] is JoinKind.INNER
+            after = [c for c in ons[j] if inner and self.tokens(c)]
             on = [c for c in ons[j] if not any(c is a for a in after)]
-            rel = self.join(rel, self.filter(sources[j], pushed[j]), kinds[j], on, lateral[j])
+            if not inner and not lateral[j] and any(self.tokens(c) for c in on):
+                rel, right, on = self.join_inputs(rel, right, kinds[j], on)
+            rel = self.join(rel, right, kinds[j], on, lateral[j])
             rel = self.filter(rel, after)
         return self.filter(rel, rest_where)
 
@@ -871,6 +960,8 @@ class _Builder:
             self._correlated_depth += 1
         try:
             self.subplans[token] = self.query(body.copy(), prefix=token)
+            self.first_of.setdefault(body.sql(dialect="duckdb"), token)
+            self.same[token] = self.first_of[body.sql(dialect="duckdb")]
         finally:
             self._correlated_depth -= token in self.correlated
         placeholder = exp.select("*").from_(exp.to_identifier(token, quoted=True))
@@ -901,6 +992,10 @@ class _Builder:
         return {"subqueries": subs, "correlated": tuple(t for t, _ in subs if t in self.correlated)}
 
 
+# A subquery's token at the start of a quoted name: "__sq3" or "__sq3.k".
+_TOKEN = re.compile(r'"(__sq\d+)(?=[".])')
+
+
 def _push_down(
     sources: list[Node],
     kinds: list[JoinKind],
@@ -921,7 +1016,7 @@ def _push_down(
     pushed: list[list[exp.Expr]] = [[] for _ in sources]
 
     def owner(c: exp.Expr, upto: int) -> int | None:
-        used = set() if pinned(c) else _cols(c)
+        used = set() if pinned(c) else row_columns(c)
         for i in range(upto + 1):
             if used and used <= colsets[i] and not nullable[i]:
                 return i
@@ -934,7 +1029,7 @@ def _push_down(
     for j in range(1, len(sources)):
         keep = []
         for c in ons[j]:
-            used = set() if pinned(c) else _cols(c)
+            used = set() if pinned(c) else row_columns(c)
             if used and used <= colsets[j] and kinds[j] in _ON_PUSHED_RIGHT:
                 pushed[j].append(c)
             elif kinds[j] in _ON_PUSHED_LEFT and (at := owner(c, j - 1)) is not None:
@@ -1030,6 +1125,19 @@ def _unparen(e: exp.Expr) -> exp.Expr:
     while isinstance(e, exp.Subquery) and not e.alias:
         e = e.this
     return e
+
+
+def _outermost(roots: list[exp.Expr]) -> list[exp.Expr]:
+    """The expressions that are not part of another one of them (its column computes both)."""
+    ids = {id(r) for r in roots}
+    out: list[exp.Expr] = []
+    for r in roots:
+        p = r.parent
+        while p is not None and id(p) not in ids:
+            p = p.parent
+        if p is None and all(r is not o for o in out):
+            out.append(r)
+    return out
 
 
 def _cols(e: exp.Expr) -> set[str]:
