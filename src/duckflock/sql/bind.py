@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import cast
@@ -54,7 +54,7 @@ from duckflock.sql.derived_names import unique_derived_names
 from duckflock.sql.describe import is_schema_question, schema_answer
 from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
-from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
+from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name, unit_of
 from duckflock.sql.join_order import optimize_joins
 from duckflock.sql.order_all import order_by_all_written_out
 from duckflock.sql.positions import plain_positions
@@ -398,6 +398,7 @@ class _Builder:
     def select(self, s: exp.Select, prefix: str | None) -> Node:
         check_supported(s)  # sqlglot's rewrites may have built clauses of their own
         rel = self.from_(s)
+        s, lifted = self.lift_outer_aggregates(s)
         selects = [self.names(e.copy()) for e in s.expressions]
         out_names = [e.alias_or_name for e in s.expressions]
         order_keys = self.order_keys(s, len(selects))
@@ -406,14 +407,14 @@ class _Builder:
         scoped = [*selects, *order_keys, *(e for e in (having, qualify_) if e is not None)]
         # HAVING alone makes the query an aggregate too: one group of all rows, also of none.
         group = s.args.get("group")
-        aggregated = having is not None or any(self.aggregates.units(e) for e in scoped)
+        aggregated = having is not None or bool(lifted) or any(self.aggregates.units(e) for e in scoped)
         own = set(from_items(s))  # an output reads this query's rows where it names one of these
         reads = [any(c.table in own for c in e.find_all(exp.Column)) for e in s.expressions]
         groups, sets = self.group_keys(group, [e for e, r in zip(selects, reads, strict=True) if r], scoped)
         # GROUP BY ALL of constants only, with nothing aggregated, is no grouping in DuckDB.
         if (group is not None and (groups or sets is not None or not group.args.get("all"))) or aggregated:
             rel, selects, order_keys, having, qualify_ = self.aggregate(
-                rel, groups, selects, order_keys, having, qualify_, sets
+                rel, groups, selects, order_keys, having, qualify_, sets, lifted
             )
             if having is not None:
                 rel = self.filter(rel, [having])
@@ -549,14 +550,16 @@ class _Builder:
         having: exp.Expr | None,
         qualify_: exp.Expr | None,
         sets: tuple[tuple[int, ...], ...] | None = None,
+        lifted: Sequence[tuple[exp.Expr, str]] = (),
     ) -> tuple[Node, list[exp.Expr], list[exp.Expr], exp.Expr | None, exp.Expr | None]:
         group_names: list[str] = []
         group_sql = [self.matchable(g) for g in groups]  # how the expressions above name the groups
         rel, groups = self.aggregate_inputs(rel, groups, [*selects, *order_keys, having, qualify_])
         for g in groups:
             group_names.append(g.name if isinstance(g, exp.Column) else self.fresh("g"))
-        aggs: dict[str, str] = {}  # agg SQL -> column name
-        args: dict[str, str | None] = {}  # agg SQL -> SQL of its first argument
+        aggs: dict[str, str] = {_sql(u): name for u, name in lifted}  # agg SQL -> column name
+        # agg SQL -> SQL of its first argument
+        args: dict[str, str | None] = {_sql(u): _first_arg(call_of(u)) for u, _ in lifted}
 
         def replace(e: exp.Expr) -> exp.Expr:
             def fn(node: exp.Expr) -> exp.Expr:
@@ -594,6 +597,49 @@ class _Builder:
         )
         # Columns not grouped and not aggregated would be a binder error; DuckDB already checked.
         return node, selects, order_keys, having, qualify_
+
+    def lift_outer_aggregates(self, s: exp.Select) -> tuple[exp.Select, list[tuple[exp.Expr, str]]]:
+        """An aggregate inside a subquery of this SELECT's outputs, HAVING, ORDER BY or QUALIFY
+        whose columns all belong to this SELECT's FROM aggregates this SELECT's rows (SQL's rule):
+        ``s`` with each such aggregate as an outer column of the subquery (``"__lift.__l3"``), and
+        the aggregates (over plan names) with their columns, for this SELECT's Aggregate to give."""
+        own = set(from_items(s))
+
+        def nested(s: exp.Select) -> list[exp.Expr]:  # aggregate calls inside its subqueries
+            parts = [*s.expressions, *(s.args.get(a) for a in ("having", "order", "qualify"))]
+            return [
+                n
+                for part in parts
+                if part is not None
+                for n in part.find_all(exp.Func)
+                if self.aggregates.is_call(n) and query_of(n) is not s
+            ]
+
+        if not nested(s):
+            return s, []
+        s = s.copy()
+        lifted: list[tuple[exp.Expr, str]] = []
+        for node in nested(s):
+            unit = unit_of(node)
+            if isinstance(unit.parent, exp.Window) and unit.parent.this is unit:
+                continue
+            top: exp.Expr | None = None
+            p: exp.Expr | None = unit
+            while p is not None and p is not s:
+                top = p if isinstance(p, exp.Query) else top
+                p = p.parent
+            cols = list(unit.find_all(exp.Column))
+            if top is None or not cols or any(True for _ in unit.find_all(exp.Query)):
+                continue
+            outer = outer_columns(top, within=unit)
+            if len(outer) != len(cols) or any(c.table not in own for c in cols):
+                continue  # reads the subquery's own rows (or another scope's): its aggregate
+            if s.args.get("group") is not None and s.args["group"].args.get("all"):
+                raise unsupported("an aggregate of outer columns inside a subquery, with GROUP BY ALL")
+            name = self.fresh("l")
+            lifted.append((self.names(unit.copy()), f"__lift.{name}"))
+            unit.replace(exp.column(name, table="__lift", quoted=True))
+        return s, lifted
 
     def aggregate_inputs(
         self, rel: Node, groups: list[exp.Expr], exprs: list[exp.Expr | None]
