@@ -819,3 +819,29 @@ def test_approx_top_k_is_planned_without_sqlglots_warning(plan, caplog):
         plan("SELECT n, approx_top_k(s, 2) AS top FROM words GROUP BY n")
         logging.getLogger("sqlglot").warning("another warning")
     assert [r.getMessage() for r in caplog.records] == ["another warning"]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # In an outer join's condition: computed on the side it reads, below a co-located join.
+        "SELECT a.v, b.v FROM hk a LEFT JOIN hk b ON a.k = b.k AND b.v IN (SELECT k FROM tiny)",
+        "SELECT a.v, b.v FROM hk a FULL JOIN hk b ON a.k = b.k AND EXISTS (SELECT 1 FROM tiny WHERE tiny.k = a.v)",
+        # In an aggregate's FILTER and as a group key: computed per row below the aggregate.
+        "SELECT count(*) FILTER (WHERE v IN (SELECT k FROM tiny)) FROM hk",
+        "SELECT v IN (SELECT k FROM tiny) AS i, count(*) FROM hk GROUP BY 1",
+    ],
+)
+def test_a_subquery_inside_a_join_condition_or_an_aggregate_runs_distributed(plan, sql):
+    p = plan(sql, driver_fallback_bytes=-1, broadcast_threshold_bytes=0)
+    assert p.on_driver is None
+    for n in nodes(p, Join):
+        assert n.strategy == "co-located" and "__sq" not in (n.condition or "")
+    assert not any(s.replicated for s in nodes(p, Scan) if s.table == "hk")
+
+
+def test_a_subquery_reading_both_sides_of_an_outer_join_condition_is_refused(plan):
+    sql = "SELECT a.v FROM hk a LEFT JOIN hk b ON a.k = b.k AND a.v + b.v IN (SELECT k FROM tiny)"
+    with pytest.raises(NotDistributed) as info:
+        plan(sql, driver_fallback_bytes=-1)
+    assert info.value.construct == "a subquery reading both sides of an outer, semi or anti join's condition"

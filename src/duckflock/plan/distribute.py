@@ -9,7 +9,6 @@ shuffle of only the side not yet partitioned on the key — or of both.
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple, TypeVar
 
@@ -46,7 +45,7 @@ from duckflock.plan.nodes import (
     Values,
     Window,
     WithSubqueries,
-    own_sql,
+    referenced,
     walk,
 )
 from duckflock.sqltext import quote_ident as q
@@ -221,7 +220,7 @@ class _Planner:
         """A correlated subquery's plan with no exchange inside its correlated part: every subtree
         that does not read an outer column is planned on its own and replicated (so it is whole on
         every rank); the parts that do read one stay as they are, for DuckDB to decorrelate."""
-        if not (_referenced(node) & outer):
+        if not (referenced(node) & outer):
             return self.broadcast(self.place(node)).node
         if isinstance(node, WithSubqueries):
             inner = outer | set(node.child.columns)
@@ -716,16 +715,6 @@ def _project_parts(node: Project, parts) -> tuple[Partitioning, ...]:
         else:
             out.append(p)
     return tuple(out) or (Arbitrary(),)
-
-
-_QUOTED = re.compile(r'"((?:[^"]|"")+)"')
-
-
-def _referenced(node: Node) -> set[str]:
-    """Every column name the subtree's expressions mention (plan columns are quoted identifiers)."""
-    return {
-        m.group(1).replace('""', '"') for n in walk(node) for sql in own_sql(n) for m in _QUOTED.finditer(sql)
-    }
 
 
 def _filtered(node: Node) -> bool:

@@ -356,6 +356,16 @@ def own_sql(node: Node) -> list[str]:
     return []
 
 
+_QUOTED = re.compile(r'"((?:[^"]|"")+)"')
+
+
+def referenced(node: Node) -> set[str]:
+    """Every column name the subtree's expressions mention (plan columns are quoted identifiers)."""
+    return {
+        m.group(1).replace('""', '"') for n in walk(node) for sql in own_sql(n) for m in _QUOTED.finditer(sql)
+    }
+
+
 def walk(node: Node):
     yield node
     for c in node.children:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import cast
@@ -44,6 +44,7 @@ from duckflock.plan.nodes import (
     Window,
     WithSubqueries,
     own_sql,
+    referenced,
     walk,
 )
 from duckflock.plan.render import render
@@ -54,7 +55,7 @@ from duckflock.sql.describe import is_schema_question, schema_answer
 from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.from_forms import rewrite_from_forms
-from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name
+from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name, unit_of
 from duckflock.sql.join_order import optimize_joins
 from duckflock.sql.order_all import order_by_all_written_out
 from duckflock.sql.positions import plain_positions
@@ -66,6 +67,7 @@ from duckflock.sql.schema_db import SchemaDB
 from duckflock.sql.scopes import from_items, outer_columns, query_of
 from duckflock.sql.semijoin import exists_to_semi_join
 from duckflock.sql.shadowing import order_by_input_columns, unshadow_nested_sources, unshadow_semi_join_sides
+from duckflock.sql.subquery_columns import row_columns, stand_ins, value_root
 from duckflock.sql.using_joins import check_using_joins
 from duckflock.sqltext import quote_ident as q
 
@@ -366,6 +368,10 @@ class _Builder:
         self.subplans: dict[str, Node] = {}  # token -> plan of a subquery
         self.correlated: set[str] = set()  # tokens of subqueries that refer to an outer row
         self._correlated_depth = 0  # > 0 while building a correlated subquery's plan
+        # A subquery's text -> the token it was first planned as, and each token -> that one: the
+        # same subquery written twice in one SELECT (GROUP BY 1 and its output) is one expression.
+        self.first_of: dict[str, str] = {}
+        self.same: dict[str, str] = {}
         self._n = 0
 
     def fresh(self, stem: str) -> str:
@@ -394,6 +400,7 @@ class _Builder:
     def select(self, s: exp.Select, prefix: str | None) -> Node:
         check_supported(s)  # sqlglot's rewrites may have built clauses of their own
         rel = self.from_(s)
+        s, lifted = self.lift_outer_aggregates(s)
         selects = [self.names(e.copy()) for e in s.expressions]
         out_names = [e.alias_or_name for e in s.expressions]
         order_keys = self.order_keys(s, len(selects))
@@ -402,14 +409,14 @@ class _Builder:
         scoped = [*selects, *order_keys, *(e for e in (having, qualify_) if e is not None)]
         # HAVING alone makes the query an aggregate too: one group of all rows, also of none.
         group = s.args.get("group")
-        aggregated = having is not None or any(self.aggregates.units(e) for e in scoped)
+        aggregated = having is not None or bool(lifted) or any(self.aggregates.units(e) for e in scoped)
         own = set(from_items(s))  # an output reads this query's rows where it names one of these
         reads = [any(c.table in own for c in e.find_all(exp.Column)) for e in s.expressions]
         groups, sets = self.group_keys(group, [e for e, r in zip(selects, reads, strict=True) if r], scoped)
         # GROUP BY ALL of constants only, with nothing aggregated, is no grouping in DuckDB.
         if (group is not None and (groups or sets is not None or not group.args.get("all"))) or aggregated:
             rel, selects, order_keys, having, qualify_ = self.aggregate(
-                rel, groups, selects, order_keys, having, qualify_, sets
+                rel, groups, selects, order_keys, having, qualify_, sets, lifted
             )
             if having is not None:
                 rel = self.filter(rel, [having])
@@ -543,13 +550,16 @@ class _Builder:
         having: exp.Expr | None,
         qualify_: exp.Expr | None,
         sets: tuple[tuple[int, ...], ...] | None = None,
+        lifted: Sequence[tuple[exp.Expr, str]] = (),
     ) -> tuple[Node, list[exp.Expr], list[exp.Expr], exp.Expr | None, exp.Expr | None]:
         group_names: list[str] = []
-        group_sql = [_sql(g) for g in groups]
+        group_sql = [self.matchable(g) for g in groups]  # how the expressions above name the groups
+        rel, groups = self.aggregate_inputs(rel, groups, [*selects, *order_keys, having, qualify_])
         for g in groups:
             group_names.append(g.name if isinstance(g, exp.Column) else self.fresh("g"))
-        aggs: dict[str, str] = {}  # agg SQL -> column name
-        args: dict[str, str | None] = {}  # agg SQL -> SQL of its first argument
+        aggs: dict[str, str] = {_sql(u): name for u, name in lifted}  # agg SQL -> column name
+        # agg SQL -> SQL of its first argument
+        args: dict[str, str | None] = {_sql(u): _first_arg(call_of(u)) for u, _ in lifted}
 
         def replace(e: exp.Expr) -> exp.Expr:
             def fn(node: exp.Expr) -> exp.Expr:
@@ -561,8 +571,8 @@ class _Builder:
                         aggs[key] = self.fresh("a")
                         args[key] = _first_arg(call_of(node))
                     return _col(aggs[key])
-                if not isinstance(node, exp.Alias | exp.Ordered) and _sql(node) in group_sql:
-                    return _col(group_names[group_sql.index(_sql(node))])
+                if not isinstance(node, exp.Alias | exp.Ordered) and self.matchable(node) in group_sql:
+                    return _col(group_names[group_sql.index(self.matchable(node))])
                 return node
 
             return e.transform(fn, copy=True)
@@ -581,9 +591,9 @@ class _Builder:
         node = Aggregate(
             tuple(group_names) + tuple(aggs.values()),
             child=rel,
-            groups=tuple(group_sql),
+            groups=tuple(_sql(g) for g in groups),
             aggs=tuple(aggs),
-            key_types=self.hash_types(rel, group_sql),
+            key_types=self.hash_types(rel, [_sql(g) for g in groups]),
             grouping_sets=sets,
             arg_types=tuple(next(types) if a is not None else "" for a in args.values()),
         )
@@ -610,6 +620,121 @@ class _Builder:
             aggs[key] = self.fresh("a")
             args[key] = None
         return _col(aggs[key])
+
+    def lift_outer_aggregates(self, s: exp.Select) -> tuple[exp.Select, list[tuple[exp.Expr, str]]]:
+        """An aggregate inside a subquery of this SELECT's outputs, HAVING, ORDER BY or QUALIFY
+        whose columns all belong to this SELECT's FROM aggregates this SELECT's rows (SQL's rule):
+        ``s`` with each such aggregate as an outer column of the subquery (``"__lift.__l3"``), and
+        the aggregates (over plan names) with their columns, for this SELECT's Aggregate to give."""
+        own = set(from_items(s))
+
+        def nested(s: exp.Select) -> list[exp.Expr]:  # aggregate calls inside its subqueries
+            parts = [*s.expressions, *(s.args.get(a) for a in ("having", "order", "qualify"))]
+            return [
+                n
+                for part in parts
+                if part is not None
+                for n in part.find_all(exp.Func)
+                if self.aggregates.is_call(n) and query_of(n) is not s
+            ]
+
+        if not nested(s):
+            return s, []
+        s = s.copy()
+        lifted: list[tuple[exp.Expr, str]] = []
+        for node in nested(s):
+            unit = unit_of(node)
+            if isinstance(unit.parent, exp.Window) and unit.parent.this is unit:
+                continue
+            top: exp.Expr | None = None
+            p: exp.Expr | None = unit
+            while p is not None and p is not s:
+                top = p if isinstance(p, exp.Query) else top
+                p = p.parent
+            cols = list(unit.find_all(exp.Column))
+            if top is None or not cols or any(True for _ in unit.find_all(exp.Query)):
+                continue
+            outer = outer_columns(top, within=unit)
+            if len(outer) != len(cols) or any(c.table not in own for c in cols):
+                continue  # reads the subquery's own rows (or another scope's): its aggregate
+            if s.args.get("group") is not None and s.args["group"].args.get("all"):
+                raise unsupported("an aggregate of outer columns inside a subquery, with GROUP BY ALL")
+            name = self.fresh("l")
+            lifted.append((self.names(unit.copy()), f"__lift.{name}"))
+            unit.replace(exp.column(name, table="__lift", quoted=True))
+        return s, lifted
+
+    def aggregate_inputs(
+        self, rel: Node, groups: list[exp.Expr], exprs: list[exp.Expr | None]
+    ) -> tuple[Node, list[exp.Expr]]:
+        """``rel`` with a column for each subquery the aggregate reads per row (in an aggregate's
+        arguments or FILTER, in ``exprs``, which are rewritten to read it; or in a group key), and
+        the group keys over it (sql/subquery_columns.py)."""
+        roots = [
+            value_root(n)
+            for e in exprs
+            if e is not None
+            for unit in [u for u in e.walk() if self._is_unit(u)]
+            for n in stand_ins(unit, self.subplans)
+        ]
+        holders = [exp.Paren(this=g.copy()) for g in groups]
+        roots += [h.this for h in holders if stand_ins(h.this, self.subplans)]
+        rel = self.precompute(rel, roots)
+        return rel, [h.this for h in holders]
+
+    def precompute(self, rel: Node, roots: list[exp.Expr]) -> Node:
+        """``rel`` with a column more for each expression of ``roots`` (a value of one row of
+        ``rel``), which each root is replaced by (in the tree it is part of)."""
+        if not roots:
+            return rel
+        names, exprs = list(rel.columns), [q(c) for c in rel.columns]
+        for root in _outermost(roots):
+            if not row_columns(root) <= set(rel.columns):  # a lambda's parameter, an outer query's column
+                raise unsupported("a subquery inside an expression over columns of another scope")
+            sql = _sql(root)
+            if sql not in exprs:
+                names.append(self.fresh("p"))
+                exprs.append(sql)
+            root.replace(_col(names[exprs.index(sql)]))
+        return Project(tuple(names), child=rel, exprs=tuple(exprs), **self.attach(" ".join(exprs)))
+
+    def join_inputs(
+        self, left: Node, right: Node, kind: JoinKind, on: list[exp.Expr]
+    ) -> tuple[Node, Node, list[exp.Expr]]:
+        """An outer, semi or anti join's sides with a column for each subquery its condition reads
+        per pair of rows, computed on the side whose columns it reads (any, if none), and the
+        condition over those columns. One that reads both sides is refused: unlike an inner join's,
+        such a condition cannot move to a filter after the join."""
+        sides = (set(left.columns), set(right.columns))
+        holders = [exp.Paren(this=c) for c in on]
+        roots: tuple[list[exp.Expr], list[exp.Expr]] = ([], [])
+        for h in holders:
+            for n in stand_ins(h, self.subplans):
+                root = value_root(n)
+                reads = row_columns(root) | {
+                    c for t in self.tokens(root) if t in self.correlated for c in referenced(self.subplans[t])
+                }
+                reads &= sides[0] | sides[1]
+                if reads <= sides[1]:
+                    roots[1].append(root)
+                elif reads <= sides[0]:
+                    roots[0].append(root)
+                else:
+                    raise unsupported(
+                        f"a subquery reading both sides of a {kind.upper()} JOIN's condition",
+                        "a subquery reading both sides of an outer, semi or anti join's condition",
+                    )
+        return self.precompute(left, roots[0]), self.precompute(right, roots[1]), [h.this for h in holders]
+
+    def matchable(self, e: exp.Expr) -> str:
+        """``e``'s SQL with each subquery's token as the one its text was first planned as (and
+        columns named by it so too): equal for the same expression written twice in a SELECT."""
+        return _TOKEN.sub(lambda m: '"' + self.same.get(m.group(1), m.group(1)), _sql(e))
+
+    def tokens(self, e: exp.Expr) -> list[str]:
+        """The tokens of the subqueries ``e`` holds."""
+        sql = _sql(e)
+        return [t for t in self.subplans if q(t) in sql]
 
     def _is_unit(self, node: exp.Expr) -> bool:
         """An aggregate call with its wrappers, used for grouping (not as a window function, not
@@ -648,6 +773,11 @@ class _Builder:
         """Window functions become a Window node after grouping; expressions refer to its columns."""
         found: dict[str, str] = {}
         partitions: list[list[str]] = []
+        # A subquery inside a window function (its arguments, PARTITION BY, ORDER BY) is read per
+        # row: a column of the rows below, as an aggregate's (``precompute``).
+        scoped = [e for e in (*selects, *order_keys, qualify_) if e is not None]
+        windowed = [n for e in scoped for w in e.find_all(exp.Window) for n in stand_ins(w, self.subplans)]
+        rel = self.precompute(rel, [value_root(n) for n in windowed])
 
         def fn(node: exp.Expr) -> exp.Expr:
             if isinstance(node, exp.Window):
@@ -761,11 +891,16 @@ class _Builder:
         pushed, rest_where = _push_down(sources, kinds, where_conj, ons, self.reads_outer_row)
         rel = self.filter(sources[0], pushed[0])
         for j in range(1, len(sources)):
-            # An inner join's correlated subquery (sqlglot's pushdown moves WHERE conjuncts into
-            # ON) filters the joined rows: a join cannot evaluate it, a Filter can.
-            after = [c for c in ons[j] if kinds[j] is JoinKind.INNER and self.reads_outer_row(c)]
+            # An inner join's subquery (sqlglot's pushdown moves WHERE conjuncts into ON) filters
+            # the joined rows: a join cannot evaluate it, a Filter can. Another join's is computed
+            # on a side, as a column (``join_inputs``).
+            right = self.filter(sources[j], pushed[j])
+            inner = kinds[j] is JoinKind.INNER
+            after = [c for c in ons[j] if inner and self.tokens(c)]
             on = [c for c in ons[j] if not any(c is a for a in after)]
-            rel = self.join(rel, self.filter(sources[j], pushed[j]), kinds[j], on, lateral[j])
+            if not inner and not lateral[j] and any(self.tokens(c) for c in on):
+                rel, right, on = self.join_inputs(rel, right, kinds[j], on)
+            rel = self.join(rel, right, kinds[j], on, lateral[j])
             rel = self.filter(rel, after)
         return self.filter(rel, rest_where)
 
@@ -914,6 +1049,8 @@ class _Builder:
             self._correlated_depth += 1
         try:
             self.subplans[token] = self.query(body.copy(), prefix=token)
+            self.first_of.setdefault(body.sql(dialect="duckdb"), token)
+            self.same[token] = self.first_of[body.sql(dialect="duckdb")]
         finally:
             self._correlated_depth -= token in self.correlated
         placeholder = exp.select("*").from_(exp.to_identifier(token, quoted=True))
@@ -944,6 +1081,10 @@ class _Builder:
         return {"subqueries": subs, "correlated": tuple(t for t, _ in subs if t in self.correlated)}
 
 
+# A subquery's token at the start of a quoted name: "__sq3" or "__sq3.k".
+_TOKEN = re.compile(r'"(__sq\d+)(?=[".])')
+
+
 def _push_down(
     sources: list[Node],
     kinds: list[JoinKind],
@@ -964,7 +1105,7 @@ def _push_down(
     pushed: list[list[exp.Expr]] = [[] for _ in sources]
 
     def owner(c: exp.Expr, upto: int) -> int | None:
-        used = set() if pinned(c) else _cols(c)
+        used = set() if pinned(c) else row_columns(c)
         for i in range(upto + 1):
             if used and used <= colsets[i] and not nullable[i]:
                 return i
@@ -977,7 +1118,7 @@ def _push_down(
     for j in range(1, len(sources)):
         keep = []
         for c in ons[j]:
-            used = set() if pinned(c) else _cols(c)
+            used = set() if pinned(c) else row_columns(c)
             if used and used <= colsets[j] and kinds[j] in _ON_PUSHED_RIGHT:
                 pushed[j].append(c)
             elif kinds[j] in _ON_PUSHED_LEFT and (at := owner(c, j - 1)) is not None:
@@ -1087,6 +1228,19 @@ def _unparen(e: exp.Expr) -> exp.Expr:
     while isinstance(e, exp.Subquery) and not e.alias:
         e = e.this
     return e
+
+
+def _outermost(roots: list[exp.Expr]) -> list[exp.Expr]:
+    """The expressions that are not part of another one of them (its column computes both)."""
+    ids = {id(r) for r in roots}
+    out: list[exp.Expr] = []
+    for r in roots:
+        p = r.parent
+        while p is not None and id(p) not in ids:
+            p = p.parent
+        if p is None and all(r is not o for o in out):
+            out.append(r)
+    return out
 
 
 def _cols(e: exp.Expr) -> set[str]:
