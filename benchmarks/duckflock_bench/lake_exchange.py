@@ -18,6 +18,7 @@ from duckflock.testing.compare import difference
 from duckflock.testing.tpch import ORDER, SEED_ORDER, SEED_QUERY, queries
 from duckflock.testing.workers import FlightWorkers
 from duckflock_bench.jobs import err
+from duckflock_bench.lake_store import new_lines
 from duckflock_bench.measure import median, timed
 
 FLIGHT_QUERIES = ("seed", "Q9")  # the comparison with Flight workers
@@ -34,12 +35,9 @@ class RequestLog:
         self.offset = log.stat().st_size
 
     def since_last(self) -> dict[str, int]:
-        with open(self.log, "rb") as f:
-            f.seek(self.offset)
-            text = f.read().decode(errors="replace")
-        self.offset += len(text.encode())
+        lines, self.offset = new_lines(self.log, self.offset)
         counts: collections.Counter[str] = collections.Counter()
-        for method, path in _REQUEST.findall(text):
+        for method, path in _REQUEST.findall("\n".join(lines)):
             if path.startswith(f"/{self.bucket}?") and f"prefix={self.prefix}" in path:
                 counts["LIST"] += 1
             elif path.startswith(f"/{self.bucket}/{self.prefix}"):

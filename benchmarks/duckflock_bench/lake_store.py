@@ -72,6 +72,16 @@ def choose(asked: str | None) -> str:
     return "moto"
 
 
+def new_lines(log: Path, offset: int) -> tuple[list[str], int]:
+    """The whole lines a server wrote to ``log`` after ``offset``, and the offset after them (a line
+    still being written is read next time)."""
+    with open(log, "rb") as f:
+        f.seek(offset)
+        text = f.read()
+    done = text.rfind(b"\n") + 1
+    return text[:done].decode(errors="replace").splitlines(), offset + done
+
+
 class RequestLog:
     """Requests the server answered, counted from its log (gofakes3 logs each one; moto: none)."""
 
@@ -84,12 +94,8 @@ class RequestLog:
         """Requests so far, by kind (get, head, list); None where the server logs none."""
         if self.path is None:
             return None
-        with open(self.path, "rb") as f:
-            f.seek(self._at)
-            text = f.read()
-        done = text.rfind(b"\n") + 1  # a line still being written is counted next time
-        self._at += done
-        for line in text[:done].decode(errors="replace").splitlines():
+        lines, self._at = new_lines(self.path, self._at)
+        for line in lines:
             kind = next((k for m, k in self.KINDS.items() if m in line), None)
             if kind:
                 self._seen[kind] += 1
