@@ -56,6 +56,7 @@ from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.from_forms import rewrite_from_forms
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name, unit_of
+from duckflock.sql.join_groups import flatten_join_groups
 from duckflock.sql.join_order import optimize_joins
 from duckflock.sql.order_all import order_by_all_written_out
 from duckflock.sql.positions import plain_positions
@@ -265,6 +266,7 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
     check_round_trip(schema_db.con, schema_db.function_aliases, text, tree, schema_db.type_aliases)
     tree = fix_clock(tree, schema_db)
     tree = distinct_on_as_qualify(plain_positions(tree))
+    tree = flatten_join_groups(tree, schema_db)
     tree = rewrite_from_forms(tree, schema_db)
     check_supported(tree)
     _check_struct_names(tree, catalog)

@@ -1,0 +1,112 @@
+"""Parenthesized joins, ``(a JOIN b ON p) JOIN c``, rewritten to the flat join lists the binder reads.
+
+- A group first in FROM is its join list without the parentheses: DuckDB joins left to right.
+- A group on the right of a join, ``a JOIN (b JOIN c ON p) ON q``, is ``a CROSS JOIN b JOIN c ON p
+  AND q`` where every join involved is inner or cross: the same rows, its columns in the same order.
+  After a comma (``a, (b JOIN c ON p)``) it stays after a comma, which binds after every JOIN.
+- A group with an alias, ``(a JOIN b ON p) AS j``, is a derived table ``(SELECT * FROM a JOIN b ON
+  p) AS j(...)``, its columns named as DuckDB names the group's (``x``, ``x_1``).
+- A group on the right of an outer, semi, anti, ASOF or USING join, or holding one of those joins
+  when it is not first, is refused by name: moving its joins out would change the rows.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from duckflock.errors import CatalogError, SqlError
+from duckflock.sql.allowlist import unsupported
+from duckflock.sql.schema_db import SchemaDB
+from duckflock.sql.using_joins import describe_in_scope, is_comma
+
+REFUSED = "a parenthesized join on the right of an outer, semi, anti, ASOF or USING join"
+
+
+def flatten_join_groups(tree: exp.Expr, schema_db: SchemaDB) -> exp.Expr:
+    for group in [g for g in tree.find_all(exp.Subquery) if _is_group(g) and g.alias]:
+        _named_group_as_derived(group, schema_db)
+    for select in list(tree.find_all(exp.Select)):
+        _flatten(select)
+    return tree
+
+
+def _is_group(node: exp.Expr) -> bool:
+    """A parenthesized FROM item that is not a query: ``(a JOIN b ON p)``, ``((a))``, ``((s) JOIN b
+    ON p)`` (sqlglot's Subquery is a Query: the inner parentheses of a group are one too)."""
+    if not isinstance(node, exp.Subquery):
+        return False
+    inner = node.this
+    if isinstance(inner, exp.Subquery):
+        return bool(inner.args.get("joins")) or _is_group(inner)
+    return not isinstance(inner, exp.Query)
+
+
+def _parts(node: exp.Expr) -> tuple[exp.Expr, list[exp.Join]]:
+    """A group's first item and the joins after it, nested groups first in it taken apart too."""
+    joins = list(node.args.get("joins") or [])
+    head = node.copy()
+    head.set("joins", None)
+    if _is_group(head) and not head.alias:
+        inner_head, inner = _parts(head.this)
+        return inner_head, inner + joins
+    return head, joins
+
+
+def _flatten(select: exp.Select) -> None:
+    from_ = select.args.get("from_") or select.args.get("from")
+    if from_ is None:
+        return
+    joins = list(select.args.get("joins") or [])
+    if _is_group(from_.this) and not from_.this.alias:
+        head, inner = _parts(from_.this.this)
+        from_.set("this", head)
+        joins = inner + joins
+    out: list[exp.Join] = []
+    for join in joins:
+        item = join.this
+        if not (_is_group(item) and not item.alias):
+            out.append(join)
+            continue
+        head, inner = _parts(item.this)
+        if not inner:  # ``(b)``: the item itself
+            join.set("this", head)
+            out.append(join)
+            continue
+        if not all(_plain_inner(j) for j in (join, *inner)):
+            raise unsupported(REFUSED)
+        first = join.copy()
+        first.set("this", head)
+        on = join.args.get("on")
+        first.set("on", None)
+        if not is_comma(join):
+            first.set("kind", "CROSS")
+        last = inner[-1]
+        if on is not None:
+            own = last.args.get("on")
+            last.set("on", on.copy() if own is None else exp.and_(own, on.copy()))
+            last.set(
+                "kind", None if (last.args.get("kind") or "").upper() == "CROSS" else last.args.get("kind")
+            )
+        out += [first, *inner]
+    select.set("joins", out or None)
+
+
+def _plain_inner(join: exp.Join) -> bool:
+    """An inner, cross or comma join without USING: one whose condition may move to a later join."""
+    kind = (join.args.get("kind") or "").upper()
+    plain = not join.args.get("side") and not join.args.get("method") and not join.args.get("using")
+    return plain and kind in ("", "INNER", "CROSS") and not isinstance(join.this, exp.Lateral)
+
+
+def _named_group_as_derived(group: exp.Subquery, schema_db: SchemaDB) -> None:
+    """``(a JOIN b ON p) AS j`` as ``(SELECT * FROM a JOIN b ON p) AS j(x, y, x_1, z)``."""
+    alias = group.args["alias"]
+    try:
+        names = describe_in_scope(group, exp.select("*").from_(group.copy()), schema_db)
+    except (SqlError, CatalogError):
+        raise unsupported("a parenthesized join whose columns could not be named") from None
+    head, joins = _parts(group.this)
+    body = exp.select("*").from_(head)
+    body.set("joins", joins or None)
+    columns = [exp.to_identifier(n, quoted=True) for n, _ in names]
+    group.replace(exp.Subquery(this=body, alias=exp.TableAlias(this=alias.this.copy(), columns=columns)))
