@@ -1,11 +1,11 @@
 """Refuse every construct the planner does not handle, instead of dropping it.
 
 The binder maps a parsed tree onto plan nodes clause by clause; a clause it does not read would be
-silently ignored (``LIMIT 40 PERCENT`` returning every row). So before binding, every node of the
-tree is checked: clause-carrying nodes may only have the arguments listed here, and node kinds that
-are never distributed are refused by name. A construct nobody thought of is refused, never dropped.
-Expressions (operators, scalar functions, casts, ...) are rendered back to DuckDB SQL verbatim and
-evaluated by DuckDB, so they need no list.
+silently ignored (``LIMIT 40 PERCENT`` returned every row before sql/row_limits.py read it). So
+before binding, every node of the tree is checked: clause-carrying nodes may only have the
+arguments listed here, and node kinds that are never distributed are refused by name. A construct
+nobody thought of is refused, never dropped. Expressions (operators, scalar functions, casts, ...)
+are rendered back to DuckDB SQL verbatim and evaluated by DuckDB, so they need no list.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ _CLAUSE_ARGS: dict[type, set[str]] = {
     exp.Group: {"expressions", "all"},
     exp.Order: {"this", "expressions"},
     exp.Ordered: {"this", "desc", "nulls_first"},
-    exp.Limit: {"this", "expression"},
+    exp.Limit: {"this", "expression", "limit_options"},  # PERCENT, WITH TIES: sql/row_limits.py
     exp.Offset: {"this", "expression"},
     exp.Distinct: {"expressions"},
     exp.With: {"expressions"},
@@ -62,7 +62,6 @@ _CLAUSE_ARGS: dict[type, set[str]] = {
 
 # How a refused argument is named to the user.
 _ARG_NAMES = {
-    "limit_options": "LIMIT ... PERCENT / WITH TIES",
     "method": "{value} JOIN",
     "match_condition": "ASOF JOIN",
     "rollup": "ROLLUP",

@@ -34,12 +34,10 @@ from duckflock.plan.nodes import (
     Filter,
     FunctionScan,
     Join,
-    Limit,
     Node,
     Project,
     Scan,
     SetOp,
-    Sort,
     Values,
     Window,
     WithSubqueries,
@@ -64,6 +62,7 @@ from duckflock.sql.pushdown import pushdown_predicates
 from duckflock.sql.query_constants import check_introspection, check_introspection_text, fix_clock
 from duckflock.sql.rewrite_hazards import rules_to_skip
 from duckflock.sql.round_trip import check_round_trip
+from duckflock.sql.row_limits import limited, row_limit
 from duckflock.sql.schema_db import SchemaDB
 from duckflock.sql.scopes import from_items, outer_columns, query_of
 from duckflock.sql.semijoin import exists_to_semi_join
@@ -437,13 +436,7 @@ class _Builder:
             rel = Distinct(
                 rel.columns, child=rel, key_types=self.hash_types(rel, [q(c) for c in rel.columns])
             )
-        limit, offset = _int_arg(s, "limit"), _int_arg(s, "offset") or 0
-        if sort_keys:
-            visible = tuple(names[: len(out_names)])
-            return Sort(visible, child=rel, keys=tuple(sort_keys), limit=limit, offset=offset)
-        if limit is not None or offset:
-            return Limit(rel.columns, child=rel, limit=limit, offset=offset)
-        return rel
+        return limited(rel, tuple(names[: len(out_names)]), sort_keys, row_limit(s, self), self)
 
     def order_keys(self, s: exp.Select, outputs: int) -> list[exp.Expr]:
         """The ORDER BY keys in plan names; ORDER BY ALL is every output column, left to right, in
@@ -844,15 +837,10 @@ class _Builder:
             o = o.copy()
             o.set("this", _col(name))
             keys.append(_sql(o))
-        limit, offset = _int_arg(tree, "limit"), _int_arg(tree, "offset") or 0
         if hidden:  # the sort keys as columns beside the outputs; the sort keeps only the outputs
             exprs = tuple(q(c) for c in cols) + tuple(hidden.values())
             rel = Project(cols + tuple(hidden), child=rel, exprs=exprs)
-        if keys:
-            rel = Sort(cols, child=rel, keys=tuple(keys), limit=limit, offset=offset)
-        elif limit is not None or offset:
-            rel = Limit(cols, child=rel, limit=limit, offset=offset)
-        return rel
+        return limited(rel, cols, keys, row_limit(tree, self), self)
 
     def by_name(self, tree: exp.SetOperation, left: Node, right: Node) -> tuple[Node, Node, list[str]]:
         """UNION [ALL] BY NAME: both sides projected onto every name (left's first, then the
@@ -1247,16 +1235,6 @@ def _outermost(roots: list[exp.Expr]) -> list[exp.Expr]:
 
 def _cols(e: exp.Expr) -> set[str]:
     return {c.name for c in e.find_all(exp.Column)}
-
-
-def _int_arg(s: exp.Expr, arg: str) -> int | None:
-    node = s.args.get(arg)
-    if node is None:
-        return None
-    value = node.args.get("expression") or node.this
-    if not isinstance(value, exp.Literal) or not value.is_int:
-        raise unsupported(f"non-constant {arg.upper()}")
-    return int(value.this)
 
 
 def _scope_find(s: exp.Expr, kind: type):
