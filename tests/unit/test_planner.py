@@ -575,7 +575,7 @@ def test_big_order_by_without_limit_is_a_parallel_range_sort(plan):
         ),
         ("SELECT DISTINCT ON (k) k, v FROM ua QUALIFY row_number() OVER () > 1", "DISTINCT ON with QUALIFY"),
         ("SELECT * FROM ua, LATERAL generate_series(1, ua.k)", "LATERAL"),
-        ("SELECT ua.k FROM ua ASOF JOIN ub USING (k)", "ASOF JOIN ... USING"),
+        ("SELECT ua.k FROM ua ASOF RIGHT JOIN ub USING (k)", "ASOF RIGHT JOIN ... USING"),
         ("SELECT k, current_setting('threads') FROM ua", "where it runs"),
         ("SELECT ua.k FROM ua POSITIONAL JOIN ub", "POSITIONAL JOIN"),
         ("SELECT k FROM ua USING SAMPLE 10%", "SAMPLE"),

@@ -244,12 +244,10 @@ def _check_join(join: exp.Join) -> None:
     method = (join.args.get("method") or "").upper()
     if method and method != "ASOF":
         raise unsupported(f"{method} JOIN")
-    if method == "ASOF":
-        # USING's last column is an inequality for ASOF, which qualification would turn into `=`.
-        if join.args.get("using") or join.args.get("on") is None:
-            raise unsupported("ASOF JOIN ... USING")
-        if (join.args.get("side") or "").upper() not in ("", "LEFT") or kind:
-            raise unsupported(f"ASOF {join.args.get('side') or kind} JOIN")
+    # ASOF SEMI / ANTI joins and ASOF ... USING are rewritten before (sql/asof_forms.py).
+    if method == "ASOF" and ((join.args.get("side") or "").upper() not in ("", "LEFT") or kind):
+        what = f"ASOF {join.args.get('side') or kind} JOIN"
+        raise unsupported(f"{what} ... USING" if join.args.get("using") else what)
 
 
 def _describe(node: exp.Expr, arg: str, value: object) -> str:

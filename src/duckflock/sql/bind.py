@@ -47,6 +47,7 @@ from duckflock.plan.nodes import (
 )
 from duckflock.plan.render import render
 from duckflock.sql.allowlist import check_supported, unsupported
+from duckflock.sql.asof_forms import asof_semi_anti_as_plain, asof_using_as_inequality, mark_asof_using
 from duckflock.sql.decorrelate import scalar_subqueries_to_joins
 from duckflock.sql.derived_names import unique_derived_names
 from duckflock.sql.describe import is_schema_question, schema_answer
@@ -94,6 +95,7 @@ _KEPT = {
 _OURS: dict[str, OptimizerFn] = {"optimize_joins": optimize_joins, "pushdown_predicates": pushdown_predicates}
 _RULES: tuple[OptimizerFn, ...] = (
     qualify,
+    asof_using_as_inequality,
     order_by_all_written_out,
     order_by_input_columns,
     exists_to_semi_join,
@@ -267,6 +269,7 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
     tree = distinct_on_as_qualify(plain_positions(tree))
     tree = flatten_join_groups(tree, schema_db)
     tree = rewrite_from_forms(tree, schema_db)
+    tree = mark_asof_using(asof_semi_anti_as_plain(tree))
     check_supported(tree)
     _check_struct_names(tree, catalog)
     aggregates = Aggregates(schema_db.aggregate_names)
