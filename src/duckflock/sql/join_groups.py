@@ -4,6 +4,8 @@
 - A group on the right of a join, ``a JOIN (b JOIN c ON p) ON q``, is ``a CROSS JOIN b JOIN c ON p
   AND q`` where every join involved is inner or cross: the same rows, its columns in the same order.
   After a comma (``a, (b JOIN c ON p)``) it stays after a comma, which binds after every JOIN.
+  The group's own conditions saw only its items: their unqualified columns are qualified first
+  (DuckDB names each item's columns), as ``a``'s columns are in scope after the move.
 - A group with an alias, ``(a JOIN b ON p) AS j``, is a derived table ``(SELECT * FROM a JOIN b ON
   p) AS j(...)``, its columns named as DuckDB names the group's (``x``, ``x_1``).
 - A group on the right of an outer, semi, anti, ASOF or USING join, or holding one of those joins
@@ -26,7 +28,7 @@ def flatten_join_groups(tree: exp.Expr, schema_db: SchemaDB) -> exp.Expr:
     for group in [g for g in tree.find_all(exp.Subquery) if _is_group(g) and g.alias]:
         _named_group_as_derived(group, schema_db)
     for select in list(tree.find_all(exp.Select)):
-        _flatten(select)
+        _flatten(select, schema_db)
     return tree
 
 
@@ -52,7 +54,7 @@ def _parts(node: exp.Expr) -> tuple[exp.Expr, list[exp.Join]]:
     return head, joins
 
 
-def _flatten(select: exp.Select) -> None:
+def _flatten(select: exp.Select, schema_db: SchemaDB) -> None:
     from_ = select.args.get("from_") or select.args.get("from")
     if from_ is None:
         return
@@ -74,6 +76,7 @@ def _flatten(select: exp.Select) -> None:
             continue
         if not all(_plain_inner(j) for j in (join, *inner)):
             raise unsupported(REFUSED)
+        _qualify_conditions(item, head, inner, schema_db)
         first = join.copy()
         first.set("this", head)
         on = join.args.get("on")
@@ -89,6 +92,43 @@ def _flatten(select: exp.Select) -> None:
             )
         out += [first, *inner]
     select.set("joins", out or None)
+
+
+def _qualify_conditions(group: exp.Expr, head: exp.Expr, joins: list[exp.Join], schema_db: SchemaDB) -> None:
+    """Each unqualified column of the group's join conditions named by the group's item that has it
+    (of those the join sees: a group is joined left to right too)."""
+    items = [head, *(j.this for j in joins)]
+    columns: list[set[str]] | None = None
+    for j, join in enumerate(joins, start=2):  # a join's condition sees the items up to its own
+        on = join.args.get("on")
+        if on is None:
+            continue
+        for column in list(on.find_all(exp.Column)):
+            if column.table or _in_query(column, on):
+                continue
+            if columns is None:
+                columns = [{n.lower() for n, _ in _item_columns(group, i, schema_db)} for i in items]
+            owners = [i for i, names in zip(items[:j], columns, strict=False) if column.name.lower() in names]
+            if len(owners) != 1:  # an outer query's column: another here once the group is undone
+                raise unsupported("a parenthesized join whose condition reads an outer query's column")
+            column.set("table", exp.to_identifier(owners[0].alias_or_name))
+
+
+def _in_query(node: exp.Expr, root: exp.Expr) -> bool:
+    """Whether ``node`` is inside a query within ``root`` (a subquery of a condition)."""
+    at = node.parent
+    while at is not None and at is not root:
+        if isinstance(at, exp.Query):
+            return True
+        at = at.parent
+    return False
+
+
+def _item_columns(group: exp.Expr, item: exp.Expr, schema_db: SchemaDB) -> list[tuple[str, str]]:
+    try:
+        return describe_in_scope(group, exp.select("*").from_(item.copy()), schema_db)
+    except (SqlError, CatalogError):
+        raise unsupported("a parenthesized join whose columns could not be named") from None
 
 
 def _plain_inner(join: exp.Join) -> bool:
