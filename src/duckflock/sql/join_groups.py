@@ -19,6 +19,7 @@ from sqlglot import exp
 from duckflock.errors import CatalogError, SqlError
 from duckflock.sql.allowlist import unsupported
 from duckflock.sql.schema_db import SchemaDB
+from duckflock.sql.scopes import in_subquery
 from duckflock.sql.using_joins import describe_in_scope, is_comma
 
 REFUSED = "a parenthesized join on the right of an outer, semi, anti, ASOF or USING join"
@@ -104,7 +105,7 @@ def _qualify_conditions(group: exp.Expr, head: exp.Expr, joins: list[exp.Join], 
         if on is None:
             continue
         for column in list(on.find_all(exp.Column)):
-            if column.table or _in_query(column, on):
+            if column.table or in_subquery(column, on):
                 continue
             if columns is None:
                 columns = [{n.lower() for n, _ in _item_columns(group, i, schema_db)} for i in items]
@@ -112,16 +113,6 @@ def _qualify_conditions(group: exp.Expr, head: exp.Expr, joins: list[exp.Join], 
             if len(owners) != 1:  # an outer query's column: another here once the group is undone
                 raise unsupported("a parenthesized join whose condition reads an outer query's column")
             column.set("table", exp.to_identifier(owners[0].alias_or_name))
-
-
-def _in_query(node: exp.Expr, root: exp.Expr) -> bool:
-    """Whether ``node`` is inside a query within ``root`` (a subquery of a condition)."""
-    at = node.parent
-    while at is not None and at is not root:
-        if isinstance(at, exp.Query):
-            return True
-        at = at.parent
-    return False
 
 
 def _item_columns(group: exp.Expr, item: exp.Expr, schema_db: SchemaDB) -> list[tuple[str, str]]:
