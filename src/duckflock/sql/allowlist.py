@@ -96,6 +96,11 @@ _REFUSED_KINDS: dict[type, str] = {
 }
 
 
+# Subquery.meta key of a parenthesized join kept for sqlglot to qualify (sql/join_groups.py): its
+# first item holds the joins.
+KEPT_GROUP = "join_group"
+
+
 def unsupported(what: str, construct: str | None = None) -> NotDistributed:
     """The refusal of a construct not distributed yet: ``what`` for the user, ``construct`` its
     name without the query's own names or values (default: ``what``)."""
@@ -160,13 +165,7 @@ def check_supported(tree: exp.Expr) -> None:
             _check_lateral(node)
         _check_names(node)
         _check_values(node)
-        allowed = _CLAUSE_ARGS.get(type(node))
-        if allowed is None:
-            continue
-        for arg, value in node.args.items():
-            if arg in allowed or value is None or value is False or value == []:
-                continue
-            raise unsupported(_describe(node, arg, value))
+        _check_args(node)
         if isinstance(node, exp.Join):
             _check_join(node)
         if isinstance(node, exp.Select):
@@ -176,6 +175,17 @@ def check_supported(tree: exp.Expr) -> None:
             _check_group_all_having(node)
         if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier | exp.Func):
             raise unsupported(f"{node.this.key.upper()} in FROM")
+
+
+def _check_args(node: exp.Expr) -> None:
+    allowed = _CLAUSE_ARGS.get(type(node))
+    if allowed is None:
+        return
+    if isinstance(node.parent, exp.Subquery) and node.parent.meta.get(KEPT_GROUP):
+        allowed = allowed | {"joins"}  # a parenthesized join's first item
+    for arg, value in node.args.items():
+        if arg not in allowed and value is not None and value is not False and value != []:
+            raise unsupported(_describe(node, arg, value))
 
 
 def _check_comma_precedence(select: exp.Select) -> None:

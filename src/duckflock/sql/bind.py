@@ -55,7 +55,7 @@ from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.from_forms import rewrite_from_forms
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name, unit_of
-from duckflock.sql.join_groups import flatten_join_groups
+from duckflock.sql.join_groups import flatten_join_groups, groups_as_derived_tables
 from duckflock.sql.join_order import optimize_joins
 from duckflock.sql.order_all import order_by_all_written_out
 from duckflock.sql.positions import plain_positions
@@ -96,6 +96,7 @@ _OURS: dict[str, OptimizerFn] = {"optimize_joins": optimize_joins, "pushdown_pre
 _RULES: tuple[OptimizerFn, ...] = (
     qualify,
     asof_using_as_inequality,
+    groups_as_derived_tables,
     order_by_all_written_out,
     order_by_input_columns,
     exists_to_semi_join,

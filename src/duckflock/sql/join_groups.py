@@ -8,8 +8,11 @@
   (DuckDB names each item's columns), as ``a``'s columns are in scope after the move.
 - A group with an alias, ``(a JOIN b ON p) AS j``, is a derived table ``(SELECT * FROM a JOIN b ON
   p) AS j(...)``, its columns named as DuckDB names the group's (``x``, ``x_1``).
-- A group on the right of an outer, semi, anti, ASOF or USING join, or holding one of those joins
-  when it is not first, is refused by name: moving its joins out would change the rows.
+- Any other group, ``a LEFT JOIN (b JOIN c ON p) ON q`` (undone, its joins would change the rows),
+  is kept for sqlglot to qualify every column of the query, then made a derived table ``(SELECT
+  b.x AS c0, c.y AS c1 FROM b JOIN c ON p) AS __g1`` whose columns the query reads for b's and c's.
+  One on the right of a SEMI, ANTI, ASOF or USING join, or holding an ASOF or USING join, is
+  refused by name.
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ from __future__ import annotations
 from sqlglot import exp
 
 from duckflock.errors import CatalogError, SqlError
-from duckflock.sql.allowlist import unsupported
+from duckflock.sql.allowlist import KEPT_GROUP, unsupported
 from duckflock.sql.schema_db import SchemaDB
 from duckflock.sql.scopes import in_subquery
 from duckflock.sql.using_joins import describe_in_scope, is_comma
 
-REFUSED = "a parenthesized join on the right of an outer, semi, anti, ASOF or USING join"
+REFUSED = "a parenthesized join on the right of a SEMI, ANTI, ASOF or USING join, or holding one"
 
 
 def flatten_join_groups(tree: exp.Expr, schema_db: SchemaDB) -> exp.Expr:
@@ -76,7 +79,8 @@ def _flatten(select: exp.Select, schema_db: SchemaDB) -> None:
             out.append(join)
             continue
         if not all(_plain_inner(j) for j in (join, *inner)):
-            raise unsupported(REFUSED)
+            out.append(_kept(join, head, inner))
+            continue
         _qualify_conditions(item, head, inner, schema_db)
         first = join.copy()
         first.set("this", head)
@@ -120,6 +124,69 @@ def _item_columns(group: exp.Expr, item: exp.Expr, schema_db: SchemaDB) -> list[
         return describe_in_scope(group, exp.select("*").from_(item.copy()), schema_db)
     except (SqlError, CatalogError):
         raise unsupported("a parenthesized join whose columns could not be named") from None
+
+
+def _kept(join: exp.Join, head: exp.Expr, joins: list[exp.Join]) -> exp.Join:
+    """``join`` of the group (nested groups first in it undone), marked to become a derived table
+    once sqlglot has qualified every column (``groups_as_derived_tables``)."""
+    semi = (join.args.get("kind") or "").upper() in ("SEMI", "ANTI")  # sqlglot's scopes lose the group
+    if (
+        semi
+        or any(j.args.get(k) for j in (join, *joins) for k in ("using", "method"))
+        or any(isinstance(j.this, exp.Lateral) or _is_group(j.this) for j in joins)
+    ):
+        raise unsupported(REFUSED)
+    flat = head.copy()
+    flat.set("joins", joins)
+    group = exp.Subquery(this=flat)
+    group.meta[KEPT_GROUP] = True
+    join.set("this", group)
+    return join
+
+
+def groups_as_derived_tables(expression: exp.Expr) -> exp.Expr:
+    """After qualification: each kept group ``(b JOIN c ON p)`` as ``(SELECT b.x AS c0, c.y AS c1
+    FROM b JOIN c ON p) AS __g1``, the query's columns of b and c read from it."""
+    groups = [g for g in expression.find_all(exp.Subquery) if g.meta.get(KEPT_GROUP)]
+    for n, group in enumerate(groups, start=1):
+        del group.meta[KEPT_GROUP]
+        flat = group.this
+        items = {i.alias_or_name for i in [flat, *(j.this for j in flat.args.get("joins") or [])]}
+        select = group.find_ancestor(exp.Select)
+        assert select is not None  # a FROM item is in a SELECT
+        outside = [c for c in select.find_all(exp.Column) if c.table in items and not _within(c, group)]
+        for node in select.find_all(exp.Table, exp.Subquery, exp.CTE):
+            if node.alias_or_name in items and not _within(node, group) and node is not group:
+                # The name means another item somewhere in the query.
+                raise unsupported("a parenthesized join with an item named like another of the query")
+        name = f"__g{n}"
+        picked: dict[tuple[str, str], str] = {}
+        for c in outside:
+            picked.setdefault((c.table, c.name), f"c{len(picked)}")
+        head = flat.copy()
+        head.set("joins", None)
+        columns = [
+            exp.alias_(exp.column(col, table=tab, quoted=True), out, quoted=True)
+            for (tab, col), out in picked.items()
+        ]
+        # COUNT(*) over the group reads none of its columns: it still needs its rows.
+        body = exp.select(*(columns or [exp.alias_(exp.Literal.number(1), "c0", quoted=True)])).from_(head)
+        body.set("joins", flat.args.get("joins"))
+        for c in outside:
+            c.replace(exp.column(picked[(c.table, c.name)], table=name, quoted=True))
+        group.replace(
+            exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True)))
+        )
+    return expression
+
+
+def _within(node: exp.Expr, ancestor: exp.Expr) -> bool:
+    at: exp.Expr | None = node
+    while at is not None:
+        if at is ancestor:
+            return True
+        at = at.parent
+    return False
 
 
 def _plain_inner(join: exp.Join) -> bool:
