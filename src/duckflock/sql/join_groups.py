@@ -155,7 +155,7 @@ def groups_as_derived_tables(expression: exp.Expr) -> exp.Expr:
         select = group.find_ancestor(exp.Select)
         assert select is not None  # a FROM item is in a SELECT
         outside = [c for c in select.find_all(exp.Column) if c.table in items and not _within(c, group)]
-        for node in select.find_all(exp.Table, exp.Subquery, exp.CTE):
+        for node in select.find_all(exp.Table, exp.Subquery):
             if node.alias_or_name in items and not _within(node, group) and node is not group:
                 # The name means another item somewhere in the query.
                 raise unsupported("a parenthesized join with an item named like another of the query")
