@@ -1,6 +1,7 @@
 """ASOF joins written in forms the binder does not read, rewritten to ones it does.
 
-- ``a ASOF SEMI JOIN b ON ...`` and ``ASOF ANTI``: a plain SEMI or ANTI join on the same condition.
+- ``a ASOF SEMI JOIN b ON ...`` and ``ASOF ANTI`` (or ``USING``): a plain SEMI or ANTI join on the
+  same condition.
   Whether a left row has an ASOF match is whether any right row meets the condition; which one is
   nearest does not matter when no right column is kept.
 - ``a ASOF [LEFT] JOIN b USING (k, t)``: sqlglot's qualification reads USING as for any join,
@@ -28,7 +29,7 @@ def _named(node: exp.Expr, name: str) -> bool:
 def asof_semi_anti_as_plain(tree: exp.Expr) -> exp.Expr:
     for join in tree.find_all(exp.Join):
         kind = (join.args.get("kind") or "").upper()
-        if _asof(join) and kind in ("SEMI", "ANTI") and join.args.get("on") is not None:
+        if _asof(join) and kind in ("SEMI", "ANTI"):  # USING: marked before (mark_asof_using)
             join.set("method", None)
     return tree
 

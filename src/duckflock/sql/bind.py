@@ -270,7 +270,7 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
     tree = distinct_on_as_qualify(plain_positions(tree))
     tree = flatten_join_groups(tree, schema_db)
     tree = rewrite_from_forms(tree, schema_db)
-    tree = mark_asof_using(asof_semi_anti_as_plain(tree))
+    tree = asof_semi_anti_as_plain(mark_asof_using(tree))
     check_supported(tree)
     _check_struct_names(tree, catalog)
     aggregates = Aggregates(schema_db.aggregate_names)
