@@ -55,6 +55,7 @@ from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.from_forms import rewrite_from_forms
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name, unit_of
+from duckflock.sql.grouping_sets import item_sets, set_members, unparen_key
 from duckflock.sql.join_groups import flatten_join_groups, groups_as_derived_tables
 from duckflock.sql.join_order import optimize_joins
 from duckflock.sql.order_all import order_by_all_written_out
@@ -466,7 +467,7 @@ class _Builder:
             return self.grouping_sets(group)
         if group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs that read the rows
             return [e.unalias().copy() for e in selects if not self.aggregates.units(e)], None
-        return [self.names(m.copy()) for g in group.expressions for m in _set_members(g)], None
+        return [self.names(m.copy()) for g in group.expressions for m in set_members(g)], None
 
     def sort_key(
         self,
@@ -512,19 +513,7 @@ class _Builder:
     def grouping_sets(self, group: exp.Group) -> tuple[list[exp.Expr], tuple[tuple[int, ...], ...]]:
         """Every group expression once, and each grouping set as indices into them: ROLLUP and
         CUBE written out, several items combined as their cross product (as SQL defines it)."""
-        items: list[list[list[exp.Expr]]] = []
-        for g in group.expressions:
-            if isinstance(g, exp.Rollup):  # an element may be several columns: ROLLUP ((a, b), c)
-                els = [_set_members(e) for e in g.expressions]
-                items.append([[m for el in els[:i] for m in el] for i in range(len(els), -1, -1)])
-            elif isinstance(g, exp.Cube):
-                els = [_set_members(e) for e in g.expressions]
-                masks = range((1 << len(els)) - 1, -1, -1)
-                items.append([[m for j, el in enumerate(els) if k >> j & 1 for m in el] for k in masks])
-            elif isinstance(g, exp.GroupingSets):
-                items.append([_set_members(s) for s in g.expressions])
-            else:
-                items.append([[_unparen_expr(g)]])
+        items = [item_sets(g) for g in group.expressions]
         groups: list[exp.Expr] = []
         keys: list[str] = []
         sets = []
@@ -609,7 +598,7 @@ class _Builder:
     ) -> exp.Expr:
         """GROUPING(k, ...) as a column of the aggregate (a bit per key, set in the rows of the
         grouping sets without it); without grouping sets every key is in the one set: 0."""
-        keys = [_sql(_unparen_expr(a)) for a in node.expressions]
+        keys = [_sql(unparen_key(a)) for a in node.expressions]
         if any(k not in group_sql for k in keys):
             raise unsupported("GROUPING() of an expression not grouped by as written")
         if not sets:
@@ -1162,20 +1151,6 @@ def _conjuncts(e: exp.Expr) -> list[exp.Expr]:
     if isinstance(e, exp.Boolean) and e.this is True:
         return []
     return [e]
-
-
-def _set_members(s: exp.Expr) -> list[exp.Expr]:
-    """The expressions of one grouping set: (a, b), (a), a or ()."""
-    if isinstance(s, exp.Tuple):
-        return list(s.expressions)
-    return [_unparen_expr(s)]
-
-
-def _unparen_expr(e: exp.Expr) -> exp.Expr:
-    """``((k + 1))`` as ``k + 1``: a group key matches the select list's expression without them."""
-    while isinstance(e, exp.Paren):
-        e = e.this
-    return e
 
 
 def _first_arg(call: exp.Expr) -> str | None:
