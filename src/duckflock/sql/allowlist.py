@@ -1,11 +1,11 @@
 """Refuse every construct the planner does not handle, instead of dropping it.
 
 The binder maps a parsed tree onto plan nodes clause by clause; a clause it does not read would be
-silently ignored (``LIMIT 40 PERCENT`` returning every row). So before binding, every node of the
-tree is checked: clause-carrying nodes may only have the arguments listed here, and node kinds that
-are never distributed are refused by name. A construct nobody thought of is refused, never dropped.
-Expressions (operators, scalar functions, casts, ...) are rendered back to DuckDB SQL verbatim and
-evaluated by DuckDB, so they need no list.
+silently ignored (``LIMIT 40 PERCENT`` returned every row before sql/row_limits.py read it). So
+before binding, every node of the tree is checked: clause-carrying nodes may only have the
+arguments listed here, and node kinds that are never distributed are refused by name. A construct
+nobody thought of is refused, never dropped. Expressions (operators, scalar functions, casts, ...)
+are rendered back to DuckDB SQL verbatim and evaluated by DuckDB, so they need no list.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ _CLAUSE_ARGS: dict[type, set[str]] = {
     exp.Group: {"expressions", "all"},
     exp.Order: {"this", "expressions"},
     exp.Ordered: {"this", "desc", "nulls_first"},
-    exp.Limit: {"this", "expression"},
+    exp.Limit: {"this", "expression", "limit_options"},  # PERCENT, WITH TIES: sql/row_limits.py
     exp.Offset: {"this", "expression"},
     exp.Distinct: {"expressions"},
     exp.With: {"expressions"},
@@ -62,7 +62,6 @@ _CLAUSE_ARGS: dict[type, set[str]] = {
 
 # How a refused argument is named to the user.
 _ARG_NAMES = {
-    "limit_options": "LIMIT ... PERCENT / WITH TIES",
     "method": "{value} JOIN",
     "match_condition": "ASOF JOIN",
     "rollup": "ROLLUP",
@@ -95,6 +94,11 @@ _REFUSED_KINDS: dict[type, str] = {
     # A position in the FROM clause's columns: the binder narrows what each FROM item reads.
     exp.PositionalColumn: "positional column references (#n)",
 }
+
+
+# Subquery.meta key of a parenthesized join kept for sqlglot to qualify (sql/join_groups.py): its
+# first item holds the joins.
+KEPT_GROUP = "join_group"
 
 
 def unsupported(what: str, construct: str | None = None) -> NotDistributed:
@@ -161,13 +165,7 @@ def check_supported(tree: exp.Expr) -> None:
             _check_lateral(node)
         _check_names(node)
         _check_values(node)
-        allowed = _CLAUSE_ARGS.get(type(node))
-        if allowed is None:
-            continue
-        for arg, value in node.args.items():
-            if arg in allowed or value is None or value is False or value == []:
-                continue
-            raise unsupported(_describe(node, arg, value))
+        _check_args(node)
         if isinstance(node, exp.Join):
             _check_join(node)
         if isinstance(node, exp.Select):
@@ -177,6 +175,17 @@ def check_supported(tree: exp.Expr) -> None:
             _check_group_all_having(node)
         if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier | exp.Func):
             raise unsupported(f"{node.this.key.upper()} in FROM")
+
+
+def _check_args(node: exp.Expr) -> None:
+    allowed = _CLAUSE_ARGS.get(type(node))
+    if allowed is None:
+        return
+    if isinstance(node.parent, exp.Subquery) and node.parent.meta.get(KEPT_GROUP):
+        allowed = allowed | {"joins"}  # a parenthesized join's first item
+    for arg, value in node.args.items():
+        if arg not in allowed and value is not None and value is not False and value != []:
+            raise unsupported(_describe(node, arg, value))
 
 
 def _check_comma_precedence(select: exp.Select) -> None:
@@ -245,12 +254,10 @@ def _check_join(join: exp.Join) -> None:
     method = (join.args.get("method") or "").upper()
     if method and method != "ASOF":
         raise unsupported(f"{method} JOIN")
-    if method == "ASOF":
-        # USING's last column is an inequality for ASOF, which qualification would turn into `=`.
-        if join.args.get("using") or join.args.get("on") is None:
-            raise unsupported("ASOF JOIN ... USING")
-        if (join.args.get("side") or "").upper() not in ("", "LEFT") or kind:
-            raise unsupported(f"ASOF {join.args.get('side') or kind} JOIN")
+    # ASOF SEMI / ANTI joins and ASOF ... USING are rewritten before (sql/asof_forms.py).
+    if method == "ASOF" and ((join.args.get("side") or "").upper() not in ("", "LEFT") or kind):
+        what = f"ASOF {join.args.get('side') or kind} JOIN"
+        raise unsupported(f"{what} ... USING" if join.args.get("using") else what)
 
 
 def _describe(node: exp.Expr, arg: str, value: object) -> str:

@@ -34,12 +34,10 @@ from duckflock.plan.nodes import (
     Filter,
     FunctionScan,
     Join,
-    Limit,
     Node,
     Project,
     Scan,
     SetOp,
-    Sort,
     Values,
     Window,
     WithSubqueries,
@@ -49,6 +47,7 @@ from duckflock.plan.nodes import (
 )
 from duckflock.plan.render import render
 from duckflock.sql.allowlist import check_supported, unsupported
+from duckflock.sql.asof_forms import asof_semi_anti_as_plain, asof_using_as_inequality, mark_asof_using
 from duckflock.sql.decorrelate import scalar_subqueries_to_joins
 from duckflock.sql.derived_names import unique_derived_names
 from duckflock.sql.describe import is_schema_question, schema_answer
@@ -56,6 +55,8 @@ from duckflock.sql.distinct_on import distinct_on_as_qualify
 from duckflock.sql.driver_fallback import on_driver
 from duckflock.sql.from_forms import rewrite_from_forms
 from duckflock.sql.functions import WRAPPERS, Aggregates, call_of, function_name, unit_of
+from duckflock.sql.grouping_sets import item_sets, set_members, unparen_key
+from duckflock.sql.join_groups import flatten_join_groups, groups_as_derived_tables
 from duckflock.sql.join_order import optimize_joins
 from duckflock.sql.order_all import order_by_all_written_out
 from duckflock.sql.positions import plain_positions
@@ -63,6 +64,7 @@ from duckflock.sql.pushdown import pushdown_predicates
 from duckflock.sql.query_constants import check_introspection, check_introspection_text, fix_clock
 from duckflock.sql.rewrite_hazards import rules_to_skip
 from duckflock.sql.round_trip import check_round_trip
+from duckflock.sql.row_limits import limited, row_limit
 from duckflock.sql.schema_db import SchemaDB
 from duckflock.sql.scopes import from_items, outer_columns, query_of
 from duckflock.sql.semijoin import exists_to_semi_join
@@ -94,6 +96,8 @@ _KEPT = {
 _OURS: dict[str, OptimizerFn] = {"optimize_joins": optimize_joins, "pushdown_predicates": pushdown_predicates}
 _RULES: tuple[OptimizerFn, ...] = (
     qualify,
+    asof_using_as_inequality,
+    groups_as_derived_tables,
     order_by_all_written_out,
     order_by_input_columns,
     exists_to_semi_join,
@@ -265,7 +269,9 @@ def _distributed(text: str, tree: exp.Expr, catalog: Catalog, schema_db: SchemaD
     check_round_trip(schema_db.con, schema_db.function_aliases, text, tree, schema_db.type_aliases)
     tree = fix_clock(tree, schema_db)
     tree = distinct_on_as_qualify(plain_positions(tree))
+    tree = flatten_join_groups(tree, schema_db)
     tree = rewrite_from_forms(tree, schema_db)
+    tree = asof_semi_anti_as_plain(mark_asof_using(tree))
     check_supported(tree)
     _check_struct_names(tree, catalog)
     aggregates = Aggregates(schema_db.aggregate_names)
@@ -435,13 +441,7 @@ class _Builder:
             rel = Distinct(
                 rel.columns, child=rel, key_types=self.hash_types(rel, [q(c) for c in rel.columns])
             )
-        limit, offset = _int_arg(s, "limit"), _int_arg(s, "offset") or 0
-        if sort_keys:
-            visible = tuple(names[: len(out_names)])
-            return Sort(visible, child=rel, keys=tuple(sort_keys), limit=limit, offset=offset)
-        if limit is not None or offset:
-            return Limit(rel.columns, child=rel, limit=limit, offset=offset)
-        return rel
+        return limited(rel, tuple(names[: len(out_names)]), sort_keys, row_limit(s, self), self)
 
     def order_keys(self, s: exp.Select, outputs: int) -> list[exp.Expr]:
         """The ORDER BY keys in plan names; ORDER BY ALL is every output column, left to right, in
@@ -467,7 +467,7 @@ class _Builder:
             return self.grouping_sets(group)
         if group.args.get("all"):  # GROUP BY ALL: the non-aggregate outputs that read the rows
             return [e.unalias().copy() for e in selects if not self.aggregates.units(e)], None
-        return [self.names(m.copy()) for g in group.expressions for m in _set_members(g)], None
+        return [self.names(m.copy()) for g in group.expressions for m in set_members(g)], None
 
     def sort_key(
         self,
@@ -513,19 +513,7 @@ class _Builder:
     def grouping_sets(self, group: exp.Group) -> tuple[list[exp.Expr], tuple[tuple[int, ...], ...]]:
         """Every group expression once, and each grouping set as indices into them: ROLLUP and
         CUBE written out, several items combined as their cross product (as SQL defines it)."""
-        items: list[list[list[exp.Expr]]] = []
-        for g in group.expressions:
-            if isinstance(g, exp.Rollup):  # an element may be several columns: ROLLUP ((a, b), c)
-                els = [_set_members(e) for e in g.expressions]
-                items.append([[m for el in els[:i] for m in el] for i in range(len(els), -1, -1)])
-            elif isinstance(g, exp.Cube):
-                els = [_set_members(e) for e in g.expressions]
-                masks = range((1 << len(els)) - 1, -1, -1)
-                items.append([[m for j, el in enumerate(els) if k >> j & 1 for m in el] for k in masks])
-            elif isinstance(g, exp.GroupingSets):
-                items.append([_set_members(s) for s in g.expressions])
-            else:
-                items.append([[_unparen_expr(g)]])
+        items = [item_sets(g) for g in group.expressions]
         groups: list[exp.Expr] = []
         keys: list[str] = []
         sets = []
@@ -610,7 +598,7 @@ class _Builder:
     ) -> exp.Expr:
         """GROUPING(k, ...) as a column of the aggregate (a bit per key, set in the rows of the
         grouping sets without it); without grouping sets every key is in the one set: 0."""
-        keys = [_sql(_unparen_expr(a)) for a in node.expressions]
+        keys = [_sql(unparen_key(a)) for a in node.expressions]
         if any(k not in group_sql for k in keys):
             raise unsupported("GROUPING() of an expression not grouped by as written")
         if not sets:
@@ -842,15 +830,10 @@ class _Builder:
             o = o.copy()
             o.set("this", _col(name))
             keys.append(_sql(o))
-        limit, offset = _int_arg(tree, "limit"), _int_arg(tree, "offset") or 0
         if hidden:  # the sort keys as columns beside the outputs; the sort keeps only the outputs
             exprs = tuple(q(c) for c in cols) + tuple(hidden.values())
             rel = Project(cols + tuple(hidden), child=rel, exprs=exprs)
-        if keys:
-            rel = Sort(cols, child=rel, keys=tuple(keys), limit=limit, offset=offset)
-        elif limit is not None or offset:
-            rel = Limit(cols, child=rel, limit=limit, offset=offset)
-        return rel
+        return limited(rel, cols, keys, row_limit(tree, self), self)
 
     def by_name(self, tree: exp.SetOperation, left: Node, right: Node) -> tuple[Node, Node, list[str]]:
         """UNION [ALL] BY NAME: both sides projected onto every name (left's first, then the
@@ -1170,20 +1153,6 @@ def _conjuncts(e: exp.Expr) -> list[exp.Expr]:
     return [e]
 
 
-def _set_members(s: exp.Expr) -> list[exp.Expr]:
-    """The expressions of one grouping set: (a, b), (a), a or ()."""
-    if isinstance(s, exp.Tuple):
-        return list(s.expressions)
-    return [_unparen_expr(s)]
-
-
-def _unparen_expr(e: exp.Expr) -> exp.Expr:
-    """``((k + 1))`` as ``k + 1``: a group key matches the select list's expression without them."""
-    while isinstance(e, exp.Paren):
-        e = e.this
-    return e
-
-
 def _first_arg(call: exp.Expr) -> str | None:
     """SQL of an aggregate call's first argument (None for COUNT(*) and argument-less calls)."""
     first = call.this if not isinstance(call, exp.Anonymous | exp.AnonymousAggFunc) else None
@@ -1245,16 +1214,6 @@ def _outermost(roots: list[exp.Expr]) -> list[exp.Expr]:
 
 def _cols(e: exp.Expr) -> set[str]:
     return {c.name for c in e.find_all(exp.Column)}
-
-
-def _int_arg(s: exp.Expr, arg: str) -> int | None:
-    node = s.args.get(arg)
-    if node is None:
-        return None
-    value = node.args.get("expression") or node.this
-    if not isinstance(value, exp.Literal) or not value.is_int:
-        raise unsupported(f"non-constant {arg.upper()}")
-    return int(value.this)
 
 
 def _scope_find(s: exp.Expr, kind: type):

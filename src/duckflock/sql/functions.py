@@ -17,6 +17,8 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
+from duckflock.sql.scopes import in_subquery
+
 # Wrappers that belong to the aggregate call they hold: SUM(x) FILTER (WHERE ...), LAG(x IGNORE NULLS),
 # QUANTILE_CONT(0.5) WITHIN GROUP (ORDER BY x). The outermost wrapper is the aggregate's unit.
 WRAPPERS = (exp.Filter, exp.IgnoreNulls, exp.RespectNulls, exp.WithinGroup)
@@ -149,7 +151,7 @@ class Aggregates:
         subquery (those belong to the subquery's own scope)."""
         out: list[exp.Expr] = []
         for node in e.find_all(exp.Func):
-            if not self.is_call(node) or _in_subquery(node, e):
+            if not self.is_call(node) or in_subquery(node, e):
                 continue
             unit = unit_of(node)
             if isinstance(unit.parent, exp.Window) and unit.parent.this is unit:
@@ -164,15 +166,6 @@ def _inside(node: exp.Expr, outer: exp.Expr) -> bool:
     p = node.parent
     while p is not None:
         if p is outer:
-            return True
-        p = p.parent
-    return False
-
-
-def _in_subquery(node: exp.Expr, root: exp.Expr) -> bool:
-    p = node.parent
-    while p is not None and p is not root:
-        if isinstance(p, exp.Query):
             return True
         p = p.parent
     return False

@@ -48,6 +48,7 @@ EQUIVALENT = {
     ("generate_series", 1): ("generate_series", 2),
     ("list_has_any", 2): ("&&", 2),
     ("log10", 1): ("log", 2),  # log(10, x) is log10(x) bit for bit; log(2, x) is not log2(x)
+    ("string_agg", 1): ("string_agg", 2),  # string_agg(s) -> LISTAGG(s, ','): DuckDB's default separator
 }
 
 

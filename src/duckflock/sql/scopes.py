@@ -14,6 +14,16 @@ def conjuncts(e: exp.Expr) -> list[exp.Expr]:
     return [e]
 
 
+def in_subquery(node: exp.Expr, root: exp.Expr) -> bool:
+    """Whether ``node`` is inside a query within ``root`` (a subquery of an expression)."""
+    p = node.parent
+    while p is not None and p is not root:
+        if isinstance(p, exp.Query):
+            return True
+        p = p.parent
+    return False
+
+
 def query_of(node: exp.Expr) -> exp.Expr | None:
     """The innermost query (SELECT or set operation) ``node`` is part of."""
     p = node.parent
