@@ -1,0 +1,65 @@
+"""Prepared statements' ``?`` parameters, bound by writing each value into the query text as a
+typed literal (duckflock plans the text of a query, and each rank runs SQL that the planner writes
+from it; values cannot travel beside it).
+
+Each value is written as DuckDB writes it, cast back to its own type (``CAST('1.5' AS
+DECIMAL(4,1))``), so it reaches the query as the client sent it; only the placeholder tokens of
+the text are replaced (a ``?`` inside a string or a comment is not one)."""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+from sqlglot.dialects.duckdb import DuckDB
+from sqlglot.tokens import TokenType
+
+from duckflock.errors import DuckflockError
+from duckflock.sqltext import sql_literal
+
+
+def placeholders(query: str) -> list[tuple[int, int]]:
+    """(start, end) character offsets of each ``?`` placeholder of ``query``, in order."""
+    try:
+        tokens = DuckDB().tokenize(query)
+    except Exception as e:  # sqlglot's TokenError: unterminated string and the like
+        raise DuckflockError(f"cannot read the query: {e}") from None
+    return [(t.start, t.end + 1) for t in tokens if t.token_type == TokenType.PLACEHOLDER]
+
+
+def literals(row: pa.Table) -> list[str]:
+    """Each column of the one-row table ``row`` as a SQL literal of its DuckDB type."""
+    con = duckdb.connect()
+    try:
+        con.register("params", row.rename_columns([f"p{i}" for i in range(row.num_columns)]))
+        exprs = ", ".join(f"CAST(p{i} AS VARCHAR), typeof(p{i})" for i in range(row.num_columns))
+        values = con.execute(f"SELECT {exprs} FROM params").fetchone() if row.num_columns else ()
+    finally:
+        con.close()
+    assert values is not None
+    pairs = zip(values[0::2], values[1::2], strict=True)
+    return [f"CAST({'NULL' if text is None else sql_literal(text)} AS {kind})" for text, kind in pairs]
+
+
+def bind_nulls(query: str) -> str:
+    """``query`` with NULL for each placeholder: its result's schema where no values are bound."""
+    return _replaced(query, ["NULL"] * len(placeholders(query)))
+
+
+def _replaced(query: str, values: list[str]) -> str:
+    parts, at = [], 0
+    for (start, end), value in zip(placeholders(query), values, strict=True):
+        parts += [query[at:start], value]
+        at = end
+    return "".join([*parts, query[at:]])
+
+
+def bind(query: str, params: pa.Table) -> list[str]:
+    """``query`` with its placeholders replaced by the values of each row of ``params`` (one query
+    per row). The number of columns must be the number of placeholders."""
+    spots = placeholders(query)
+    if params.num_columns != len(spots):
+        raise DuckflockError(
+            f"the query has {len(spots)} parameter{'' if len(spots) == 1 else 's'} (?), "
+            f"{params.num_columns} value{'' if params.num_columns == 1 else 's'} were bound"
+        )
+    return [_replaced(query, literals(params.slice(i, 1))) for i in range(params.num_rows)]

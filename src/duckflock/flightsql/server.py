@@ -1,0 +1,287 @@
+"""``duckflock serve``: an Arrow Flight SQL endpoint in front of a session (``duckflock.connect``).
+
+A query (CommandStatementQuery, or a prepared statement's CommandPreparedStatementQuery) runs on the
+session's ranks when the client asks for its FlightInfo; its rows are held, for that caller only,
+until the client fetches them with DoGet (the ticket names them) or ``result_timeout_s`` passes.
+Metadata commands (GetTables, GetSqlInfo, ...) are answered from the catalog the same way.
+
+Refusals are gRPC statuses the client shows: INVALID_ARGUMENT for an SQL error, a statement that
+writes, or a malformed message (with duckflock's message); UNIMPLEMENTED for a command or action
+this server does not offer; NOT_FOUND for a ticket or prepared statement it does not hold for the
+caller. Nothing a client sends is unpickled or evaluated: commands are protobuf messages, parameters
+Arrow data, queries SQL text that duckflock plans (it runs only SELECT, DESCRIBE and SHOW TABLES).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from duckflock.catalog import Catalog
+from duckflock.errors import DuckflockError
+from duckflock.flightsql import metadata, params, protocol
+from duckflock.flightsql.auth import AuthMiddleware, CallerMiddleware, Credentials, NoHandshake
+from duckflock.session import Session
+from duckflock.sqltext import quote_ident as q
+
+PREFIX = "duckflock serve: "
+CREATE_PREPARED = "CreatePreparedStatement"
+CLOSE_PREPARED = "ClosePreparedStatement"
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Prepared:
+    owner: str
+    query: str
+    params: pa.Table | None = None
+
+
+@dataclass
+class _Held:
+    owner: str
+    table: pa.Table
+    expires: float
+
+
+class FlightSqlServer(flight.FlightServerBase):
+    def __init__(
+        self,
+        location: str,
+        session: Session,
+        data: str,
+        credentials: Credentials | None = None,
+        tls: tuple[bytes, bytes] | None = None,
+        result_timeout_s: float = 600.0,
+    ):
+        kwargs: dict[str, object] = {}
+        if tls is not None:
+            kwargs["tls_certificates"] = [flight.CertKeyPair(cert=tls[0], key=tls[1])]
+        if credentials is not None:
+            kwargs["auth_handler"] = NoHandshake()
+            kwargs["middleware"] = {"auth": AuthMiddleware(credentials)}
+        super().__init__(location, **kwargs)
+        self.session = session
+        self.data = data
+        self.result_timeout_s = result_timeout_s
+        self._lock = threading.Lock()
+        self._results: dict[bytes, _Held] = {}
+        self._prepared: dict[bytes, _Prepared] = {}
+        self._answers: dict[str, Callable[[str, Any], pa.Table]] = {
+            "CommandStatementQuery": lambda _, m: self._run([m.query]),
+            "CommandPreparedStatementQuery": self._run_prepared,
+            "CommandGetSqlInfo": lambda _, m: metadata.sql_info(m.info),
+            "CommandGetCatalogs": lambda _, m: metadata.catalogs(),
+            "CommandGetDbSchemas": lambda _, m: metadata.db_schemas(
+                _opt(m, "catalog"), _opt(m, "db_schema_filter_pattern")
+            ),
+            "CommandGetTables": lambda _, m: self._tables(m),
+            "CommandGetTableTypes": lambda _, m: metadata.table_types(),
+            "CommandGetXdbcTypeInfo": lambda _, m: metadata.xdbc_type_info(_opt(m, "data_type")),
+            "CommandGetPrimaryKeys": lambda _, m: metadata.PRIMARY_KEYS.empty_table(),
+            **dict.fromkeys(
+                ("CommandGetExportedKeys", "CommandGetImportedKeys", "CommandGetCrossReference"),
+                lambda _, m: metadata.FOREIGN_KEYS.empty_table(),
+            ),
+        }
+
+    # --- Flight calls -----------------------------------------------------------------------
+
+    def get_flight_info(self, context, descriptor):
+        caller = _caller(context)
+        name, message = self._command(descriptor)
+        table = _refusing(lambda: self._answers[name](caller, message))
+        handle = secrets.token_bytes(16)
+        with self._lock:
+            self._drop_expired()
+            self._results[handle] = _Held(caller, table, time.monotonic() + self.result_timeout_s)
+        ticket = flight.Ticket(protocol.pack(protocol.new("TicketStatementQuery", statement_handle=handle)))
+        endpoint = flight.FlightEndpoint(ticket, [])
+        return flight.FlightInfo(table.schema, descriptor, [endpoint], table.num_rows, -1)
+
+    def get_schema(self, context, descriptor):
+        caller = _caller(context)
+        name, message = self._command(descriptor)
+        if name == "CommandStatementQuery":
+            schema, _ = _refusing(lambda: self.session.schema(message.query))
+            return flight.SchemaResult(schema)
+        if name == "CommandPreparedStatementQuery":
+            statement = self._statement(caller, message)
+            schema, _ = _refusing(lambda: self.session.schema(params.bind_nulls(statement.query)))
+            return flight.SchemaResult(schema)
+        # A metadata command's schema is fixed; its answer is cheap: take the schema from it.
+        return flight.SchemaResult(_refusing(lambda: self._answers[name](caller, message)).schema)
+
+    def do_get(self, context, ticket):
+        caller = _caller(context)
+        name, message = _unpacked(ticket.ticket)
+        if name != "TicketStatementQuery":
+            raise pa.ArrowInvalid(f"{PREFIX}a ticket must be a TicketStatementQuery, not {name}")
+        with self._lock:
+            held = self._results.get(message.statement_handle)
+            if held is None or held.owner != caller:
+                raise KeyError(
+                    f"{PREFIX}no result for this ticket (fetched already, timed out, or not yours)"
+                )
+            del self._results[message.statement_handle]
+        return flight.RecordBatchStream(held.table)
+
+    def do_put(self, context, descriptor, reader, writer):
+        caller = _caller(context)
+        name, message = self._command(descriptor)
+        if name != "CommandPreparedStatementQuery":
+            raise NotImplementedError(f"{PREFIX}DoPut takes a prepared statement's parameters, not {name}")
+        statement = self._statement(caller, message)
+        bound = reader.read_all()
+        if bound.num_columns != len(params.placeholders(statement.query)):
+            raise pa.ArrowInvalid(
+                f"{PREFIX}the statement has {len(params.placeholders(statement.query))} parameters, "
+                f"{bound.num_columns} columns were bound"
+            )
+        statement.params = bound
+
+    def do_action(self, context, action):
+        caller = _caller(context)
+        if action.type == CREATE_PREPARED:
+            request = _body(action, "ActionCreatePreparedStatementRequest")
+            return [flight.Result(protocol.pack(self._prepare(caller, request.query)))]
+        if action.type == CLOSE_PREPARED:
+            request = _body(action, "ActionClosePreparedStatementRequest")
+            with self._lock:
+                statement = self._prepared.get(request.prepared_statement_handle)
+                if statement is not None and statement.owner == caller:
+                    del self._prepared[request.prepared_statement_handle]
+            return []
+        raise NotImplementedError(
+            f"{PREFIX}action {action.type!r} is not offered (read-only, no transactions)"
+        )
+
+    def list_actions(self, context):
+        return [
+            flight.ActionType(CREATE_PREPARED, "prepare a query with ? parameters"),
+            flight.ActionType(CLOSE_PREPARED, "close a prepared statement"),
+        ]
+
+    def list_flights(self, context, criteria):
+        return iter(())
+
+    # --- answers ------------------------------------------------------------------------------
+
+    def _command(self, descriptor: flight.FlightDescriptor) -> tuple[str, Any]:
+        if descriptor.descriptor_type != flight.DescriptorType.CMD:
+            raise pa.ArrowInvalid(f"{PREFIX}a Flight SQL command descriptor is expected, not a path")
+        name, message = _unpacked(descriptor.command)
+        if name in protocol.WRITE_COMMANDS:
+            raise pa.ArrowInvalid(f"{PREFIX}{name} refused: the server is read-only")
+        if name not in self._answers:
+            raise NotImplementedError(f"{PREFIX}the Flight SQL command {name} is not supported")
+        return name, message
+
+    def _run(self, queries: list[str]) -> pa.Table:
+        """The result of each query (one per row of a prepared statement's parameters), appended."""
+        tables = []
+        for query in queries:
+            result = self.session.sql(query)
+            types = result.outcome.plan.output_types
+            table = result.arrow()
+            if len(types) == table.num_columns:
+                table = table.cast(metadata.with_type_names(table.schema, types))
+            tables.append(table)
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+    def _run_prepared(self, caller: str, message: Any) -> pa.Table:
+        statement = self._statement(caller, message)
+        spots = params.placeholders(statement.query)
+        if statement.params is None:
+            if spots:
+                raise DuckflockError(f"the statement has {len(spots)} parameters (?) and none were bound")
+            return self._run([statement.query])
+        if statement.params.num_rows == 0:
+            raise DuckflockError("no parameter values were bound (an empty batch)")
+        return self._run(params.bind(statement.query, statement.params))
+
+    def _prepare(self, caller: str, query: str) -> Any:
+        spots = _refusing(lambda: params.placeholders(query))
+        dataset = b""
+        if not spots:  # with parameters, the result's types may depend on the values': told when run
+            schema, _ = _refusing(lambda: self.session.schema(query))
+            dataset = schema.serialize().to_pybytes()
+        handle = secrets.token_bytes(16)
+        with self._lock:
+            self._prepared[handle] = _Prepared(caller, query)
+        return protocol.new(
+            "ActionCreatePreparedStatementResult", prepared_statement_handle=handle, dataset_schema=dataset
+        )
+
+    def _statement(self, caller: str, message: Any) -> _Prepared:
+        with self._lock:
+            statement = self._prepared.get(message.prepared_statement_handle)
+        if statement is None or statement.owner != caller:
+            raise KeyError(f"{PREFIX}no such prepared statement (closed, or not yours)")
+        return statement
+
+    def _tables(self, m: Any) -> pa.Table:
+        catalog = Catalog.load(self.data)  # each time: tables loaded meanwhile are listed
+        schema_of = self._table_schema if m.include_schema else None
+        return metadata.tables(
+            list(catalog.tables),
+            _opt(m, "catalog"),
+            _opt(m, "db_schema_filter_pattern"),
+            _opt(m, "table_name_filter_pattern"),
+            list(m.table_types),
+            schema_of,
+        )
+
+    def _table_schema(self, name: str) -> pa.Schema:
+        schema, types = self.session.schema(f"SELECT * FROM {q(name)}")
+        return metadata.with_type_names(schema, types) if len(types) == len(schema) else schema
+
+    def _drop_expired(self) -> None:
+        now = time.monotonic()
+        for handle in [h for h, held in self._results.items() if held.expires < now]:
+            del self._results[handle]
+
+
+def _caller(context) -> str:
+    """The call's identity (its bearer token); "" where the server takes every caller."""
+    middleware = context.get_middleware("auth")
+    return middleware.identity if isinstance(middleware, CallerMiddleware) else ""
+
+
+def _unpacked(data: bytes) -> tuple[str, Any]:
+    try:
+        name, message = protocol.unpack(data)
+    except protocol.BadMessage as e:
+        raise pa.ArrowInvalid(f"{PREFIX}{e}") from None
+    if message is None:
+        raise NotImplementedError(f"{PREFIX}the Flight SQL message {name} is not supported")
+    return name, message
+
+
+def _body(action: flight.Action, expected: str) -> Any:
+    name, message = _unpacked(action.body.to_pybytes())
+    if name != expected:
+        raise pa.ArrowInvalid(f"{PREFIX}action {action.type} takes a {expected}, not a {name}")
+    return message
+
+
+def _opt(message: Any, field: str) -> Any:
+    """An optional field's value, None when unset."""
+    return getattr(message, field) if message.HasField(field) else None
+
+
+def _refusing(answer: Callable[[], T]) -> T:
+    """``answer()``; duckflock's refusal of a query (an SQL error, a statement that writes) as
+    INVALID_ARGUMENT with its message."""
+    try:
+        return answer()
+    except DuckflockError as e:
+        raise pa.ArrowInvalid(f"{PREFIX}{e}") from None
