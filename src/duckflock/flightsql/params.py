@@ -53,13 +53,18 @@ def _replaced(query: str, values: list[str]) -> str:
     return "".join([*parts, query[at:]])
 
 
+def check_count(query: str, bound: int) -> None:
+    """Refuse ``bound`` values for a query whose number of placeholders differs."""
+    n = len(placeholders(query))
+    if bound != n:
+        raise DuckflockError(
+            f"the query has {n} parameter{'' if n == 1 else 's'} (?), "
+            f"{bound} value{'' if bound == 1 else 's'} were bound"
+        )
+
+
 def bind(query: str, params: pa.Table) -> list[str]:
     """``query`` with its placeholders replaced by the values of each row of ``params`` (one query
     per row). The number of columns must be the number of placeholders."""
-    spots = placeholders(query)
-    if params.num_columns != len(spots):
-        raise DuckflockError(
-            f"the query has {len(spots)} parameter{'' if len(spots) == 1 else 's'} (?), "
-            f"{params.num_columns} value{'' if params.num_columns == 1 else 's'} were bound"
-        )
+    check_count(query, params.num_columns)
     return [_replaced(query, literals(params.slice(i, 1))) for i in range(params.num_rows)]

@@ -141,11 +141,7 @@ class FlightSqlServer(flight.FlightServerBase):
             raise NotImplementedError(f"{PREFIX}DoPut takes a prepared statement's parameters, not {name}")
         statement = self._statement(caller, message)
         bound = reader.read_all()
-        if bound.num_columns != len(params.placeholders(statement.query)):
-            raise pa.ArrowInvalid(
-                f"{PREFIX}the statement has {len(params.placeholders(statement.query))} parameters, "
-                f"{bound.num_columns} columns were bound"
-            )
+        _refusing(lambda: params.check_count(statement.query, bound.num_columns))
         statement.params = bound
 
     def do_action(self, context, action):

@@ -1,0 +1,116 @@
+"""``duckflock serve``: an Arrow Flight SQL endpoint (flightsql/server.py) over ranks on this machine,
+as threads of this process or as an MPI job."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import os
+import socket
+from typing import TYPE_CHECKING
+
+from duckflock.errors import DuckflockError
+
+if TYPE_CHECKING:  # the parser is built by every rank of a job: it imports nothing more
+    from duckflock.flightsql.auth import Credentials
+
+TOKEN_ENV = "DUCKFLOCK_SERVE_TOKEN"
+PASSWORD_ENV = "DUCKFLOCK_SERVE_PASSWORD"
+
+
+def add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("serve", help="serve queries over Arrow Flight SQL (ADBC, JDBC, BI tools)")
+    s.add_argument("--data", required=True, help="data directory")
+    s.add_argument("--ranks", type=int, default=2, help="number of ranks (default 2)")
+    s.add_argument(
+        "--transport",
+        choices=["threads", "mpi"],
+        default="threads",
+        help="the ranks: threads of this process (default) or an MPI job",
+    )
+    s.add_argument("--listen", default="127.0.0.1:31337", help="HOST:PORT (default 127.0.0.1:31337)")
+    s.add_argument(
+        "--token-file", default=None, help=f"file holding the bearer token clients give (or ${TOKEN_ENV})"
+    )
+    s.add_argument("--user", default=None, help=f"a username clients log in with (password: ${PASSWORD_ENV})")
+    s.add_argument("--tls-cert", default=None, help="PEM certificate: serve TLS (grpc+tls://)")
+    s.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+    s.add_argument(
+        "--result-timeout",
+        type=float,
+        default=600.0,
+        help="seconds a result waits to be fetched before it is dropped (default 600)",
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
+    import duckflock
+    from duckflock.catalog import Catalog
+    from duckflock.cli.commands import read_pem
+    from duckflock.cli.listen import check_listen
+    from duckflock.cli.output import stdout_console
+    from duckflock.flightsql.server import FlightSqlServer
+
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise DuckflockError("--tls-cert and --tls-key go together")
+    credentials = _credentials(args)
+    host, _ = check_listen(args.listen)
+    if credentials is None and not _loopback(host):
+        raise DuckflockError(
+            f"--listen {args.listen} is reachable from other machines: give --token-file (or ${TOKEN_ENV}) "
+            f"or --user with ${PASSWORD_ENV}, so that not everyone who reaches it can query"
+        )
+    Catalog.load(args.data)  # fail fast, before starting any rank
+    cert, key = read_pem(args.tls_cert), read_pem(args.tls_key)
+    tls = (cert, key) if cert is not None and key is not None else None
+    scheme = "grpc+tls" if tls else "grpc"
+    with duckflock.connect(args.data, ranks=args.ranks, transport=args.transport) as session:
+        try:
+            server = FlightSqlServer(
+                f"{'grpc+tls' if tls else 'grpc+tcp'}://{args.listen}",
+                session,
+                args.data,
+                credentials,
+                tls,
+                args.result_timeout,
+            )
+        except pa.ArrowException as e:  # e.g. the port taken since check_listen tried it
+            raise DuckflockError(f"cannot listen on {args.listen}: {e}") from None
+        stdout_console().print(
+            f"duckflock serve: Arrow Flight SQL on {scheme}://{host}:{server.port}, "
+            f"{args.ranks} ranks ({args.transport}) over {args.data}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve()
+        server.shutdown()
+    return 0
+
+
+def _credentials(args: argparse.Namespace) -> Credentials | None:
+    """The Credentials the command line and environment give; None: every caller is taken."""
+    from duckflock.cli.commands import read_token
+    from duckflock.flightsql.auth import Credentials
+
+    token = read_token(args.token_file) if args.token_file else os.environ.get(TOKEN_ENV) or None
+    if token is not None and len(token) < 16:
+        raise DuckflockError(f"the token in ${TOKEN_ENV} is too short (use at least 16 characters)")
+    password = os.environ.get(PASSWORD_ENV) or None
+    if (args.user is None) != (password is None):
+        raise DuckflockError(f"--user and ${PASSWORD_ENV} go together")
+    if token is None and args.user is None:
+        return None
+    return Credentials(token, args.user, password)
+
+
+def _loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback one (127.0.0.0/8, ::1)."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), None)
+    except socket.gaierror:
+        return False
+    return all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)

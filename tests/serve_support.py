@@ -1,0 +1,82 @@
+"""A ``duckflock serve`` Flight SQL server for tests: in this process over thread ranks, or as the
+real command; and a self-signed certificate for its TLS."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import adbc_driver_flightsql.dbapi as flightsql
+from adbc_driver_flightsql import DatabaseOptions
+
+import duckflock
+from duckflock.flightsql.auth import Credentials
+from duckflock.flightsql.server import FlightSqlServer
+
+CALL_TIMEOUT_S = 60.0  # every client call's bound: a refusal must come, not a hang
+
+
+@contextmanager
+def served(
+    data: Path,
+    ranks: int = 2,
+    credentials: Credentials | None = None,
+    tls: tuple[bytes, bytes] | None = None,
+) -> Iterator[str]:
+    """A server on a free loopback port over ``ranks`` thread ranks; yields its URI."""
+    scheme = "grpc+tls" if tls else "grpc+tcp"
+    with duckflock.connect(str(data), ranks=ranks, transport="threads") as session:
+        server = FlightSqlServer(f"{scheme}://127.0.0.1:0", session, str(data), credentials, tls)
+        thread = threading.Thread(target=server.serve, daemon=True)
+        thread.start()
+        try:
+            yield f"{'grpc+tls' if tls else 'grpc'}://127.0.0.1:{server.port}"
+        finally:
+            server.shutdown()
+            thread.join(CALL_TIMEOUT_S)
+
+
+def connect(uri: str, **options: str):
+    """An ADBC connection (DB-API) to ``uri``; ``options``: the driver's database options."""
+    timeouts = {
+        DatabaseOptions.TIMEOUT_FETCH.value: str(CALL_TIMEOUT_S),
+        DatabaseOptions.TIMEOUT_QUERY.value: str(CALL_TIMEOUT_S),
+        DatabaseOptions.TIMEOUT_UPDATE.value: str(CALL_TIMEOUT_S),
+    }
+    return flightsql.connect(uri, db_kwargs={**timeouts, **options}, autocommit=True)
+
+
+def self_signed(tmp: Path) -> tuple[bytes, bytes]:
+    """(certificate, key) in PEM for 127.0.0.1 and localhost, valid for a day."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    pem_key = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), pem_key
