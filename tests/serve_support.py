@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import adbc_driver_flightsql.dbapi as flightsql
+import pyarrow as pa
 from adbc_driver_flightsql import DatabaseOptions
 
 import duckflock
 from duckflock.flightsql.auth import Credentials
 from duckflock.flightsql.server import FlightSqlServer
+from duckflock.testing.workers import listening_address
 
 CALL_TIMEOUT_S = 60.0  # every client call's bound: a refusal must come, not a hang
 
@@ -40,6 +47,44 @@ def served(
             thread.join(CALL_TIMEOUT_S)
 
 
+@contextmanager
+def serve_command(
+    data: Path, tmp: Path, options: list[str], env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """The real ``duckflock serve`` on a free loopback port, with ``options``; yields (its URI, the
+    process). Interrupted (Ctrl-C) at the end, as a user stops it; it must have ended by then."""
+    log = tmp / "serve.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "duckflock.cli.main",
+        "serve",
+        "--data",
+        str(data),
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            [*cmd, *options],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env={**os.environ, **(env or {})},
+        )
+    try:
+        address = listening_address(proc, time.monotonic() + 120, log, "duckflock serve")
+        yield f"{'grpc+tls' if '--tls-cert' in options else 'grpc'}://{address}", proc
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=CALL_TIMEOUT_S) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
 def connect(uri: str, **options: str):
     """An ADBC connection (DB-API) to ``uri``; ``options``: the driver's database options."""
     timeouts = {
@@ -48,6 +93,13 @@ def connect(uri: str, **options: str):
         DatabaseOptions.TIMEOUT_UPDATE.value: str(CALL_TIMEOUT_S),
     }
     return flightsql.connect(uri, db_kwargs={**timeouts, **options}, autocommit=True)
+
+
+def fetch(uri: str, sql: str, params: tuple | None = None, **options: str) -> pa.Table:
+    """``sql``'s result through a new ADBC connection."""
+    with connect(uri, **options) as conn, conn.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetch_arrow_table()
 
 
 def self_signed(tmp: Path) -> tuple[bytes, bytes]:

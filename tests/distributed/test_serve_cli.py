@@ -1,0 +1,33 @@
+"""The ``duckflock serve`` command as a user starts it, over thread ranks and over MPI ranks, with a
+real ADBC client; answers compared with single-process DuckDB."""
+
+from __future__ import annotations
+
+import pytest
+from adbc_driver_flightsql import DatabaseOptions
+
+from duckflock.cli.serve import PASSWORD_ENV, TOKEN_ENV
+from serve_support import fetch, serve_command
+from support import assert_same, oracle
+
+TOKEN = "a-token-of-24-characters"
+SQL = "SELECT l_returnflag, sum(l_quantity) AS q, avg(l_extendedprice) AS p FROM lineitem GROUP BY 1"
+
+
+def _check(uri: str, tpch_dir, **options: str) -> None:
+    assert_same(fetch(uri, SQL, **options), oracle(tpch_dir).sql(SQL).to_arrow_table())
+
+
+def test_serve_over_threads_with_a_token_from_the_environment(tpch_dir, tmp_path):
+    bearer = {DatabaseOptions.AUTHORIZATION_HEADER.value: f"Bearer {TOKEN}"}
+    with serve_command(tpch_dir, tmp_path, ["--ranks", "3"], env={TOKEN_ENV: TOKEN}) as (uri, _):
+        _check(uri, tpch_dir, **bearer)
+
+
+@pytest.mark.dist
+def test_serve_over_mpi_ranks_with_a_password(tpch_dir, tmp_path):
+    options = ["--ranks", "2", "--transport", "mpi", "--user", "ana"]
+    with serve_command(tpch_dir, tmp_path, options, env={PASSWORD_ENV: "pass-word"}) as (uri, _):
+        _check(uri, tpch_dir, username="ana", password="pass-word")
+        with pytest.raises(Exception, match="UNAUTHENTICATED"):
+            fetch(uri, SQL, username="ana", password="wrong")
