@@ -59,7 +59,7 @@ def check_count(query: str, bound: int) -> None:
     if bound != n:
         raise DuckflockError(
             f"the query has {n} parameter{'' if n == 1 else 's'} (?), "
-            f"{bound} value{'' if bound == 1 else 's'} were bound"
+            f"{bound} {'value was' if bound == 1 else 'values were'} bound"
         )
 
 
