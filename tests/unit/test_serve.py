@@ -266,3 +266,22 @@ def test_tpch_22_through_adbc_match_duckdb(server, tpch_dir):
             except AssertionError as e:
                 failures.append(f"Q{n}: {str(e)[:300]}")
     assert not failures, "\n".join(failures)
+
+
+def test_dropped_connections_and_an_abandoned_stream_leave_the_server_serving(server, tpch_dir):
+    small = flight.FlightDescriptor.for_command(
+        protocol.pack(protocol.new("CommandStatementQuery", query="SELECT * FROM region"))
+    )
+    for i in range(100):  # half of them ask for a result and never fetch it
+        client = raw_client(server)
+        if i % 2:
+            client.get_flight_info(small, OPTIONS)
+        client.close()
+    large = flight.FlightDescriptor.for_command(
+        protocol.pack(protocol.new("CommandStatementQuery", query="SELECT * FROM lineitem"))
+    )
+    client = raw_client(server)
+    reader = client.do_get(client.get_flight_info(large, OPTIONS).endpoints[0].ticket, OPTIONS)
+    reader.read_chunk()  # the first batch of many, then the client goes away
+    client.close()
+    assert_same(fetch(server, QUERIES[1]), oracle(tpch_dir).sql(QUERIES[1]).to_arrow_table())
