@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from duckflock.errors import DuckflockError
-from duckflock.flightsql.params import bind, bind_nulls, placeholders
+from duckflock.flightsql.params import bind, bind_nulls, parameter_schema, parameter_types, placeholders
 
 VALUES = pa.table(
     {
@@ -62,3 +62,25 @@ def test_several_rows_give_a_query_each_and_a_wrong_count_is_refused():
     ]
     with pytest.raises(DuckflockError, match=r"the query has 2 parameters \(\?\), 1 value was bound"):
         bind("SELECT ?, ?", pa.table({"p": [1]}))
+
+
+def test_parameter_types_come_from_the_column_compared_or_the_cast():
+    columns = {"k": "BIGINT", "d": "DATE", "p": "DECIMAL(15,2)"}
+    sql = (
+        "WITH c AS (SELECT CAST(? AS DATE) AS x) SELECT * FROM t, c "
+        "WHERE k = ? AND ? < p AND d BETWEEN ? AND ? AND k IN (?, 3) AND ? + 1 > 0 AND nosuch = ?"
+    )
+    assert parameter_types(sql, columns) == [
+        "DATE",
+        "BIGINT",
+        "DECIMAL(15,2)",
+        "DATE",
+        "DATE",
+        "BIGINT",
+        None,
+        None,
+    ]
+    schema = parameter_schema(parameter_types(sql, columns))
+    assert schema.names == [str(i) for i in range(1, 9)]
+    assert schema.types[:3] == [pa.date32(), pa.int64(), pa.decimal128(15, 2)]
+    assert schema.types[-1] == pa.string()  # unknown: text

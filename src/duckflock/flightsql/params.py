@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import duckdb
 import pyarrow as pa
+import sqlglot
+from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.tokens import TokenType
 
@@ -61,6 +63,55 @@ def check_count(query: str, bound: int) -> None:
             f"the query has {n} parameter{'' if n == 1 else 's'} (?), "
             f"{bound} {'value was' if bound == 1 else 'values were'} bound"
         )
+
+
+# Predicates whose operands take one type: a parameter there has its other operand's type.
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.Like, exp.ILike)
+
+
+def parameter_types(query: str, column_types: dict[str, str]) -> list[str | None]:
+    """The DuckDB type each placeholder takes, where the query says: the column it is compared
+    with (``col = ?``, ``col IN (?, ?)``, ``col BETWEEN ? AND ?``; ``column_types``: lower-case
+    column name -> type) or its cast (``CAST(? AS DATE)``); None where it does not. Clients that
+    bind by the declared types (JDBC) need them: DuckDB's own prepared statements leave them open
+    until values come."""
+    spots = placeholders(query)
+    numbered = _replaced(query, [f"${i}" for i in range(1, len(spots) + 1)])
+    try:
+        tree = sqlglot.parse_one(numbered, read="duckdb")
+    except sqlglot.errors.ParseError:
+        return [None] * len(spots)  # the query's own error comes when it runs
+    types: list[str | None] = [None] * len(spots)
+    for p in tree.find_all(exp.Placeholder):
+        if str(p.this).isdigit() and 1 <= int(p.this) <= len(spots):
+            types[int(p.this) - 1] = _type_of(p, column_types)
+    return types
+
+
+def _type_of(p: exp.Placeholder, column_types: dict[str, str]) -> str | None:
+    parent = p.parent
+    if isinstance(parent, exp.Cast):
+        return parent.to.sql(dialect="duckdb")
+    other: exp.Expression | None = None
+    if isinstance(parent, _COMPARISONS):
+        other = parent.expression if parent.this is p else parent.this
+    elif isinstance(parent, exp.In | exp.Between) and parent.this is not p:
+        other = parent.this
+    if isinstance(other, exp.Column):
+        return column_types.get(other.name.lower())
+    return None
+
+
+def parameter_schema(types: list[str | None]) -> pa.Schema:
+    """Arrow fields "1", "2", ... of the DuckDB types (text where unknown)."""
+    if not types:
+        return pa.schema([])
+    con = duckdb.connect()
+    try:
+        exprs = ", ".join(f'CAST(NULL AS {t or "VARCHAR"}) AS "{i}"' for i, t in enumerate(types, 1))
+        return con.sql(f"SELECT {exprs}").to_arrow_table().schema
+    finally:
+        con.close()
 
 
 def bind(query: str, params: pa.Table) -> list[str]:

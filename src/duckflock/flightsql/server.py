@@ -206,15 +206,21 @@ class FlightSqlServer(flight.FlightServerBase):
 
     def _prepare(self, caller: str, query: str) -> Any:
         spots = _refusing(lambda: params.placeholders(query))
-        dataset = b""
-        if not spots:  # with parameters, the result's types may depend on the values': told when run
+        dataset = parameters = b""
+        if spots:  # the result's types may depend on the values': told when it runs
+            types = params.parameter_types(query, self._column_types())
+            parameters = params.parameter_schema(types).serialize().to_pybytes()
+        else:
             schema, _ = _refusing(lambda: self.session.schema(query))
             dataset = schema.serialize().to_pybytes()
         handle = secrets.token_bytes(16)
         with self._lock:
             self._prepared[handle] = _Prepared(caller, query)
         return protocol.new(
-            "ActionCreatePreparedStatementResult", prepared_statement_handle=handle, dataset_schema=dataset
+            "ActionCreatePreparedStatementResult",
+            prepared_statement_handle=handle,
+            dataset_schema=dataset,
+            parameter_schema=parameters,
         )
 
     def _statement(self, caller: str, message: Any) -> _Prepared:
@@ -235,6 +241,14 @@ class FlightSqlServer(flight.FlightServerBase):
             list(m.table_types),
             schema_of,
         )
+
+    def _column_types(self) -> dict[str, str]:
+        """Lower-case column name -> its type, over the catalog's tables (names of two types left out)."""
+        seen: dict[str, set[str]] = {}
+        for info in Catalog.load(self.data).tables.values():
+            for name, kind in info.columns:
+                seen.setdefault(name.lower(), set()).add(kind)
+        return {name: kinds.pop() for name, kinds in seen.items() if len(kinds) == 1}
 
     def _table_schema(self, name: str) -> pa.Schema:
         schema, types = self.session.schema(f"SELECT * FROM {q(name)}")
