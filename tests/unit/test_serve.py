@@ -285,3 +285,15 @@ def test_dropped_connections_and_an_abandoned_stream_leave_the_server_serving(se
     reader.read_chunk()  # the first batch of many, then the client goes away
     client.close()
     assert_same(fetch(server, QUERIES[1]), oracle(tpch_dir).sql(QUERIES[1]).to_arrow_table())
+
+
+def test_a_query_whose_client_has_gone_stops_and_frees_the_ranks(server, tpch_dir):
+    """Left to run, this query would take far longer than the next client waits."""
+    endless = "SELECT count(*) FROM lineitem a, lineitem b, nation c WHERE a.l_quantity + b.l_quantity > c.n_nationkey"
+    descriptor = flight.FlightDescriptor.for_command(
+        protocol.pack(protocol.new("CommandStatementQuery", query=endless))
+    )
+    impatient = flight.FlightCallOptions(timeout=2)
+    with pytest.raises(flight.FlightTimedOutError):
+        raw_client(server).get_flight_info(descriptor, impatient)
+    assert_same(fetch(server, QUERIES[0]), oracle(tpch_dir).sql(QUERIES[0]).to_arrow_table())

@@ -28,14 +28,21 @@ from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError
 from duckflock.flightsql import metadata, params, protocol
 from duckflock.flightsql.auth import AuthMiddleware, CallerMiddleware, Credentials, NoHandshake
-from duckflock.session import Session
+from duckflock.session import Result, Session
 from duckflock.sqltext import quote_ident as q
 
 PREFIX = "duckflock serve: "
 CREATE_PREPARED = "CreatePreparedStatement"
 CLOSE_PREPARED = "ClosePreparedStatement"
+GONE_POLL_S = 0.2  # how often a running query looks whether its client has gone
 
 T = TypeVar("T")
+
+
+@dataclass
+class _Call:
+    caller: str  # its identity (auth.py)
+    gone: Callable[[], bool]  # whether the client has gone: cancelled, timed out, disconnected
 
 
 @dataclass
@@ -73,10 +80,11 @@ class FlightSqlServer(flight.FlightServerBase):
         self.data = data
         self.result_timeout_s = result_timeout_s
         self._lock = threading.Lock()
+        self._query_turn = threading.Lock()
         self._results: dict[bytes, _Held] = {}
         self._prepared: dict[bytes, _Prepared] = {}
-        self._answers: dict[str, Callable[[str, Any], pa.Table]] = {
-            "CommandStatementQuery": lambda _, m: self._run([m.query]),
+        self._answers: dict[str, Callable[[_Call, Any], pa.Table]] = {
+            "CommandStatementQuery": lambda call, m: self._run([m.query], call),
             "CommandPreparedStatementQuery": self._run_prepared,
             "CommandGetSqlInfo": lambda _, m: metadata.sql_info(m.info),
             "CommandGetCatalogs": lambda _, m: metadata.catalogs(),
@@ -98,7 +106,7 @@ class FlightSqlServer(flight.FlightServerBase):
     def get_flight_info(self, context, descriptor):
         caller = _caller(context)
         name, message = self._command(descriptor)
-        table = _refusing(lambda: self._answers[name](caller, message))
+        table = _refusing(lambda: self._answers[name](_Call(caller, context.is_cancelled), message))
         handle = secrets.token_bytes(16)
         with self._lock:
             self._drop_expired()
@@ -118,7 +126,8 @@ class FlightSqlServer(flight.FlightServerBase):
             schema, _ = _refusing(lambda: self.session.schema(params.bind_nulls(statement.query)))
             return flight.SchemaResult(schema)
         # A metadata command's schema is fixed; its answer is cheap: take the schema from it.
-        return flight.SchemaResult(_refusing(lambda: self._answers[name](caller, message)).schema)
+        answer = _refusing(lambda: self._answers[name](_Call(caller, context.is_cancelled), message))
+        return flight.SchemaResult(answer.schema)
 
     def do_get(self, context, ticket):
         caller = _caller(context)
@@ -181,11 +190,11 @@ class FlightSqlServer(flight.FlightServerBase):
             raise NotImplementedError(f"{PREFIX}the Flight SQL command {name} is not supported")
         return name, message
 
-    def _run(self, queries: list[str]) -> pa.Table:
+    def _run(self, queries: list[str], call: _Call) -> pa.Table:
         """The result of each query (one per row of a prepared statement's parameters), appended."""
         tables = []
         for query in queries:
-            result = self.session.sql(query)
+            result = self._run_one(query, call.gone)
             types = result.outcome.plan.output_types
             table = result.arrow()
             if len(types) == table.num_columns:
@@ -193,16 +202,37 @@ class FlightSqlServer(flight.FlightServerBase):
             tables.append(table)
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
-    def _run_prepared(self, caller: str, message: Any) -> pa.Table:
-        statement = self._statement(caller, message)
+    def _run_one(self, query: str, gone: Callable[[], bool]) -> Result:
+        """``query`` on the session, stopped on every rank once ``gone()`` (its client has gone, so
+        its ranks are free for others'). Queries run one at a time here, so that what the watch
+        interrupts is this query; the watch has ended before the next one starts."""
+        with self._query_turn:
+            stop = threading.Event()
+
+            def watch() -> None:
+                while not stop.wait(GONE_POLL_S):
+                    if gone():
+                        self.session.interrupt()
+                        return
+
+            watcher = threading.Thread(target=watch, name="duckflock-serve-watch", daemon=True)
+            watcher.start()
+            try:
+                return self.session.sql(query)
+            finally:
+                stop.set()
+                watcher.join()
+
+    def _run_prepared(self, call: _Call, message: Any) -> pa.Table:
+        statement = self._statement(call.caller, message)
         spots = params.placeholders(statement.query)
         if statement.params is None:
             if spots:
                 raise DuckflockError(f"the statement has {len(spots)} parameters (?) and none were bound")
-            return self._run([statement.query])
+            return self._run([statement.query], call)
         if statement.params.num_rows == 0:
             raise DuckflockError("no parameter values were bound (an empty batch)")
-        return self._run(params.bind(statement.query, statement.params))
+        return self._run(params.bind(statement.query, statement.params), call)
 
     def _prepare(self, caller: str, query: str) -> Any:
         spots = _refusing(lambda: params.placeholders(query))
