@@ -19,9 +19,8 @@ import adbc_driver_flightsql.dbapi as flightsql
 import pyarrow as pa
 from adbc_driver_flightsql import DatabaseOptions
 
-import duckflock
 from duckflock.flightsql.auth import Credentials
-from duckflock.flightsql.server import FlightSqlServer
+from duckflock.flightsql.server import FlightSqlServer, open_session
 from duckflock.testing.workers import listening_address
 
 CALL_TIMEOUT_S = 60.0  # every client call's bound: a refusal must come, not a hang
@@ -36,7 +35,7 @@ def served(
 ) -> Iterator[str]:
     """A server on a free loopback port over ``ranks`` thread ranks; yields its URI."""
     scheme = "grpc+tls" if tls else "grpc+tcp"
-    with duckflock.connect(str(data), ranks=ranks, transport="threads") as session:
+    with open_session(str(data), ranks) as session:
         server = FlightSqlServer(f"{scheme}://127.0.0.1:0", session, str(data), credentials, tls)
         thread = threading.Thread(target=server.serve, daemon=True)
         thread.start()

@@ -181,6 +181,7 @@ def test_bad_inputs_are_refused_with_a_status_and_the_server_goes_on(server, tpc
             ("ATTACH 'other.db'", "not ATTACH"),
             ("INSTALL httpfs", "not INSTALL"),
             ("SET temp_directory = '/'", "not SET"),
+            ("SELECT * FROM read_text('/etc/hostname')", "Permission Error"),
         ]:
             with pytest.raises(adbc_driver_manager.ProgrammingError, match=message) as refused:
                 cur.execute(sql)

@@ -47,12 +47,11 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
-    import duckflock
     from duckflock.catalog import Catalog
     from duckflock.cli.commands import read_pem
     from duckflock.cli.listen import check_listen
     from duckflock.cli.output import stdout_console
-    from duckflock.flightsql.server import FlightSqlServer
+    from duckflock.flightsql.server import FlightSqlServer, open_session
 
     if (args.tls_cert is None) != (args.tls_key is None):
         raise DuckflockError("--tls-cert and --tls-key go together")
@@ -67,7 +66,7 @@ def run_serve(args: argparse.Namespace) -> int:
     cert, key = read_pem(args.tls_cert), read_pem(args.tls_key)
     tls = (cert, key) if cert is not None and key is not None else None
     scheme = "grpc+tls" if tls else "grpc"
-    with duckflock.connect(args.data, ranks=args.ranks, transport=args.transport) as session:
+    with open_session(args.data, args.ranks, args.transport) as session:
         try:
             server = FlightSqlServer(
                 f"{'grpc+tls' if tls else 'grpc+tcp'}://{args.listen}",

@@ -39,6 +39,14 @@ GONE_POLL_S = 0.2  # how often a running query looks whether its client has gone
 T = TypeVar("T")
 
 
+def open_session(data: str, ranks: int, transport: str = "threads") -> Session:
+    """The session a server answers from: ranks whose DuckDBs read files in the data directory
+    only, as Flight workers' do (clients are remote; no query reads the server's other files)."""
+    import duckflock
+
+    return duckflock.connect(data, ranks=ranks, transport=transport, config={"restrict_to_data_dir": True})
+
+
 @dataclass
 class _Call:
     caller: str  # its identity (auth.py)
