@@ -32,11 +32,14 @@ def served(
     ranks: int = 2,
     credentials: Credentials | None = None,
     tls: tuple[bytes, bytes] | None = None,
+    idle_timeout_s: float = 600.0,
 ) -> Iterator[str]:
     """A server on a free loopback port over ``ranks`` thread ranks; yields its URI."""
     scheme = "grpc+tls" if tls else "grpc+tcp"
     with open_session(str(data), ranks) as session:
-        server = FlightSqlServer(f"{scheme}://127.0.0.1:0", session, str(data), credentials, tls)
+        server = FlightSqlServer(
+            f"{scheme}://127.0.0.1:0", session, str(data), credentials, tls, idle_timeout_s
+        )
         thread = threading.Thread(target=server.serve, daemon=True)
         thread.start()
         try:

@@ -113,6 +113,9 @@ def test_metadata_commands_answer_in_the_specifications_schemas(server):
     schema = pa.ipc.read_schema(pa.py_buffer(nation.column("table_schema")[0].as_py()))
     assert schema.names == ["n_nationkey", "n_name", "n_regionkey", "n_comment"]
     assert command(client, protocol.new("CommandGetCatalogs")).to_pylist() == [{"catalog_name": "duckflock"}]
+    query = protocol.new("CommandStatementQuery", query=QUERIES[1])
+    planned = client.get_schema(flight.FlightDescriptor.for_command(protocol.pack(query)), OPTIONS).schema
+    assert planned == command(client, query).schema  # from the plan: nothing runs
     schemas = command(client, protocol.new("CommandGetDbSchemas", db_schema_filter_pattern="ma%"))
     assert schemas.to_pylist() == [{"catalog_name": "duckflock", "db_schema_name": "main"}]
     assert command(client, protocol.new("CommandGetTableTypes")).to_pylist() == [{"table_type": "TABLE"}]
@@ -298,3 +301,22 @@ def test_a_query_whose_client_has_gone_stops_and_frees_the_ranks(server, tpch_di
     with pytest.raises(flight.FlightTimedOutError):
         raw_client(server).get_flight_info(descriptor, impatient)
     assert_same(fetch(server, QUERIES[0]), oracle(tpch_dir).sql(QUERIES[0]).to_arrow_table())
+
+
+def test_results_and_prepared_statements_left_idle_are_dropped(tpch_dir):
+    with served(tpch_dir, idle_timeout_s=0) as uri:  # whatever was made before is idle too long
+        client = raw_client(uri)
+
+        def info(sql: str) -> flight.FlightInfo:
+            command_bytes = protocol.pack(protocol.new("CommandStatementQuery", query=sql))
+            return client.get_flight_info(flight.FlightDescriptor.for_command(command_bytes), OPTIONS)
+
+        first, second = info("SELECT 1 AS x"), info("SELECT 2 AS x")
+        with pytest.raises(KeyError, match="timed out"):
+            client.do_get(first.endpoints[0].ticket, OPTIONS).read_all()
+        assert client.do_get(second.endpoints[0].ticket, OPTIONS).read_all().to_pylist() == [{"x": 2}]
+        with connect(uri) as conn, conn.cursor() as one, conn.cursor() as other:
+            one.adbc_prepare("SELECT 1 AS x")
+            other.adbc_prepare("SELECT 2 AS x")
+            with pytest.raises(adbc_driver_manager.Error, match="idle too long"):
+                one.execute("SELECT 1 AS x")

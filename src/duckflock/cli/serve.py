@@ -37,15 +37,21 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--tls-cert", default=None, help="PEM certificate: serve TLS (grpc+tls://)")
     s.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
     s.add_argument(
-        "--result-timeout",
+        "--idle-timeout",
         type=float,
         default=600.0,
-        help="seconds a result waits to be fetched before it is dropped (default 600)",
+        help="seconds a result waits to be fetched, and a prepared statement unused, before it is "
+        "dropped (default 600)",
     )
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    import importlib.util
+
     import pyarrow as pa
+
+    if importlib.util.find_spec("google.protobuf") is None:
+        raise DuckflockError("duckflock serve needs protobuf: pip install 'duckflock[serve]'")
 
     from duckflock.catalog import Catalog
     from duckflock.cli.commands import read_pem
@@ -74,7 +80,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 args.data,
                 credentials,
                 tls,
-                args.result_timeout,
+                args.idle_timeout,
             )
         except pa.ArrowException as e:  # e.g. the port taken since check_listen tried it
             raise DuckflockError(f"cannot listen on {args.listen}: {e}") from None

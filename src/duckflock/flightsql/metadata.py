@@ -266,9 +266,12 @@ def _xdbc_row(name: str, code: int, size: int | None, prefix: str | None, radix:
     }
 
 
-def with_type_names(schema: pa.Schema, types: Iterable[str]) -> pa.Schema:
+def with_type_names(schema: pa.Schema, types: tuple[str, ...]) -> pa.Schema:
     """``schema`` whose fields carry their DuckDB type name, as the specification's column metadata
-    ARROW:FLIGHT:SQL:TYPE_NAME (JDBC's getColumnTypeName reads it)."""
+    ARROW:FLIGHT:SQL:TYPE_NAME (JDBC's getColumnTypeName reads it); as it is where the types are
+    not known (a plan may not give them)."""
+    if len(types) != len(schema):
+        return schema
     fields = [
         f.with_metadata({**(f.metadata or {}), b"ARROW:FLIGHT:SQL:TYPE_NAME": t.encode()})
         for f, t in zip(schema, types, strict=True)

@@ -2,7 +2,8 @@
 
 A query (CommandStatementQuery, or a prepared statement's CommandPreparedStatementQuery) runs on the
 session's ranks when the client asks for its FlightInfo; its rows are held, for that caller only,
-until the client fetches them with DoGet (the ticket names them) or ``result_timeout_s`` passes.
+until the client fetches them with DoGet (the ticket names them) or ``idle_timeout_s`` passes; a
+prepared statement until the client closes it or leaves it unused that long.
 Metadata commands (GetTables, GetSqlInfo, ...) are answered from the catalog the same way.
 
 Refusals are gRPC statuses the client shows: INVALID_ARGUMENT for an SQL error, a statement that
@@ -18,7 +19,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -58,13 +59,14 @@ class _Prepared:
     owner: str
     query: str
     params: pa.Table | None = None
+    used: float = field(default_factory=time.monotonic)
 
 
 @dataclass
 class _Held:
     owner: str
     table: pa.Table
-    expires: float
+    used: float = field(default_factory=time.monotonic)
 
 
 class FlightSqlServer(flight.FlightServerBase):
@@ -75,7 +77,7 @@ class FlightSqlServer(flight.FlightServerBase):
         data: str,
         credentials: Credentials | None = None,
         tls: tuple[bytes, bytes] | None = None,
-        result_timeout_s: float = 600.0,
+        idle_timeout_s: float = 600.0,
     ):
         kwargs: dict[str, object] = {}
         if tls is not None:
@@ -86,7 +88,7 @@ class FlightSqlServer(flight.FlightServerBase):
         super().__init__(location, **kwargs)
         self.session = session
         self.data = data
-        self.result_timeout_s = result_timeout_s
+        self.idle_timeout_s = idle_timeout_s
         self._lock = threading.Lock()
         self._query_turn = threading.Lock()
         self._results: dict[bytes, _Held] = {}
@@ -117,8 +119,8 @@ class FlightSqlServer(flight.FlightServerBase):
         table = _refusing(lambda: self._answers[name](_Call(caller, context.is_cancelled), message))
         handle = secrets.token_bytes(16)
         with self._lock:
-            self._drop_expired()
-            self._results[handle] = _Held(caller, table, time.monotonic() + self.result_timeout_s)
+            self._drop_idle()
+            self._results[handle] = _Held(caller, table)
         ticket = flight.Ticket(protocol.pack(protocol.new("TicketStatementQuery", statement_handle=handle)))
         endpoint = flight.FlightEndpoint(ticket, [])
         return flight.FlightInfo(table.schema, descriptor, [endpoint], table.num_rows, -1)
@@ -127,11 +129,11 @@ class FlightSqlServer(flight.FlightServerBase):
         caller = _caller(context)
         name, message = self._command(descriptor)
         if name == "CommandStatementQuery":
-            schema, _ = _refusing(lambda: self.session.schema(message.query))
+            schema = _refusing(lambda: self._planned_schema(message.query))
             return flight.SchemaResult(schema)
         if name == "CommandPreparedStatementQuery":
             statement = self._statement(caller, message)
-            schema, _ = _refusing(lambda: self.session.schema(params.bind_nulls(statement.query)))
+            schema = _refusing(lambda: self._planned_schema(params.bind_nulls(statement.query)))
             return flight.SchemaResult(schema)
         # A metadata command's schema is fixed; its answer is cheap: take the schema from it.
         answer = _refusing(lambda: self._answers[name](_Call(caller, context.is_cancelled), message))
@@ -203,11 +205,8 @@ class FlightSqlServer(flight.FlightServerBase):
         tables = []
         for query in queries:
             result = self._run_one(query, call.gone)
-            types = result.outcome.plan.output_types
-            table = result.arrow()
-            if len(types) == table.num_columns:
-                table = table.cast(metadata.with_type_names(table.schema, types))
-            tables.append(table)
+            table, types = result.arrow(), result.outcome.plan.output_types
+            tables.append(table.cast(metadata.with_type_names(table.schema, types)))
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
     def _run_one(self, query: str, gone: Callable[[], bool]) -> Result:
@@ -249,10 +248,11 @@ class FlightSqlServer(flight.FlightServerBase):
             types = params.parameter_types(query, self._column_types())
             parameters = params.parameter_schema(types).serialize().to_pybytes()
         else:
-            schema, _ = _refusing(lambda: self.session.schema(query))
+            schema = _refusing(lambda: self._planned_schema(query))
             dataset = schema.serialize().to_pybytes()
         handle = secrets.token_bytes(16)
         with self._lock:
+            self._drop_idle()
             self._prepared[handle] = _Prepared(caller, query)
         return protocol.new(
             "ActionCreatePreparedStatementResult",
@@ -265,7 +265,8 @@ class FlightSqlServer(flight.FlightServerBase):
         with self._lock:
             statement = self._prepared.get(message.prepared_statement_handle)
         if statement is None or statement.owner != caller:
-            raise KeyError(f"{PREFIX}no such prepared statement (closed, or not yours)")
+            raise KeyError(f"{PREFIX}no such prepared statement (closed, idle too long, or not yours)")
+        statement.used = time.monotonic()
         return statement
 
     def _tables(self, m: Any) -> pa.Table:
@@ -289,13 +290,19 @@ class FlightSqlServer(flight.FlightServerBase):
         return {name: kinds.pop() for name, kinds in seen.items() if len(kinds) == 1}
 
     def _table_schema(self, name: str) -> pa.Schema:
-        schema, types = self.session.schema(f"SELECT * FROM {q(name)}")
-        return metadata.with_type_names(schema, types) if len(types) == len(schema) else schema
+        return self._planned_schema(f"SELECT * FROM {q(name)}")
 
-    def _drop_expired(self) -> None:
-        now = time.monotonic()
-        for handle in [h for h, held in self._results.items() if held.expires < now]:
-            del self._results[handle]
+    def _planned_schema(self, query: str) -> pa.Schema:
+        """The schema of ``query``'s result, from its plan (nothing runs), as its rows will have it."""
+        schema, types = self.session.schema(query)
+        return metadata.with_type_names(schema, types)
+
+    def _drop_idle(self) -> None:
+        """Forget the results and prepared statements left idle too long (holding the lock)."""
+        oldest = time.monotonic() - self.idle_timeout_s
+        for held in (self._results, self._prepared):
+            for handle in [h for h, item in held.items() if item.used < oldest]:
+                del held[handle]
 
 
 def _caller(context) -> str:
