@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,13 +39,10 @@ def served(
         server = FlightSqlServer(
             f"{scheme}://127.0.0.1:0", session, str(data), credentials, tls, idle_timeout_s
         )
-        thread = threading.Thread(target=server.serve, daemon=True)
-        thread.start()
-        try:
+        try:  # it answers from its construction on, on threads of its own
             yield f"{'grpc+tls' if tls else 'grpc'}://127.0.0.1:{server.port}"
         finally:
-            server.shutdown()
-            thread.join(CALL_TIMEOUT_S)
+            server.stop()
 
 
 @contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 from decimal import Decimal
 
 import adbc_driver_manager
@@ -15,6 +16,7 @@ from adbc_driver_flightsql import DatabaseOptions
 
 from duckflock.flightsql import metadata, protocol
 from duckflock.flightsql.auth import Credentials
+from duckflock.flightsql.server import FlightSqlServer, open_session
 from duckflock.testing.tpch import ORDER, queries
 from serve_support import CALL_TIMEOUT_S, connect, fetch, self_signed, served
 from support import assert_same, oracle
@@ -320,3 +322,30 @@ def test_results_and_prepared_statements_left_idle_are_dropped(tpch_dir):
             other.adbc_prepare("SELECT 2 AS x")
             with pytest.raises(adbc_driver_manager.Error, match="idle too long"):
                 one.execute("SELECT 1 AS x")
+
+
+def test_stopping_the_server_interrupts_the_running_query(tpch_dir):
+    endless = "SELECT count(*) FROM lineitem a, lineitem b, nation c WHERE a.l_quantity + b.l_quantity > c.n_nationkey"
+    with open_session(str(tpch_dir), 2) as session:
+        server = FlightSqlServer("grpc+tcp://127.0.0.1:0", session, str(tpch_dir))
+        failed: list[Exception] = []
+
+        def client() -> None:
+            descriptor = flight.FlightDescriptor.for_command(
+                protocol.pack(protocol.new("CommandStatementQuery", query=endless))
+            )
+            try:
+                raw_client(f"grpc://127.0.0.1:{server.port}").get_flight_info(descriptor, OPTIONS)
+            except Exception as e:  # checked below
+                failed.append(e)
+
+        thread = threading.Thread(target=client)
+        thread.start()
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        while not server.busy and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the query runs (not a race: the stop below is checked either way)
+        server.stop()
+        thread.join(CALL_TIMEOUT_S)
+        assert not thread.is_alive(), "the query went on after the server stopped"
+        assert [type(e) for e in failed] == [flight.FlightUnavailableError], failed
+        assert "the server is stopping" in str(failed[0])

@@ -4,10 +4,11 @@ as threads of this process or as an MPI job."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ipaddress
 import os
+import signal
 import socket
+import threading
 from typing import TYPE_CHECKING
 
 from duckflock.errors import DuckflockError
@@ -90,10 +91,23 @@ def run_serve(args: argparse.Namespace) -> int:
             highlight=False,
             soft_wrap=True,
         )
-        with contextlib.suppress(KeyboardInterrupt):
-            server.serve()
-        server.shutdown()
+        _wait_for_a_stop_signal()
+        server.stop()  # a query under way is interrupted, not waited for
     return 0
+
+
+def _wait_for_a_stop_signal() -> None:
+    """Until Ctrl-C or SIGTERM. The server answers on threads of its own meanwhile; this thread
+    waits in Python, so the signal is seen at once (Flight's own serve() leaves the stop to gRPC,
+    which waits for a running query to end)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _credentials(args: argparse.Namespace) -> Credentials | None:

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from duckflock.catalog import Catalog
-from duckflock.errors import DuckflockError
+from duckflock.errors import DuckflockError, QueryCancelled
 from duckflock.flightsql import metadata, params, protocol
 from duckflock.flightsql.auth import AuthMiddleware, CallerMiddleware, Credentials, NoHandshake
 from duckflock.session import Result, Session
@@ -91,6 +91,7 @@ class FlightSqlServer(flight.FlightServerBase):
         self.idle_timeout_s = idle_timeout_s
         self._lock = threading.Lock()
         self._query_turn = threading.Lock()
+        self._stopping = threading.Event()
         self._results: dict[bytes, _Held] = {}
         self._prepared: dict[bytes, _Prepared] = {}
         self._answers: dict[str, Callable[[_Call, Any], pa.Table]] = {
@@ -188,6 +189,17 @@ class FlightSqlServer(flight.FlightServerBase):
     def list_flights(self, context, criteria):
         return iter(())
 
+    @property
+    def busy(self) -> bool:
+        """Whether a query runs on the session now."""
+        return self._query_turn.locked()
+
+    def stop(self) -> None:
+        """Stop serving: the running query is interrupted on every rank, queries waiting their turn
+        are refused, and the calls under way end before this returns."""
+        self._stopping.set()
+        self.shutdown()
+
     # --- answers ------------------------------------------------------------------------------
 
     def _command(self, descriptor: flight.FlightDescriptor) -> tuple[str, Any]:
@@ -214,11 +226,13 @@ class FlightSqlServer(flight.FlightServerBase):
         its ranks are free for others'). Queries run one at a time here, so that what the watch
         interrupts is this query; the watch has ended before the next one starts."""
         with self._query_turn:
+            if self._stopping.is_set():
+                raise flight.FlightUnavailableError(f"{PREFIX}the server is stopping")
             stop = threading.Event()
 
             def watch() -> None:
                 while not stop.wait(GONE_POLL_S):
-                    if gone():
+                    if gone() or self._stopping.is_set():
                         self.session.interrupt()
                         return
 
@@ -226,6 +240,10 @@ class FlightSqlServer(flight.FlightServerBase):
             watcher.start()
             try:
                 return self.session.sql(query)
+            except QueryCancelled:
+                if self._stopping.is_set():
+                    raise flight.FlightUnavailableError(f"{PREFIX}the server is stopping") from None
+                raise
             finally:
                 stop.set()
                 watcher.join()
