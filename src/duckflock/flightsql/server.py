@@ -346,9 +346,9 @@ def _body(action: flight.Action, expected: str) -> Any:
     return message
 
 
-def _opt(message: Any, field: str) -> Any:
+def _opt(message: Any, name: str) -> Any:
     """An optional field's value, None when unset."""
-    return getattr(message, field) if message.HasField(field) else None
+    return getattr(message, name) if message.HasField(name) else None
 
 
 def _refusing(answer: Callable[[], T]) -> T:
