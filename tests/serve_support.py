@@ -16,13 +16,19 @@ from pathlib import Path
 
 import adbc_driver_flightsql.dbapi as flightsql
 import pyarrow as pa
+import pyarrow.flight as flight
 from adbc_driver_flightsql import DatabaseOptions
 
+from duckflock.flightsql import protocol
 from duckflock.flightsql.auth import Credentials
 from duckflock.flightsql.server import FlightSqlServer, open_session
 from duckflock.testing.workers import listening_address
 
 CALL_TIMEOUT_S = 60.0  # every client call's bound: a refusal must come, not a hang
+# A query that, left to run, takes far longer than any client here waits (3.6e9 row pairs x 25).
+ENDLESS = (
+    "SELECT count(*) FROM lineitem a, lineitem b, nation c WHERE a.l_quantity + b.l_quantity > c.n_nationkey"
+)
 
 
 @contextmanager
@@ -81,6 +87,13 @@ def serve_command(
             proc.wait()
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+def statement(sql: str) -> flight.FlightDescriptor:
+    """The Flight SQL command that runs ``sql``, for pyarrow's Flight client."""
+    return flight.FlightDescriptor.for_command(
+        protocol.pack(protocol.new("CommandStatementQuery", query=sql))
+    )
 
 
 def connect(uri: str, **options: str):

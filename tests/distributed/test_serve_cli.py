@@ -3,11 +3,12 @@ real ADBC client; answers compared with single-process DuckDB."""
 
 from __future__ import annotations
 
+import pyarrow.flight as flight
 import pytest
 from adbc_driver_flightsql import DatabaseOptions
 
 from duckflock.cli.serve import PASSWORD_ENV, TOKEN_ENV
-from serve_support import fetch, serve_command
+from serve_support import ENDLESS, fetch, serve_command, statement
 from support import assert_same, oracle
 
 TOKEN = "a-token-of-24-characters"
@@ -31,3 +32,9 @@ def test_serve_over_mpi_ranks_with_a_password(tpch_dir, tmp_path):
         _check(uri, tpch_dir, username="ana", password="pass-word")
         with pytest.raises(Exception, match="UNAUTHENTICATED"):
             fetch(uri, SQL, username="ana", password="wrong")
+        # A client that gives up: its query stops on every MPI rank, and the next one is answered.
+        client = flight.FlightClient(uri.replace("grpc://", "grpc+tcp://"))
+        login = client.authenticate_basic_token("ana", "pass-word")
+        with pytest.raises(flight.FlightTimedOutError):
+            client.get_flight_info(statement(ENDLESS), flight.FlightCallOptions(headers=[login], timeout=2))
+        _check(uri, tpch_dir, username="ana", password="pass-word")

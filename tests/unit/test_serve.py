@@ -18,7 +18,7 @@ from duckflock.flightsql import metadata, protocol
 from duckflock.flightsql.auth import Credentials
 from duckflock.flightsql.server import FlightSqlServer, open_session
 from duckflock.testing.tpch import ORDER, queries
-from serve_support import CALL_TIMEOUT_S, connect, fetch, self_signed, served
+from serve_support import CALL_TIMEOUT_S, ENDLESS, connect, fetch, self_signed, served, statement
 from support import assert_same, oracle
 
 pytestmark = pytest.mark.timeout(300)
@@ -215,10 +215,9 @@ def test_token_and_password_logins(tpch_dir):
         a = first.authenticate_basic_token("ana", "s3cret-pass!", OPTIONS)
         b = second.authenticate_basic_token("ana", "s3cret-pass!", OPTIONS)
         assert a != b
-        sql = protocol.pack(protocol.new("CommandStatementQuery", query="SELECT 1 AS one"))
         as_a = flight.FlightCallOptions(headers=[a], timeout=CALL_TIMEOUT_S)
         as_b = flight.FlightCallOptions(headers=[b], timeout=CALL_TIMEOUT_S)
-        ticket = first.get_flight_info(flight.FlightDescriptor.for_command(sql), as_a).endpoints[0].ticket
+        ticket = first.get_flight_info(statement("SELECT 1 AS one"), as_a).endpoints[0].ticket
         with pytest.raises(KeyError, match="not yours"):
             second.do_get(ticket, as_b).read_all()
         assert first.do_get(ticket, as_a).read_all().to_pylist() == [{"one": 1}]
@@ -275,33 +274,23 @@ def test_tpch_22_through_adbc_match_duckdb(server, tpch_dir):
 
 
 def test_dropped_connections_and_an_abandoned_stream_leave_the_server_serving(server, tpch_dir):
-    small = flight.FlightDescriptor.for_command(
-        protocol.pack(protocol.new("CommandStatementQuery", query="SELECT * FROM region"))
-    )
+    small = statement("SELECT * FROM region")
     for i in range(100):  # half of them ask for a result and never fetch it
         client = raw_client(server)
         if i % 2:
             client.get_flight_info(small, OPTIONS)
         client.close()
-    large = flight.FlightDescriptor.for_command(
-        protocol.pack(protocol.new("CommandStatementQuery", query="SELECT * FROM lineitem"))
-    )
     client = raw_client(server)
-    reader = client.do_get(client.get_flight_info(large, OPTIONS).endpoints[0].ticket, OPTIONS)
+    info = client.get_flight_info(statement("SELECT * FROM lineitem"), OPTIONS)
+    reader = client.do_get(info.endpoints[0].ticket, OPTIONS)
     reader.read_chunk()  # the first batch of many, then the client goes away
     client.close()
     assert_same(fetch(server, QUERIES[1]), oracle(tpch_dir).sql(QUERIES[1]).to_arrow_table())
 
 
 def test_a_query_whose_client_has_gone_stops_and_frees_the_ranks(server, tpch_dir):
-    """Left to run, this query would take far longer than the next client waits."""
-    endless = "SELECT count(*) FROM lineitem a, lineitem b, nation c WHERE a.l_quantity + b.l_quantity > c.n_nationkey"
-    descriptor = flight.FlightDescriptor.for_command(
-        protocol.pack(protocol.new("CommandStatementQuery", query=endless))
-    )
-    impatient = flight.FlightCallOptions(timeout=2)
     with pytest.raises(flight.FlightTimedOutError):
-        raw_client(server).get_flight_info(descriptor, impatient)
+        raw_client(server).get_flight_info(statement(ENDLESS), flight.FlightCallOptions(timeout=2))
     assert_same(fetch(server, QUERIES[0]), oracle(tpch_dir).sql(QUERIES[0]).to_arrow_table())
 
 
@@ -309,11 +298,8 @@ def test_results_and_prepared_statements_left_idle_are_dropped(tpch_dir):
     with served(tpch_dir, idle_timeout_s=0) as uri:  # whatever was made before is idle too long
         client = raw_client(uri)
 
-        def info(sql: str) -> flight.FlightInfo:
-            command_bytes = protocol.pack(protocol.new("CommandStatementQuery", query=sql))
-            return client.get_flight_info(flight.FlightDescriptor.for_command(command_bytes), OPTIONS)
-
-        first, second = info("SELECT 1 AS x"), info("SELECT 2 AS x")
+        first = client.get_flight_info(statement("SELECT 1 AS x"), OPTIONS)
+        second = client.get_flight_info(statement("SELECT 2 AS x"), OPTIONS)
         with pytest.raises(KeyError, match="timed out"):
             client.do_get(first.endpoints[0].ticket, OPTIONS).read_all()
         assert client.do_get(second.endpoints[0].ticket, OPTIONS).read_all().to_pylist() == [{"x": 2}]
@@ -325,17 +311,13 @@ def test_results_and_prepared_statements_left_idle_are_dropped(tpch_dir):
 
 
 def test_stopping_the_server_interrupts_the_running_query(tpch_dir):
-    endless = "SELECT count(*) FROM lineitem a, lineitem b, nation c WHERE a.l_quantity + b.l_quantity > c.n_nationkey"
     with open_session(str(tpch_dir), 2) as session:
         server = FlightSqlServer("grpc+tcp://127.0.0.1:0", session, str(tpch_dir))
         failed: list[Exception] = []
 
         def client() -> None:
-            descriptor = flight.FlightDescriptor.for_command(
-                protocol.pack(protocol.new("CommandStatementQuery", query=endless))
-            )
             try:
-                raw_client(f"grpc://127.0.0.1:{server.port}").get_flight_info(descriptor, OPTIONS)
+                raw_client(f"grpc://127.0.0.1:{server.port}").get_flight_info(statement(ENDLESS), OPTIONS)
             except Exception as e:  # checked below
                 failed.append(e)
 
