@@ -21,6 +21,11 @@ public class JdbcClient {
     props.setProperty("password", args[2]);
     try (Connection conn = DriverManager.getConnection(args[0], props)) {
       DatabaseMetaData meta = conn.getMetaData();
+      System.out.println("product\t" + meta.getDatabaseProductName() + " " + meta.isReadOnly());
+      System.out.println("quote\t" + meta.getIdentifierQuoteString());
+      System.out.println("keywords\t" + meta.getSQLKeywords().contains("qualify"));
+      System.out.println("functions\t" + meta.getNumericFunctions().contains("sqrt"));
+      System.out.println("nulls\t" + meta.nullsAreSortedAtEnd() + " " + meta.supportsColumnAliasing());
       List<String> tables = new ArrayList<>();
       try (ResultSet rs = meta.getTables(null, null, "%", null)) {
         while (rs.next()) tables.add(rs.getString("TABLE_NAME"));

@@ -40,6 +40,14 @@ def test_jdbc_client_metadata_prepared_statement_and_a_large_result(tpch_dir):
         (row,) = ref.sql(sql).fetchall()
         return ",".join(str(v) for v in row)
 
+    # What BI tools ask first (the driver fails on any of these the server leaves out).
+    assert got["product"] == "duckflock true"  # and read-only
+    assert (got["quote"], got["keywords"], got["functions"], got["nulls"]) == (
+        '"',
+        "true",
+        "true",
+        "true true",
+    )
     assert got["tables"] == ",".join(sorted(t for (t,) in ref.sql("SHOW TABLES").fetchall()))
     described = ref.sql("SELECT column_name || ' ' || column_type FROM (DESCRIBE nation)").fetchall()
     assert got["columns"] == ",".join(c for (c,) in described)

@@ -27,7 +27,7 @@ import pyarrow.flight as flight
 
 from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError, QueryCancelled
-from duckflock.flightsql import metadata, params, protocol
+from duckflock.flightsql import metadata, params, protocol, sql_info
 from duckflock.flightsql.auth import AuthMiddleware, CallerMiddleware, Credentials, NoHandshake
 from duckflock.session import Result, Session
 from duckflock.sqltext import quote_ident as q
@@ -97,7 +97,7 @@ class FlightSqlServer(flight.FlightServerBase):
         self._answers: dict[str, Callable[[_Call, Any], pa.Table]] = {
             "CommandStatementQuery": lambda call, m: self._run([m.query], call),
             "CommandPreparedStatementQuery": self._run_prepared,
-            "CommandGetSqlInfo": lambda _, m: metadata.sql_info(m.info),
+            "CommandGetSqlInfo": lambda _, m: sql_info.sql_info(m.info),
             "CommandGetCatalogs": lambda _, m: metadata.catalogs(),
             "CommandGetDbSchemas": lambda _, m: metadata.db_schemas(
                 _opt(m, "catalog"), _opt(m, "db_schema_filter_pattern")
