@@ -20,7 +20,6 @@ import pyarrow.flight as flight
 from adbc_driver_flightsql import DatabaseOptions
 
 from duckflock.flightsql import protocol
-from duckflock.flightsql.auth import Credentials
 from duckflock.flightsql.server import FlightSqlServer, open_session
 from duckflock.testing.workers import listening_address
 
@@ -32,23 +31,24 @@ ENDLESS = (
 
 
 @contextmanager
-def served(
-    data: Path,
-    ranks: int = 2,
-    credentials: Credentials | None = None,
-    tls: tuple[bytes, bytes] | None = None,
-    idle_timeout_s: float = 600.0,
-) -> Iterator[str]:
-    """A server on a free loopback port over ``ranks`` thread ranks; yields its URI."""
+def serving(
+    data: Path, ranks: int = 2, tls: tuple[bytes, bytes] | None = None, **options
+) -> Iterator[FlightSqlServer]:
+    """A server on a free loopback port over ``ranks`` thread ranks; ``options``: FlightSqlServer's."""
     scheme = "grpc+tls" if tls else "grpc+tcp"
     with open_session(str(data), ranks) as session:
-        server = FlightSqlServer(
-            f"{scheme}://127.0.0.1:0", session, str(data), credentials, tls, idle_timeout_s
-        )
+        server = FlightSqlServer(f"{scheme}://127.0.0.1:0", session, str(data), tls=tls, **options)
         try:  # it answers from its construction on, on threads of its own
-            yield f"{'grpc+tls' if tls else 'grpc'}://127.0.0.1:{server.port}"
+            yield server
         finally:
             server.stop()
+
+
+@contextmanager
+def served(data: Path, ranks: int = 2, tls: tuple[bytes, bytes] | None = None, **options) -> Iterator[str]:
+    """As ``serving``, yielding the server's URI."""
+    with serving(data, ranks, tls, **options) as server:
+        yield f"{'grpc+tls' if tls else 'grpc'}://127.0.0.1:{server.port}"
 
 
 @contextmanager

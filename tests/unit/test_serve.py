@@ -4,6 +4,7 @@ client) against the server over thread ranks, every answer compared with single-
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 import time
 from decimal import Decimal
@@ -16,9 +17,8 @@ from adbc_driver_flightsql import DatabaseOptions
 
 from duckflock.flightsql import metadata, protocol, sql_info
 from duckflock.flightsql.auth import Credentials
-from duckflock.flightsql.server import FlightSqlServer, open_session
 from duckflock.testing.tpch import ORDER, queries
-from serve_support import CALL_TIMEOUT_S, ENDLESS, connect, fetch, self_signed, served, statement
+from serve_support import CALL_TIMEOUT_S, ENDLESS, connect, fetch, self_signed, served, serving, statement
 from support import assert_same, oracle
 
 pytestmark = pytest.mark.timeout(300)
@@ -313,8 +313,7 @@ def test_results_and_prepared_statements_left_idle_are_dropped(tpch_dir):
 
 
 def test_stopping_the_server_interrupts_the_running_query(tpch_dir):
-    with open_session(str(tpch_dir), 2) as session:
-        server = FlightSqlServer("grpc+tcp://127.0.0.1:0", session, str(tpch_dir))
+    with serving(tpch_dir) as server:
         failed: list[Exception] = []
 
         def client() -> None:
@@ -333,3 +332,20 @@ def test_stopping_the_server_interrupts_the_running_query(tpch_dir):
         assert not thread.is_alive(), "the query went on after the server stopped"
         assert [type(e) for e in failed] == [flight.FlightUnavailableError], failed
         assert "the server is stopping" in str(failed[0])
+
+
+def test_a_large_result_waits_on_disk_and_is_removed_once_fetched(tpch_dir):
+    with serving(tpch_dir, spill_bytes=1 << 20) as server:
+        client = raw_client(f"grpc://127.0.0.1:{server.port}")
+        small = client.get_flight_info(statement("SELECT * FROM nation"), OPTIONS)
+        assert server.results.files == []  # in memory
+        large = client.get_flight_info(statement("SELECT * FROM lineitem"), OPTIONS)
+        assert len(server.results.files) == 1  # on disk
+        got = client.do_get(large.endpoints[0].ticket, OPTIONS).read_all()
+        assert server.results.files == []  # removed as the stream opened it
+        assert_same(got, oracle(tpch_dir).sql("SELECT * FROM lineitem").to_arrow_table())
+        assert client.do_get(small.endpoints[0].ticket, OPTIONS).read_all().num_rows == 25
+        client.get_flight_info(statement("SELECT * FROM lineitem"), OPTIONS)  # never fetched
+        assert len(server.results.files) == 1
+        directory = server.results.directory
+    assert directory is not None and not os.path.exists(directory)  # the server's stop removed it

@@ -2,8 +2,9 @@
 
 A query (CommandStatementQuery, or a prepared statement's CommandPreparedStatementQuery) runs on the
 session's ranks when the client asks for its FlightInfo; its rows are held, for that caller only,
-until the client fetches them with DoGet (the ticket names them) or ``idle_timeout_s`` passes; a
-prepared statement until the client closes it or leaves it unused that long.
+until the client fetches them with DoGet (the ticket names them) or ``idle_timeout_s`` passes
+(results.py: a large one on disk); a prepared statement until the client closes it or leaves it
+unused that long.
 Metadata commands (GetTables, GetSqlInfo, ...) are answered from the catalog the same way.
 
 Refusals are gRPC statuses the client shows: INVALID_ARGUMENT for an SQL error, a statement that
@@ -29,6 +30,7 @@ from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError, QueryCancelled
 from duckflock.flightsql import metadata, params, protocol, sql_info
 from duckflock.flightsql.auth import AuthMiddleware, CallerMiddleware, Credentials, NoHandshake
+from duckflock.flightsql.results import SPILL_BYTES, ResultStore
 from duckflock.session import Result, Session
 from duckflock.sqltext import quote_ident as q
 
@@ -62,13 +64,6 @@ class _Prepared:
     used: float = field(default_factory=time.monotonic)
 
 
-@dataclass
-class _Held:
-    owner: str
-    table: pa.Table
-    used: float = field(default_factory=time.monotonic)
-
-
 class FlightSqlServer(flight.FlightServerBase):
     def __init__(
         self,
@@ -78,6 +73,7 @@ class FlightSqlServer(flight.FlightServerBase):
         credentials: Credentials | None = None,
         tls: tuple[bytes, bytes] | None = None,
         idle_timeout_s: float = 600.0,
+        spill_bytes: int = SPILL_BYTES,
     ):
         kwargs: dict[str, object] = {}
         if tls is not None:
@@ -92,7 +88,7 @@ class FlightSqlServer(flight.FlightServerBase):
         self._lock = threading.Lock()
         self._query_turn = threading.Lock()
         self._stopping = threading.Event()
-        self._results: dict[bytes, _Held] = {}
+        self.results = ResultStore(idle_timeout_s, spill_bytes)
         self._prepared: dict[bytes, _Prepared] = {}
         self._answers: dict[str, Callable[[_Call, Any], pa.Table]] = {
             "CommandStatementQuery": lambda call, m: self._run([m.query], call),
@@ -118,10 +114,7 @@ class FlightSqlServer(flight.FlightServerBase):
         caller = _caller(context)
         name, message = self._command(descriptor)
         table = _refusing(lambda: self._answers[name](_Call(caller, context.is_cancelled), message))
-        handle = secrets.token_bytes(16)
-        with self._lock:
-            self._drop_idle()
-            self._results[handle] = _Held(caller, table)
+        handle = self.results.put(caller, table)
         ticket = flight.Ticket(protocol.pack(protocol.new("TicketStatementQuery", statement_handle=handle)))
         endpoint = flight.FlightEndpoint(ticket, [])
         return flight.FlightInfo(table.schema, descriptor, [endpoint], table.num_rows, -1)
@@ -145,14 +138,10 @@ class FlightSqlServer(flight.FlightServerBase):
         name, message = _unpacked(ticket.ticket)
         if name != "TicketStatementQuery":
             raise pa.ArrowInvalid(f"{PREFIX}a ticket must be a TicketStatementQuery, not {name}")
-        with self._lock:
-            held = self._results.get(message.statement_handle)
-            if held is None or held.owner != caller:
-                raise KeyError(
-                    f"{PREFIX}no result for this ticket (fetched already, timed out, or not yours)"
-                )
-            del self._results[message.statement_handle]
-        return flight.RecordBatchStream(held.table)
+        try:
+            return self.results.take(caller, message.statement_handle)
+        except KeyError as e:
+            raise KeyError(f"{PREFIX}{e.args[0]}") from None
 
     def do_put(self, context, descriptor, reader, writer):
         caller = _caller(context)
@@ -197,8 +186,11 @@ class FlightSqlServer(flight.FlightServerBase):
     def stop(self) -> None:
         """Stop serving: the running query is interrupted on every rank, queries waiting their turn
         are refused, and the calls under way end before this returns."""
+        if self._stopping.is_set():
+            return
         self._stopping.set()
         self.shutdown()
+        self.results.close()
 
     # --- answers ------------------------------------------------------------------------------
 
@@ -316,11 +308,10 @@ class FlightSqlServer(flight.FlightServerBase):
         return metadata.with_type_names(schema, types)
 
     def _drop_idle(self) -> None:
-        """Forget the results and prepared statements left idle too long (holding the lock)."""
+        """Forget the prepared statements left idle too long (holding the lock)."""
         oldest = time.monotonic() - self.idle_timeout_s
-        for held in (self._results, self._prepared):
-            for handle in [h for h, item in held.items() if item.used < oldest]:
-                del held[handle]
+        for handle in [h for h, item in self._prepared.items() if item.used < oldest]:
+            del self._prepared[handle]
 
 
 def _caller(context) -> str:
