@@ -3,6 +3,10 @@ real ADBC client; answers compared with single-process DuckDB."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pyarrow.flight as flight
 import pytest
 from adbc_driver_flightsql import DatabaseOptions
@@ -38,3 +42,20 @@ def test_serve_over_mpi_ranks_with_a_password(tpch_dir, tmp_path):
         with pytest.raises(flight.FlightTimedOutError):
             client.get_flight_info(statement(ENDLESS), flight.FlightCallOptions(headers=[login], timeout=2))
         _check(uri, tpch_dir, username="ana", password="pass-word")
+
+
+@pytest.mark.parametrize(
+    ("options", "env", "message"),
+    [
+        (["--listen", "0.0.0.0:0"], {}, "is reachable from other machines: give --token-file"),
+        (["--tls-cert", "c.pem"], {}, "--tls-cert and --tls-key go together"),
+        (["--user", "ana"], {}, "--user and $DUCKFLOCK_SERVE_PASSWORD go together"),
+        ([], {TOKEN_ENV: "short"}, "too short"),
+        (["--listen", "127.0.0.1"], {}, "--listen wants HOST:PORT"),
+    ],
+)
+def test_serve_refuses_bad_options_in_one_line(tpch_dir, options, env, message):
+    argv = [sys.executable, "-m", "duckflock.cli.main", "serve", "--data", str(tpch_dir), *options]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
