@@ -225,8 +225,9 @@ class FlightSqlServer(flight.FlightServerBase):
             def watch() -> None:
                 while not stop.wait(GONE_POLL_S):
                     if gone() or self._stopping.is_set():
+                        # Again at each look: the session may not have begun the query at the first
+                        # (waiting for a metadata call's plan), and an interrupt then does nothing.
                         self.session.interrupt()
-                        return
 
             watcher = threading.Thread(target=watch, name="duckflock-serve-watch", daemon=True)
             watcher.start()
