@@ -37,7 +37,7 @@ def serving(
     """A server on a free loopback port over ``ranks`` thread ranks; ``options``: FlightSqlServer's."""
     scheme = "grpc+tls" if tls else "grpc+tcp"
     with open_session(str(data), ranks) as session:
-        server = FlightSqlServer(f"{scheme}://127.0.0.1:0", session, str(data), tls=tls, **options)
+        server = FlightSqlServer(f"{scheme}://127.0.0.1:0", session, tls=tls, **options)
         try:  # it answers from its construction on, on threads of its own
             yield server
         finally:
@@ -53,21 +53,14 @@ def served(data: Path, ranks: int = 2, tls: tuple[bytes, bytes] | None = None, *
 
 @contextmanager
 def serve_command(
-    data: Path, tmp: Path, options: list[str], env: dict[str, str] | None = None
+    data: Path | None, tmp: Path, options: list[str], env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen]]:
-    """The real ``duckflock serve`` on a free loopback port, with ``options``; yields (its URI, the
-    process). Interrupted (Ctrl-C) at the end, as a user stops it; it must have ended by then."""
+    """The real ``duckflock serve`` on a free loopback port, over ``data`` (None: the options name
+    workers), with ``options``; yields (its URI, the process). Interrupted (Ctrl-C) at the end, as a
+    user stops it; it must have ended by then."""
     log = tmp / "serve.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "duckflock.cli.main",
-        "serve",
-        "--data",
-        str(data),
-        "--listen",
-        "127.0.0.1:0",
-    ]
+    cmd = [sys.executable, "-m", "duckflock.cli.main", "serve", "--listen", "127.0.0.1:0"]
+    cmd += ["--data", str(data)] if data is not None else []
     with open(log, "w") as err:
         proc = subprocess.Popen(
             [*cmd, *options],

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     ref = oracle(data)
     rows, errors = [], []
     with open_session(str(data), args.ranks) as session:
-        server = FlightSqlServer("grpc+tcp://127.0.0.1:0", session, str(data))
+        server = FlightSqlServer("grpc+tcp://127.0.0.1:0", session)
         try:
             with flightsql.connect(f"grpc://127.0.0.1:{server.port}", autocommit=True) as conn:
                 cur = conn.cursor()

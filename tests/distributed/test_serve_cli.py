@@ -12,10 +12,12 @@ import pytest
 from adbc_driver_flightsql import DatabaseOptions
 
 from duckflock.cli.serve import PASSWORD_ENV, TOKEN_ENV
-from serve_support import ENDLESS, fetch, serve_command, statement
+from flight_support import Workers
+from serve_support import ENDLESS, connect, fetch, serve_command, statement
 from support import assert_same, oracle
 
 TOKEN = "a-token-of-24-characters"
+TPCH_TABLES = ["customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"]
 SQL = "SELECT l_returnflag, sum(l_quantity) AS q, avg(l_extendedprice) AS p FROM lineitem GROUP BY 1"
 
 
@@ -52,6 +54,7 @@ def test_serve_over_mpi_ranks_with_a_password(tpch_dir, tmp_path):
         (["--user", "ana"], {}, "--user and $DUCKFLOCK_SERVE_PASSWORD go together"),
         ([], {TOKEN_ENV: "short"}, "too short"),
         (["--listen", "127.0.0.1"], {}, "--listen wants HOST:PORT"),
+        (["--workers", "127.0.0.1:1"], {}, "--data does not go with --workers"),
     ],
 )
 def test_serve_refuses_bad_options_in_one_line(tpch_dir, options, env, message):
@@ -59,3 +62,19 @@ def test_serve_refuses_bad_options_in_one_line(tpch_dir, options, env, message):
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
     assert done.returncode == 1 and message in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_serve_over_flight_workers(tpch_dir, tmp_path):
+    """Tables, their columns and the parameters' types come from the session (worker 0 plans):
+    the server has no data directory of its own."""
+    with Workers(tpch_dir, 2, tmp_path / "workers") as w:
+        options = ["--workers", ",".join(w.addresses), "--workers-token-file", str(w.token_file)]
+        with serve_command(None, tmp_path, options) as (uri, _):
+            _check(uri, tpch_dir)
+            with connect(uri) as conn, conn.cursor() as cur:
+                (catalog,) = conn.adbc_get_objects().read_all().to_pylist()
+                tables = catalog["catalog_db_schemas"][0]["db_schema_tables"]
+                assert [t["table_name"] for t in tables] == sorted(TPCH_TABLES)
+                cur.execute("SELECT count(*) AS n FROM orders WHERE o_custkey = ?", (7,))
+                want = oracle(tpch_dir).sql("SELECT count(*) AS n FROM orders WHERE o_custkey = 7")
+                assert cur.fetchall() == want.fetchall()

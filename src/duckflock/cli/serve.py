@@ -15,6 +15,7 @@ from duckflock.errors import DuckflockError
 
 if TYPE_CHECKING:  # the parser is built by every rank of a job: it imports nothing more
     from duckflock.flightsql.auth import Credentials
+    from duckflock.session import Session
 
 TOKEN_ENV = "DUCKFLOCK_SERVE_TOKEN"
 PASSWORD_ENV = "DUCKFLOCK_SERVE_PASSWORD"
@@ -22,7 +23,7 @@ PASSWORD_ENV = "DUCKFLOCK_SERVE_PASSWORD"
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("serve", help="serve queries over Arrow Flight SQL (ADBC, JDBC, BI tools)")
-    s.add_argument("--data", required=True, help="data directory")
+    s.add_argument("--data", default=None, help="data directory (ranks here)")
     s.add_argument("--ranks", type=int, default=2, help="number of ranks (default 2)")
     s.add_argument(
         "--transport",
@@ -30,6 +31,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
         default="threads",
         help="the ranks: threads of this process (default) or an MPI job",
     )
+    s.add_argument("--workers", default=None, help="HOST:PORT,HOST:PORT,...: duckflock workers as the ranks")
+    s.add_argument("--workers-token-file", default=None, help="the workers' shared token (with --workers)")
+    s.add_argument("--workers-tls-root", default=None, help="PEM certificate to trust for TLS workers")
     s.add_argument("--listen", default="127.0.0.1:31337", help="HOST:PORT (default 127.0.0.1:31337)")
     s.add_argument(
         "--token-file", default=None, help=f"file holding the bearer token clients give (or ${TOKEN_ENV})"
@@ -54,11 +58,10 @@ def run_serve(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("google.protobuf") is None:
         raise DuckflockError("duckflock serve needs protobuf: pip install 'duckflock[serve]'")
 
-    from duckflock.catalog import Catalog
     from duckflock.cli.commands import read_pem
     from duckflock.cli.listen import check_listen
     from duckflock.cli.output import stdout_console
-    from duckflock.flightsql.server import FlightSqlServer, open_session
+    from duckflock.flightsql.server import FlightSqlServer
 
     if (args.tls_cert is None) != (args.tls_key is None):
         raise DuckflockError("--tls-cert and --tls-key go together")
@@ -69,16 +72,15 @@ def run_serve(args: argparse.Namespace) -> int:
             f"--listen {args.listen} is reachable from other machines: give --token-file (or ${TOKEN_ENV}) "
             f"or --user with ${PASSWORD_ENV}, so that not everyone who reaches it can query"
         )
-    Catalog.load(args.data)  # fail fast, before starting any rank
     cert, key = read_pem(args.tls_cert), read_pem(args.tls_key)
     tls = (cert, key) if cert is not None and key is not None else None
     scheme = "grpc+tls" if tls else "grpc"
-    with open_session(args.data, args.ranks, args.transport) as session:
+    session, ranks = _session(args)
+    with session:
         try:
             server = FlightSqlServer(
                 f"{'grpc+tls' if tls else 'grpc+tcp'}://{args.listen}",
                 session,
-                args.data,
                 credentials,
                 tls,
                 args.idle_timeout,
@@ -86,8 +88,7 @@ def run_serve(args: argparse.Namespace) -> int:
         except pa.ArrowException as e:  # e.g. the port taken since check_listen tried it
             raise DuckflockError(f"cannot listen on {args.listen}: {e}") from None
         stdout_console().print(
-            f"duckflock serve: Arrow Flight SQL on {scheme}://{host}:{server.port}, "
-            f"{args.ranks} ranks ({args.transport}) over {args.data}",
+            f"duckflock serve: Arrow Flight SQL on {scheme}://{host}:{server.port}, {ranks}",
             highlight=False,
             soft_wrap=True,
         )
@@ -108,6 +109,33 @@ def _wait_for_a_stop_signal() -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _session(args: argparse.Namespace) -> tuple[Session, str]:
+    """The session to serve (its ranks here, or Flight workers), and what its ranks are, in words."""
+    import duckflock
+    from duckflock.catalog import Catalog
+    from duckflock.cli.commands import read_pem, read_token
+    from duckflock.flightsql.server import open_session
+
+    if args.workers:
+        if args.data:
+            raise DuckflockError(
+                "--data does not go with --workers: each worker reads its own data directory"
+            )
+        if not args.workers_token_file:
+            raise DuckflockError("--workers needs --workers-token-file (the workers' shared token)")
+        workers = [w.strip() for w in args.workers.split(",") if w.strip()]
+        token = read_token(args.workers_token_file)
+        root = read_pem(args.workers_tls_root)
+        session = duckflock.connect(workers=workers, token=token, tls_root_cert=root)
+        return session, f"{len(workers)} Flight workers"
+    if not args.data:
+        raise DuckflockError("give --data DIR (ranks here) or --workers HOST:PORT,... (Flight workers)")
+    Catalog.load(args.data)  # fail fast, before starting any rank
+    return open_session(
+        args.data, args.ranks, args.transport
+    ), f"{args.ranks} ranks ({args.transport}) over {args.data}"
 
 
 def _credentials(args: argparse.Namespace) -> Credentials | None:

@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError, QueryCancelled
 from duckflock.flightsql import metadata, params, protocol, sql_info
 from duckflock.flightsql.auth import AuthMiddleware, CallerMiddleware, Credentials, NoHandshake
@@ -43,8 +42,9 @@ T = TypeVar("T")
 
 
 def open_session(data: str, ranks: int, transport: str = "threads") -> Session:
-    """The session a server answers from: ranks whose DuckDBs read files in the data directory
-    only, as Flight workers' do (clients are remote; no query reads the server's other files)."""
+    """The session a server answers from over ranks here: their DuckDBs read files in the data
+    directory only, as Flight workers' do (clients are remote; no query reads the server's other
+    files). Over Flight workers: ``duckflock.connect(workers=...)``, whose workers are confined so."""
     import duckflock
 
     return duckflock.connect(data, ranks=ranks, transport=transport, config={"restrict_to_data_dir": True})
@@ -69,7 +69,6 @@ class FlightSqlServer(flight.FlightServerBase):
         self,
         location: str,
         session: Session,
-        data: str,
         credentials: Credentials | None = None,
         tls: tuple[bytes, bytes] | None = None,
         idle_timeout_s: float = 600.0,
@@ -83,7 +82,6 @@ class FlightSqlServer(flight.FlightServerBase):
             kwargs["middleware"] = {"auth": AuthMiddleware(credentials)}
         super().__init__(location, **kwargs)
         self.session = session
-        self.data = data
         self.idle_timeout_s = idle_timeout_s
         self._lock = threading.Lock()
         self._query_turn = threading.Lock()
@@ -98,7 +96,7 @@ class FlightSqlServer(flight.FlightServerBase):
             "CommandGetDbSchemas": lambda _, m: metadata.db_schemas(
                 _opt(m, "catalog"), _opt(m, "db_schema_filter_pattern")
             ),
-            "CommandGetTables": lambda _, m: self._tables(m),
+            "CommandGetTables": lambda call, m: self._tables(m, call),
             "CommandGetTableTypes": lambda _, m: metadata.table_types(),
             "CommandGetXdbcTypeInfo": lambda _, m: metadata.xdbc_type_info(_opt(m, "data_type")),
             "CommandGetPrimaryKeys": lambda _, m: metadata.PRIMARY_KEYS.empty_table(),
@@ -157,7 +155,8 @@ class FlightSqlServer(flight.FlightServerBase):
         caller = _caller(context)
         if action.type == CREATE_PREPARED:
             request = _body(action, "ActionCreatePreparedStatementRequest")
-            return [flight.Result(protocol.pack(self._prepare(caller, request.query)))]
+            prepared = self._prepare(_Call(caller, context.is_cancelled), request.query)
+            return [flight.Result(protocol.pack(prepared))]
         if action.type == CLOSE_PREPARED:
             request = _body(action, "ActionClosePreparedStatementRequest")
             with self._lock:
@@ -252,11 +251,11 @@ class FlightSqlServer(flight.FlightServerBase):
             raise DuckflockError("no parameter values were bound (an empty batch)")
         return self._run(params.bind(statement.query, statement.params), call)
 
-    def _prepare(self, caller: str, query: str) -> Any:
+    def _prepare(self, call: _Call, query: str) -> Any:
         spots = _refusing(lambda: params.placeholders(query))
         dataset = parameters = b""
         if spots:  # the result's types may depend on the values': told when it runs
-            types = params.parameter_types(query, self._column_types())
+            types = params.parameter_types(query, self._column_types(call))
             parameters = params.parameter_schema(types).serialize().to_pybytes()
         else:
             schema = _refusing(lambda: self._planned_schema(query))
@@ -264,7 +263,7 @@ class FlightSqlServer(flight.FlightServerBase):
         handle = secrets.token_bytes(16)
         with self._lock:
             self._drop_idle()
-            self._prepared[handle] = _Prepared(caller, query)
+            self._prepared[handle] = _Prepared(call.caller, query)
         return protocol.new(
             "ActionCreatePreparedStatementResult",
             prepared_statement_handle=handle,
@@ -280,11 +279,15 @@ class FlightSqlServer(flight.FlightServerBase):
         statement.used = time.monotonic()
         return statement
 
-    def _tables(self, m: Any) -> pa.Table:
-        catalog = Catalog.load(self.data)  # each time: tables loaded meanwhile are listed
+    def _table_names(self, call: _Call) -> list[str]:
+        """The session's tables, asked each time (tables loaded meanwhile are listed), of the
+        session itself: its ranks may be Flight workers, whose data directory is not here."""
+        return self._run_one("SHOW TABLES", call.gone).arrow().column(0).to_pylist()
+
+    def _tables(self, m: Any, call: _Call) -> pa.Table:
         schema_of = self._table_schema if m.include_schema else None
         return metadata.tables(
-            list(catalog.tables),
+            self._table_names(call),
             _opt(m, "catalog"),
             _opt(m, "db_schema_filter_pattern"),
             _opt(m, "table_name_filter_pattern"),
@@ -292,11 +295,12 @@ class FlightSqlServer(flight.FlightServerBase):
             schema_of,
         )
 
-    def _column_types(self) -> dict[str, str]:
-        """Lower-case column name -> its type, over the catalog's tables (names of two types left out)."""
+    def _column_types(self, call: _Call) -> dict[str, str]:
+        """Lower-case column name -> its type, over the session's tables (names of two types left out)."""
         seen: dict[str, set[str]] = {}
-        for info in Catalog.load(self.data).tables.values():
-            for name, kind in info.columns:
+        for table in self._table_names(call):
+            schema, types = self.session.schema(f"SELECT * FROM {q(table)}")
+            for name, kind in zip(schema.names, types, strict=False):  # no types: none known
                 seen.setdefault(name.lower(), set()).add(kind)
         return {name: kinds.pop() for name, kinds in seen.items() if len(kinds) == 1}
 
