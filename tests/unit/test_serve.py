@@ -349,3 +349,32 @@ def test_a_large_result_waits_on_disk_and_is_removed_once_fetched(tpch_dir):
         assert len(server.results.files) == 1
         directory = server.results.directory
     assert directory is not None and not os.path.exists(directory)  # the server's stop removed it
+
+
+def test_a_prepared_statement_bound_with_several_rows_answers_each_in_turn(server, tpch_dir):
+    """The specification's DoPut of a batch of parameter sets, through pyarrow's Flight client."""
+    client = raw_client(server)
+    sql = "SELECT n_name FROM nation WHERE n_nationkey = ?"
+    request = protocol.new("ActionCreatePreparedStatementRequest", query=sql)
+    (answer,) = client.do_action(flight.Action("CreatePreparedStatement", protocol.pack(request)), OPTIONS)
+    name, prepared = protocol.unpack(answer.body.to_pybytes())
+    assert name == "ActionCreatePreparedStatementResult"
+    assert pa.ipc.read_schema(pa.py_buffer(prepared.parameter_schema)).types == [pa.int64()]
+    handle = prepared.prepared_statement_handle
+    command = flight.FlightDescriptor.for_command(
+        protocol.pack(protocol.new("CommandPreparedStatementQuery", prepared_statement_handle=handle))
+    )
+    values = pa.table({"1": pa.array([3, 1, 24], pa.int64())})
+    writer, _ = client.do_put(command, values.schema, OPTIONS)
+    writer.write_table(values)
+    writer.close()
+    info = client.get_flight_info(command, OPTIONS)
+    got = client.do_get(info.endpoints[0].ticket, OPTIONS).read_all()
+    names = dict(oracle(tpch_dir).sql("SELECT n_nationkey, n_name FROM nation").fetchall())
+    assert got.column("n_name").to_pylist() == [names[k] for k in (3, 1, 24)]  # each row's answer in turn
+    close = protocol.new("ActionClosePreparedStatementRequest", prepared_statement_handle=handle)
+    assert (
+        list(client.do_action(flight.Action("ClosePreparedStatement", protocol.pack(close)), OPTIONS)) == []
+    )
+    with pytest.raises(KeyError, match="no such prepared statement"):
+        client.get_flight_info(command, OPTIONS)
