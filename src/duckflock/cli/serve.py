@@ -1,5 +1,5 @@
 """``duckflock serve``: an Arrow Flight SQL endpoint (flightsql/server.py) over ranks on this machine,
-as threads of this process or as an MPI job."""
+as threads of this process or as an MPI job, or over running Flight workers."""
 
 from __future__ import annotations
 

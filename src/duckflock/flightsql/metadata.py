@@ -1,5 +1,5 @@
 """The answers to Flight SQL's metadata commands, as Arrow tables of the schemas the specification
-gives (Apache Arrow's format/FlightSql.proto, at each Command message), from duckflock's catalog.
+gives (Apache Arrow's format/FlightSql.proto, at each Command message), from the session's tables.
 
 duckflock has one catalog and one schema: its tables, named ``duckflock`` and ``main`` here
 (DuckDB's own names for a database's default schema are ``main``)."""
