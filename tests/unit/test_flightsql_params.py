@@ -48,11 +48,16 @@ def test_only_placeholder_tokens_are_replaced():
     text = "SELECT '?' AS a, ? AS b, \"c?\" -- ?\nFROM t WHERE x = ?"
     assert len(placeholders(text)) == 2
     (query,) = bind(text, pa.table({"p": [1], "q": ["x"]}))
-    assert (
-        query
-        == "SELECT '?' AS a, CAST('1' AS BIGINT) AS b, \"c?\" -- ?\nFROM t WHERE x = CAST('x' AS VARCHAR)"
-    )
+    assert query == "SELECT '?' AS a, CAST('1' AS BIGINT) AS b, \"c?\" -- ?\nFROM t WHERE x = 'x'"
     assert bind_nulls(text) == "SELECT '?' AS a, NULL AS b, \"c?\" -- ?\nFROM t WHERE x = NULL"
+
+
+def test_text_takes_the_type_of_where_it_stands():
+    con = duckdb.connect()
+    cases = [("SELECT 2 * 3 > ?", "5"), ("SELECT date_trunc('month', DATE '1995-01-15') >= ?", "1995-01-01")]
+    for sql, text in cases:  # a VARCHAR compared with an INTEGER or a TIMESTAMP is refused
+        (query,) = bind(sql, pa.table({"p": [text]}))
+        assert con.execute(query).fetchall() == [(True,)], query
 
 
 def test_several_rows_give_a_query_each_and_a_wrong_count_is_refused():

@@ -29,7 +29,10 @@ def placeholders(query: str) -> list[tuple[int, int]]:
 
 
 def literals(row: pa.Table) -> list[str]:
-    """Each column of the one-row table ``row`` as a SQL literal of its DuckDB type."""
+    """Each column of the one-row table ``row`` as a SQL literal of its DuckDB type; text as a plain
+    string literal, which DuckDB types by where it stands (``2 * 3 > ?`` given '5' compares
+    integers; a VARCHAR there is refused), as clients send a value as text where the parameter's
+    type is not known (JDBC's setString)."""
     con = duckdb.connect()
     try:
         con.register("params", row.rename_columns([f"p{i}" for i in range(row.num_columns)]))
@@ -39,7 +42,13 @@ def literals(row: pa.Table) -> list[str]:
         con.close()
     assert values is not None
     pairs = zip(values[0::2], values[1::2], strict=True)
-    return [f"CAST({'NULL' if text is None else sql_literal(text)} AS {kind})" for text, kind in pairs]
+    return [_literal(text, kind) for text, kind in pairs]
+
+
+def _literal(text: str | None, kind: str) -> str:
+    if text is not None and kind == "VARCHAR":
+        return sql_literal(text)
+    return f"CAST({'NULL' if text is None else sql_literal(text)} AS {kind})"
 
 
 def bind_nulls(query: str) -> str:
