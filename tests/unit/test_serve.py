@@ -378,3 +378,20 @@ def test_a_prepared_statement_bound_with_several_rows_answers_each_in_turn(serve
     )
     with pytest.raises(KeyError, match="no such prepared statement"):
         client.get_flight_info(command, OPTIONS)
+
+
+def test_cancel_flight_info_drops_the_result_before_it_is_fetched(server):
+    client = raw_client(server)
+    info = client.get_flight_info(statement("SELECT * FROM nation"), OPTIONS)
+    request = protocol.new("CancelFlightInfoRequest", info=info.serialize()).SerializeToString()
+
+    def cancel(body: bytes) -> int:
+        (answer,) = client.do_action(flight.Action("CancelFlightInfo", body), OPTIONS)
+        return protocol.parse("CancelFlightInfoResult", answer.body.to_pybytes()).status
+
+    assert cancel(request) == 1  # CANCEL_STATUS_CANCELLED
+    with pytest.raises(KeyError, match="no result for this ticket"):
+        client.do_get(info.endpoints[0].ticket, OPTIONS).read_all()
+    assert cancel(request) == 0  # unspecified: nothing held any more
+    with pytest.raises(pa.ArrowInvalid, match="not a CancelFlightInfoRequest"):
+        cancel(b"\x0a\x03abc")

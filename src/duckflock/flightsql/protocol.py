@@ -69,6 +69,11 @@ _MESSAGES: dict[str, list[tuple[int, str, str, str]]] = {
     "CommandPreparedStatementQuery": [(1, "prepared_statement_handle", "bytes", "")],
     "CommandPreparedStatementUpdate": [(1, "prepared_statement_handle", "bytes", "")],
     "DoPutUpdateResult": [(1, "record_count", "int64", "")],
+    # Flight's own CancelFlightInfo action (Flight.proto, package arrow.flight.protocol), whose body
+    # is not wrapped in Any: the request's FlightInfo read as bytes (an embedded message is that on
+    # the wire, which FlightInfo.deserialize then reads), the result's CancelStatus enum as int32.
+    "CancelFlightInfoRequest": [(1, "info", "bytes", "")],
+    "CancelFlightInfoResult": [(1, "status", "int32", "")],
 }
 
 # Commands of the specification that a read-only server refuses, by name, rather than as unknown.

@@ -69,6 +69,16 @@ class ResultStore:
             held.discard()
         return flight.RecordBatchStream(reader.read_all())  # zero-copy: batches on the mapping
 
+    def drop(self, owner: str, handle: bytes) -> bool:
+        """Forget the result ``handle`` names, if held for ``owner``; whether it was."""
+        with self._lock:
+            held = self._held.get(handle)
+            if held is None or held.owner != owner:
+                return False
+            del self._held[handle]
+        held.discard()
+        return True
+
     def close(self) -> None:
         with self._lock:
             self._held.clear()

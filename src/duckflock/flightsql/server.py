@@ -36,6 +36,8 @@ from duckflock.sqltext import quote_ident as q
 PREFIX = "duckflock serve: "
 CREATE_PREPARED = "CreatePreparedStatement"
 CLOSE_PREPARED = "ClosePreparedStatement"
+CANCEL_FLIGHT_INFO = "CancelFlightInfo"
+CANCEL_STATUS = {"unspecified": 0, "cancelled": 1}  # Flight.proto's CancelStatus
 GONE_POLL_S = 0.2  # how often a running query looks whether its client has gone
 
 T = TypeVar("T")
@@ -157,6 +159,8 @@ class FlightSqlServer(flight.FlightServerBase):
             request = _body(action, "ActionCreatePreparedStatementRequest")
             prepared = self._prepare(_Call(caller, context.is_cancelled), request.query)
             return [flight.Result(protocol.pack(prepared))]
+        if action.type == CANCEL_FLIGHT_INFO:
+            return [flight.Result(self._cancel(caller, action.body.to_pybytes()))]
         if action.type == CLOSE_PREPARED:
             request = _body(action, "ActionClosePreparedStatementRequest")
             with self._lock:
@@ -172,6 +176,7 @@ class FlightSqlServer(flight.FlightServerBase):
         return [
             flight.ActionType(CREATE_PREPARED, "prepare a query with ? parameters"),
             flight.ActionType(CLOSE_PREPARED, "close a prepared statement"),
+            flight.ActionType(CANCEL_FLIGHT_INFO, "drop a query's result before it is fetched"),
         ]
 
     def list_flights(self, context, criteria):
@@ -270,6 +275,23 @@ class FlightSqlServer(flight.FlightServerBase):
             dataset_schema=dataset,
             parameter_schema=parameters,
         )
+
+    def _cancel(self, caller: str, body: bytes) -> bytes:
+        """CancelFlightInfo: a query has run by the time its client holds the FlightInfo (GetFlightInfo
+        answers once it has), so what is left to cancel is its result, which is dropped. Status
+        cancelled; unspecified where the result was not held (fetched, timed out, or not yours)."""
+        try:
+            request = protocol.parse("CancelFlightInfoRequest", body)
+            info = flight.FlightInfo.deserialize(request.info)
+        except (protocol.BadMessage, pa.ArrowException):
+            raise pa.ArrowInvalid(f"{PREFIX}not a CancelFlightInfoRequest") from None
+        dropped = False
+        for endpoint in info.endpoints:
+            name, ticket = _unpacked(endpoint.ticket.ticket)
+            if name == "TicketStatementQuery":
+                dropped |= self.results.drop(caller, ticket.statement_handle)
+        status = CANCEL_STATUS["cancelled" if dropped else "unspecified"]
+        return protocol.new("CancelFlightInfoResult", status=status).SerializeToString()
 
     def _statement(self, caller: str, message: Any) -> _Prepared:
         with self._lock:
