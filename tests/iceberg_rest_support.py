@@ -4,10 +4,7 @@ run by the machine's Java with a SQLite catalog and a warehouse in a local direc
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -16,49 +13,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-POM = REPO / "tests" / "iceberg_rest" / "pom.xml"
-FETCH_TIMEOUT_S = 600
+from maven_support import maven_jars, tail
+
+POM = Path(__file__).resolve().parent / "iceberg_rest" / "pom.xml"
 START_TIMEOUT_S = 120  # a JVM starting on two busy cores
 
 
-def _tail(text: str, lines: int = 15) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
 def server_jars() -> Path:
-    """The directory of the server's jars, fetched by Maven on first use (one fetch per POM, even
-    with several test processes at once)."""
-    cache = REPO / ".cache" / "iceberg-rest"
-    lib = cache / hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
-    if lib.is_dir():
-        return lib
-    for tool in ("mvn", "java"):
-        if shutil.which(tool) is None:
-            raise RuntimeError(f"the Iceberg REST catalog tests need {tool!r} on PATH (Java 17 and Maven)")
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if lib.is_dir():
-            return lib
-        part = cache / "partial"
-        shutil.rmtree(part, ignore_errors=True)
-        argv = ["mvn", "-q", "-B", "-Dstyle.color=never", "-f", str(POM), "dependency:copy-dependencies"]
-        argv += [f"-DoutputDirectory={part}", "-DincludeScope=runtime"]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(
-                f"fetching Apache Iceberg's REST catalog server from Maven Central took over "
-                f"{FETCH_TIMEOUT_S} s ({' '.join(argv)})"
-            ) from None
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"cannot fetch Apache Iceberg's REST catalog server from Maven Central "
-                f"({' '.join(argv)}):\n{_tail(done.stdout + done.stderr)}"
-            )
-        part.rename(lib)
-    return lib
+    """The directory of the server's jars, fetched by Maven on first use."""
+    return maven_jars(POM, "iceberg-rest", "Apache Iceberg's REST catalog server")
 
 
 @contextmanager
@@ -91,7 +54,7 @@ def rest_catalog(base: Path) -> Iterator[str]:
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"Iceberg's REST catalog server did not start:\n{_tail(log_path.read_text())}"
+                        f"Iceberg's REST catalog server did not start:\n{tail(log_path.read_text())}"
                     ) from None
                 time.sleep(0.2)
         yield uri

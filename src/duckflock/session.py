@@ -215,6 +215,14 @@ class Session:
         total = f"\ntotal {outcome.seconds:.3f} s, {outcome.table.num_rows:,} result rows"
         return explain_plan(outcome.plan, outcome.stats) + total
 
+    def schema(self, query: str) -> tuple[pa.Schema, tuple[str, ...]]:
+        """The Arrow schema of ``query``'s result and its columns' DuckDB types, from its plan:
+        nothing runs."""
+        with self._turn:
+            self._check_open()
+            plan = self._backend.plan(query)
+        return plan.output_schema, plan.output_types
+
     def close(self) -> None:
         with self._turn:
             if not self._closed:

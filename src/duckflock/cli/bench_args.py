@@ -7,7 +7,7 @@ import argparse
 
 
 def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="benchmarks: seed join, exchange, TPC-H, lake, memory, Flight, netem")
+    b = sub.add_parser("bench", help="benchmarks: seed, exchange, TPC-H, lake, memory, Flight, netem, serve")
     bsub = b.add_subparsers(dest="bench", required=True)
     bs = bsub.add_parser("seed", help="the seed report's join vs single-process DuckDB")
     bs.add_argument("--sf", default="0.1,0.5,1", help="scale factors, comma separated")
@@ -31,6 +31,8 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     bt.add_argument("--out", default="bench-results/tpch", help="output directory")
 
     _add_lake(bsub)
+
+    _add_serve(bsub)
 
     bm = bsub.add_parser("memory", help="peak memory vs DuckDB: in a memory cgroup (root), or without")
     bm.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
@@ -82,3 +84,13 @@ def _add_lake(bsub: argparse._SubParsersAction) -> None:
     )
     bl.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
     bl.add_argument("--out", default="bench-results/lake", help="output directory")
+
+
+def _add_serve(bsub: argparse._SubParsersAction) -> None:
+    bv = bsub.add_parser("serve", help="TPC-H through duckflock serve (ADBC) vs the session in-process")
+    bv.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
+    bv.add_argument("--ranks", type=int, default=2, help="ranks, as threads (default 2)")
+    bv.add_argument("--runs", type=int, default=3, help="timed runs per query and way (median reported)")
+    bv.add_argument("--queries", default=None, help="only these query numbers, comma separated")
+    bv.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
+    bv.add_argument("--out", default="bench-results/serve", help="output directory")

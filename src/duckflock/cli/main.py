@@ -1,4 +1,4 @@
-"""`duckflock` command: datagen | load | sql | explain | bench | demo.
+"""`duckflock` command: datagen | load | worker | serve | sql | explain | bench | demo.
 
 Queries (sql, explain --analyze) started outside an MPI job run their ranks as threads of a child
 process (exec/forked.py), or, with fewer ranks per process (DUCKFLOCK_RANKS_PER_PROCESS), re-launch
@@ -18,6 +18,7 @@ import sys
 
 from duckflock.cli.bench_args import add_bench_parsers
 from duckflock.cli.errors_out import print_error, print_warning
+from duckflock.cli.serve import add_serve_parser
 from duckflock.cli.terminal import launch_env
 from duckflock.errors import DuckflockError
 from duckflock.exec.forked import exit_child, fork_job, interrupted_exit_code, note_interrupt
@@ -40,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_datagen(sub)
     _add_load(sub)
     _add_worker(sub)
+    add_serve_parser(sub)
     for name, text in (("sql", "run a query"), ("explain", "show the distributed plan of a query")):
         _add_query(sub.add_parser(name, help=text), name)
     add_bench_parsers(sub)
@@ -290,6 +292,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from duckflock.cli.commands import run_worker
 
         return run_worker(args)
+    if args.command == "serve":
+        from duckflock.cli.serve import run_serve
+
+        return run_serve(args)
     if args.command in ("sql", "explain") and args.workers:
         from duckflock.cli.commands import run_on_workers
 

@@ -54,7 +54,7 @@ class FlightWorkers:
                     )
             deadline = time.monotonic() + timeout
             for i, proc in enumerate(self.procs):
-                self.addresses.append(_listening_address(proc, deadline, workdir / f"worker{i}.log"))
+                self.addresses.append(listening_address(proc, deadline, workdir / f"worker{i}.log"))
         except BaseException:
             self.stop()
             raise
@@ -84,9 +84,12 @@ class FlightWorkers:
         self.stop()
 
 
-def _listening_address(proc: subprocess.Popen, deadline: float, log: Path) -> str:
-    """HOST:PORT from the worker's start-up line (it picks a free port itself). Raw reads, not
-    readline: a line wrapped by the worker's console must not leave text stuck in a buffer."""
+def listening_address(
+    proc: subprocess.Popen, deadline: float, log: Path, what: str = "a duckflock worker"
+) -> str:
+    """HOST:PORT from the start-up line of a worker (or of ``duckflock serve``): it picks a free port
+    itself. Raw reads, not readline: a line wrapped by its console must not leave text stuck in a
+    buffer."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     seen = b""
@@ -97,10 +100,8 @@ def _listening_address(proc: subprocess.Popen, deadline: float, log: Path) -> st
             if not chunk:
                 break
             seen += chunk
-            m = re.search(rb"on grpc\+(?:tcp|tls)://(\S+):(\d+)", seen.replace(b"\n", b" "))
+            m = re.search(rb"on grpc(?:\+tcp|\+tls)?://(\S+):(\d+)", seen.replace(b"\n", b" "))
             if m:
                 return f"{m.group(1).decode()}:{m.group(2).decode()}"
     tail = log.read_text()[-2000:] if log.exists() else ""
-    raise DuckflockError(
-        f"a duckflock worker did not start: {seen.decode(errors='replace').strip()!r} {tail}"
-    )
+    raise DuckflockError(f"{what} did not start: {seen.decode(errors='replace').strip()!r} {tail}")

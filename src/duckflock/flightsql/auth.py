@@ -1,0 +1,105 @@
+"""Who may call ``duckflock serve``: a bearer token given to the server, or a username and password
+exchanged for a bearer token of the connection's own (Flight's "basic token" handshake, which ADBC
+and JDBC clients do when given a username and password).
+
+Every call carries ``authorization: Basic <base64 user:password>`` (answered with a new token in the
+``authorization: Bearer`` response header) or ``authorization: Bearer <token>``. The token a call
+carried is its caller's identity: the results and prepared statements it creates are that caller's
+alone."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import secrets
+import threading
+import time
+
+import pyarrow.flight as flight
+
+ISSUED_TOKEN_LIFETIME_S = 24 * 3600.0  # a password login's token, from its last use
+
+
+class Credentials:
+    """What the server accepts: ``token`` and/or ``username`` with ``password``."""
+
+    def __init__(self, token: str | None, username: str | None, password: str | None):
+        self.token = token
+        self.username = username
+        self.password = password
+        self._issued: dict[str, float] = {}  # a password login's token -> when it was last used
+        self._lock = threading.Lock()
+
+    def caller(self, authorization: str) -> tuple[str, bool]:
+        """(the caller's identity: its bearer token, whether that token is newly issued) for an
+        ``authorization`` header value; FlightUnauthenticatedError for anything else."""
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer" and self._bearer_ok(value.strip()):
+            return value.strip(), False
+        if scheme.lower() == "basic" and self._password_ok(value.strip()):
+            token = secrets.token_urlsafe(32)
+            with self._lock:
+                self._issued[token] = time.monotonic()
+            return token, True
+        raise flight.FlightUnauthenticatedError(
+            "duckflock serve: invalid or missing credentials (a bearer token, or username and password)"
+        )
+
+    def _bearer_ok(self, given: str) -> bool:
+        if self.token is not None and hmac.compare_digest(given.encode(), self.token.encode()):
+            return True
+        now = time.monotonic()
+        with self._lock:
+            for token, used in list(self._issued.items()):
+                if now - used > ISSUED_TOKEN_LIFETIME_S:
+                    del self._issued[token]
+            if given in self._issued:
+                self._issued[given] = now
+                return True
+        return False
+
+    def _password_ok(self, value: str) -> bool:
+        if self.username is None or self.password is None:
+            return False
+        padded = value + "=" * (-len(value) % 4)  # Go's Flight client leaves the padding out
+        try:
+            user, colon, password = base64.b64decode(padded, validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        # Both compared, whatever the first gave: the time taken tells nothing of which was wrong.
+        user_ok = hmac.compare_digest(user.encode(), self.username.encode())
+        password_ok = hmac.compare_digest(password.encode(), self.password.encode())
+        return bool(colon) and user_ok and password_ok
+
+
+class CallerMiddleware(flight.ServerMiddleware):
+    def __init__(self, identity: str, issued: bool):
+        self.identity = identity
+        self._issued = issued
+
+    def sending_headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.identity}"} if self._issued else {}
+
+
+class AuthMiddleware(flight.ServerMiddlewareFactory):
+    """Checks every call's ``authorization`` header against ``credentials``."""
+
+    def __init__(self, credentials: Credentials):
+        self.credentials = credentials
+
+    def start_call(self, info, headers):
+        values = headers.get("authorization") or headers.get("Authorization") or [""]
+        value = values[0].decode() if isinstance(values[0], bytes) else values[0]
+        return CallerMiddleware(*self.credentials.caller(value))
+
+
+class NoHandshake(flight.ServerAuthHandler):
+    """Flight's Handshake call, accepted with nothing exchanged: the credentials travel in headers,
+    which ``AuthMiddleware`` checks (gRPC answers a server without a handler UNIMPLEMENTED)."""
+
+    def authenticate(self, outgoing, incoming):
+        pass
+
+    def is_valid(self, token):
+        return ""
