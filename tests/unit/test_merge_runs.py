@@ -134,6 +134,9 @@ def test_order_by_results_equal_duckdbs_on_1_to_4_ranks(data, ranks):
             assert_same(result.arrow(), ref.sql(query).to_arrow_table(), order)
             merged = any("merged the ranks' sorted runs" in s.note for s in result.stats)
             assert merged == (ranks > 1), query
+        # An OFFSET without LIMIT: sorted on the driver as before.
+        query = "SELECT i, s FROM t ORDER BY i DESC OFFSET 5"
+        assert_same(db.sql(query).arrow(), ref.sql(query).to_arrow_table(), ["i"])
 
 
 @pytest.mark.parametrize("decimal", [pa.decimal32(7, 2), pa.decimal64(15, 3), pa.decimal256(18, 1)])

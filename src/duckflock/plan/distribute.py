@@ -605,7 +605,7 @@ class _Planner:
         big = child.bytes > self.config.range_sort_threshold_bytes
         if isinstance(node, Sort) and node.limit is None and not node.offset and big:
             return self.range_sort(node, child)
-        if isinstance(node, Sort) and node.limit is None:
+        if isinstance(node, Sort) and node.limit is None and not node.offset:
             return self.merge_sort(node, child)
         # Top-k on every rank first: each rank sends at most limit + offset rows to the driver
         # (no more than DuckDB's largest LIMIT, which no rank's rows reach anyway).
