@@ -553,6 +553,16 @@ def test_order_by_without_limit_is_sorted_on_every_rank_and_merged_on_the_driver
     assert isinstance(final.root.child, ExchangeRead)
 
 
+def test_order_by_without_limit_is_sorted_by_the_driver_where_all_ranks_are_its_threads(plan):
+    p = plan("SELECT k, v FROM ua ORDER BY v", per_process=4)
+    [local] = [s for s in p.stages if not s.on_driver]
+    assert not any(isinstance(n, Sort) for n in walk(local.root))
+    [sort] = nodes(p, Sort)
+    assert not sort.merge and sort.limit is None
+    merged = plan("SELECT k, v FROM ua ORDER BY v", per_process=4, merge_sort_in_process=True)
+    assert [n.merge for n in nodes(merged, Sort)] == [False, True]
+
+
 def test_big_order_by_without_limit_is_a_parallel_range_sort(plan):
     p = plan("SELECT k, v FROM ua ORDER BY v DESC, k", range_sort_threshold_bytes=0)
     assert exchange_kinds(p) == ["sort", "gather"]

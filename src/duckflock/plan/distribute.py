@@ -605,7 +605,8 @@ class _Planner:
         big = child.bytes > self.config.range_sort_threshold_bytes
         if isinstance(node, Sort) and node.limit is None and not node.offset and big:
             return self.range_sort(node, child)
-        if isinstance(node, Sort) and node.limit is None and not node.offset:
+        several_processes = self.per_process < self.size or self.config.merge_sort_in_process
+        if isinstance(node, Sort) and node.limit is None and not node.offset and several_processes:
             return self.merge_sort(node, child)
         # Top-k on every rank first: each rank sends at most limit + offset rows to the driver
         # (no more than DuckDB's largest LIMIT, which no rank's rows reach anyway).
@@ -622,7 +623,7 @@ class _Planner:
 
     def merge_sort(self, node: Sort, child: Placed) -> Placed:
         """Every rank sorts its rows, the driver merges the sorted runs gathered in rank order: no
-        process sorts the whole result, whatever its estimated size."""
+        process sorts the whole result, whatever its estimated size (config.merge_sort_in_process)."""
         est = (child.rows, child.bytes)
         local = Sort(child.node.columns, child=child.node, keys=node.keys)
         gathered = Exchange(
