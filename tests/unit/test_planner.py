@@ -563,6 +563,13 @@ def test_order_by_without_limit_is_sorted_by_the_driver_where_all_ranks_are_its_
     assert [n.merge for n in nodes(merged, Sort)] == [False, True]
 
 
+def test_order_by_several_keys_is_sorted_by_the_driver_alone(plan):
+    """The driver merges runs on one key; on several it would sort everything again."""
+    p = plan("SELECT k, v FROM ua ORDER BY v, k")
+    [sort] = nodes(p, Sort)
+    assert not sort.merge and sort.limit is None
+
+
 def test_big_order_by_without_limit_is_a_parallel_range_sort(plan):
     p = plan("SELECT k, v FROM ua ORDER BY v DESC, k", range_sort_threshold_bytes=0)
     assert exchange_kinds(p) == ["sort", "gather"]

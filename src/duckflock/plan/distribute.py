@@ -602,12 +602,14 @@ class _Planner:
         child = self.place(node.child)
         if child.single or self.size == 1:
             return Placed(node.with_children((child.node,)), child.parts, child.rows, child.width)
-        big = child.bytes > self.config.range_sort_threshold_bytes
-        if isinstance(node, Sort) and node.limit is None and not node.offset and big:
-            return self.range_sort(node, child)
-        several_processes = self.per_process < self.size or self.config.merge_sort_in_process
-        if isinstance(node, Sort) and node.limit is None and not node.offset and several_processes:
-            return self.merge_sort(node, child)
+        if isinstance(node, Sort) and node.limit is None and not node.offset:
+            if child.bytes > self.config.range_sort_threshold_bytes:
+                return self.range_sort(node, child)
+            # The driver merges one key (exec/merge_runs.py); for several it would sort everything
+            # again, and the ranks' sorts would be wasted.
+            several_processes = self.per_process < self.size or self.config.merge_sort_in_process
+            if len(node.keys) == 1 and several_processes:
+                return self.merge_sort(node, child)
         # Top-k on every rank first: each rank sends at most limit + offset rows to the driver
         # (no more than DuckDB's largest LIMIT, which no rank's rows reach anyway).
         if node.limit is None:
