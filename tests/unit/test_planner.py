@@ -541,11 +541,33 @@ def test_order_by_limit_is_a_top_k_on_every_rank_before_the_gather(plan, limit, 
     assert isinstance(final.root.child, ExchangeRead)
 
 
-def test_order_by_without_limit_sorts_only_on_the_driver(plan):
+def test_order_by_without_limit_is_sorted_on_every_rank_and_merged_on_the_driver(plan):
     p = plan("SELECT k, v FROM ua ORDER BY v")
+    assert exchange_kinds(p) == ["gather"]
+    [local] = [s for s in p.stages if not s.on_driver]
+    [final] = [s for s in p.stages if s.on_driver]
+    assert local.output is not None and local.output.ordered  # runs arrive in rank order
+    assert isinstance(local.root, Sort) and not local.root.merge and local.root.limit is None
+    assert isinstance(final.root, Sort) and final.root.merge
+    assert final.root.keys == local.root.keys
+    assert isinstance(final.root.child, ExchangeRead)
+
+
+def test_order_by_without_limit_is_sorted_by_the_driver_where_all_ranks_are_its_threads(plan):
+    p = plan("SELECT k, v FROM ua ORDER BY v", per_process=4)
     [local] = [s for s in p.stages if not s.on_driver]
     assert not any(isinstance(n, Sort) for n in walk(local.root))
-    assert [n.limit for n in nodes(p, Sort)] == [None]
+    [sort] = nodes(p, Sort)
+    assert not sort.merge and sort.limit is None
+    merged = plan("SELECT k, v FROM ua ORDER BY v", per_process=4, merge_sort_in_process=True)
+    assert [n.merge for n in nodes(merged, Sort)] == [False, True]
+
+
+def test_order_by_several_keys_is_sorted_by_the_driver_alone(plan):
+    """The driver merges runs on one key; on several it would sort everything again."""
+    p = plan("SELECT k, v FROM ua ORDER BY v, k")
+    [sort] = nodes(p, Sort)
+    assert not sort.merge and sort.limit is None
 
 
 def test_big_order_by_without_limit_is_a_parallel_range_sort(plan):

@@ -50,7 +50,7 @@ def fast_targets(rt: Runtime, qid: int, table: pa.Table, keys: tuple[str, ...]) 
     """Targets for one plain numeric/date key column, computed with numpy; None when the keys need
     the general SQL path. A collective when it returns an array: every rank takes the same path,
     since the decision depends only on the plan and the (common) schema."""
-    parsed = _keys(keys)
+    parsed = sort_keys(keys)
     if len(parsed) != 1:
         return None
     expr, desc, nulls_first = parsed[0]
@@ -79,7 +79,7 @@ def fast_targets(rt: Runtime, qid: int, table: pa.Table, keys: tuple[str, ...]) 
     return buckets.astype(np.uint16)
 
 
-def _keys(keys: tuple[str, ...]) -> list[SortKey]:
+def sort_keys(keys: tuple[str, ...]) -> list[SortKey]:
     """(expression SQL, descending, nulls first) for each ORDER BY key."""
     import sqlglot  # only when sorting: keeps sqlglot out of ranks that never need it
 
@@ -100,7 +100,7 @@ def target_sql(rt: Runtime, qid: int, table: str, keys: tuple[str, ...]) -> str:
     """SQL computing each row's target rank; a collective: every rank must call it. The splitters
     are registered as the table ``SPLITTERS_TABLE`` (one row per splitter, in their exact types),
     which the SQL reads: no value is written out as text."""
-    parsed = _keys(keys)
+    parsed = sort_keys(keys)
     sampled = rt.con.sql(sort_key_sample(table, parsed, SAMPLE_ROWS_PER_RANK))
     if any(_nested(str(t)) for t in sampled.types):
         # NULLs inside structs and lists order by rules no comparison operator reproduces:

@@ -21,7 +21,7 @@ from duckflock.exchange.arrays import arrow_array
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
-from duckflock.exec import adaptive, hive_prune, partition_runs, range_sort, skew
+from duckflock.exec import adaptive, hive_prune, merge_runs, partition_runs, range_sort, skew
 from duckflock.exec.memory import release_free_memory
 from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
@@ -29,7 +29,7 @@ from duckflock.exec.scan_stats import ScanRecorder, ScanStats
 from duckflock.local_duckdb import arrow_exact, fetch_as_duckdb_returns, joins_as_written
 from duckflock.plan import streaming
 from duckflock.plan.kinds import ExchangeKind, SkewRole
-from duckflock.plan.nodes import DriverQuery, ExchangeRead, Join, Node, Scan, WithSubqueries, walk
+from duckflock.plan.nodes import DriverQuery, ExchangeRead, Join, Node, Scan, Sort, WithSubqueries, walk
 from duckflock.plan.render import driver_sql, exchange_table, render
 from duckflock.plan.skew import rescannable
 from duckflock.plan.sql_text import (
@@ -429,6 +429,12 @@ def _result(run: _StageRun, root: Node, inputs: dict[int, pa.Table], schema: pa.
             table = fetch_as_duckdb_returns(run.con, everything(exchange_table(root.xid)), True)
         return table
     t0 = time.perf_counter()
+    if isinstance(root, Sort) and root.merge and isinstance(root.child, ExchangeRead):
+        merged = merge_runs.merge(inputs[root.child.xid], root.keys, root.columns)
+        if merged is not None and merged.schema.types == schema.types:
+            run.stats.compute_s += time.perf_counter() - t0
+            run.stats.set_note(f"merged the ranks' sorted runs of x{root.child.xid}")
+            return merged
     if isinstance(root, DriverQuery):
         result = _driver_result(run, root)
     else:

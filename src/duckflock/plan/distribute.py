@@ -602,12 +602,16 @@ class _Planner:
         child = self.place(node.child)
         if child.single or self.size == 1:
             return Placed(node.with_children((child.node,)), child.parts, child.rows, child.width)
-        big = child.bytes > self.config.range_sort_threshold_bytes
-        if isinstance(node, Sort) and node.limit is None and not node.offset and big:
-            return self.range_sort(node, child)
+        if isinstance(node, Sort) and node.limit is None and not node.offset:
+            if child.bytes > self.config.range_sort_threshold_bytes:
+                return self.range_sort(node, child)
+            # The driver merges one key (exec/merge_runs.py); for several it would sort everything
+            # again, and the ranks' sorts would be wasted.
+            several_processes = self.per_process < self.size or self.config.merge_sort_in_process
+            if len(node.keys) == 1 and several_processes:
+                return self.merge_sort(node, child)
         # Top-k on every rank first: each rank sends at most limit + offset rows to the driver
         # (no more than DuckDB's largest LIMIT, which no rank's rows reach anyway).
-        # Without a limit a local sort would be wasted: the driver sorts everything again.
         if node.limit is None:
             local = child.node
         else:
@@ -618,6 +622,17 @@ class _Planner:
                 local = Limit(child.node.columns, child=child.node, limit=top)
         gathered = self.to_single(replace(child, node=local))
         return Placed(node.with_children((gathered.node,)), (Single(),), child.rows, child.width)
+
+    def merge_sort(self, node: Sort, child: Placed) -> Placed:
+        """Every rank sorts its rows, the driver merges the sorted runs gathered in rank order: no
+        process sorts the whole result, whatever its estimated size (config.merge_sort_in_process)."""
+        est = (child.rows, child.bytes)
+        local = Sort(child.node.columns, child=child.node, keys=node.keys)
+        gathered = Exchange(
+            local.columns, child=local, kind=ExchangeKind.GATHER, target=Single(), ordered=True, est=est
+        )
+        merged = replace(node, child=gathered, merge=True)
+        return Placed(merged, (Single(),), child.rows, child.width)
 
     def range_sort(self, node: Sort, child: Placed) -> Placed:
         """Sort in parallel (the sort-merge join's partitioning phase): rows go to ranks by sampled

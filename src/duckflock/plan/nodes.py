@@ -230,11 +230,15 @@ class Sort(Unary):
     keys: tuple[str, ...] = ()  # SQL with ASC/DESC and NULLS FIRST/LAST
     limit: int | None = None
     offset: int = 0
+    # The input is each rank's rows sorted on ``keys``, in rank order: the driver merges these runs
+    # (exec/merge_runs.py) instead of sorting, where the keys allow.
+    merge: bool = False
 
     def explain_line(self) -> str:
         lim = f" limit {self.limit}" if self.limit is not None else ""
         off = f" offset {self.offset}" if self.offset else ""
-        return f"Sort {', '.join(self.keys)}{lim}{off}"
+        what = "Merge sorted runs on" if self.merge else "Sort"
+        return f"{what} {', '.join(self.keys)}{lim}{off}"
 
 
 @dataclass(frozen=True, eq=False)

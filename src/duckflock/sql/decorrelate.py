@@ -25,6 +25,7 @@ from duckflock.sql.scopes import conjuncts, from_items, outer_columns
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _STRICT_AGGS = (exp.Sum, exp.Avg, exp.Min, exp.Max)
 _STRICT_SCALARS = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Paren, exp.Cast)
+_VOLATILE = {"random", "uuid", "gen_random_uuid", "nextval", "currval", "setseed"}
 _BLOCKING = ("group", "having", "order", "limit", "offset", "distinct", "qualify", "windows", "with_", "with")
 
 
@@ -79,13 +80,14 @@ def _rewrite(select: exp.Select, conj: exp.Expr, sub: exp.Subquery, name: str, t
     if found is None:
         return False
     keys, plain = found
+    reduced = _outer_keys(select, keys, conj, name)
     on = exp.and_(
         *[
             exp.EQ(this=exp.column(f"_k{n}", table=name, quoted=True), expression=o.copy())
             for n, (_, o) in enumerate(keys)
         ]
     )
-    derived = _grouped_by_keys(body, value, keys, plain)
+    derived = _grouped_by_keys(body, value, keys, plain, reduced)
     select.append(
         "joins",
         exp.Join(this=exp.Subquery(this=derived, alias=exp.TableAlias(this=exp.to_identifier(name))), on=on),
@@ -143,21 +145,69 @@ def _equi_correlation(
     return keys, plain
 
 
+def _outer_keys(
+    select: exp.Select, keys: list[tuple[exp.Column, exp.Column]], conj: exp.Expr, name: str
+) -> exp.Join | None:
+    """A join restricting the subquery's rows to the keys outer rows can have (the "magic set" of
+    DuckDB's delim join): the distinct outer key values of the one FROM item they come from, under
+    the WHERE conjuncts on that item alone. TPC-H Q17 then averages the lineitems of 200 parts per
+    SF 1, not of all 200,000. Exact: every outer row that can meet a group has such a key (a row
+    whose item is NULL-extended has NULL keys and meets none). None when the keys come from
+    several items or no conjunct filters theirs: the restriction would cost a join and save nothing."""
+    tables = {o.table for _, o in keys}
+    if len(tables) != 1:
+        return None
+    (alias,) = tables
+    item = from_items(select).get(alias)
+    where = select.args.get("where")
+    if item is None or where is None:
+        return None
+    filters = [c for c in conjuncts(where.this) if c is not conj and _only_of(c, alias)]
+    if not filters:
+        return None
+    magic = f"{name}_m"
+    distinct = exp.select(*[exp.alias_(o.copy(), f"_m{n}", quoted=True) for n, (_, o) in enumerate(keys)])
+    distinct = distinct.from_(item.copy()).where(exp.and_(*[c.copy() for c in filters])).distinct()
+    on = exp.and_(
+        *[
+            exp.EQ(this=i.copy(), expression=exp.column(f"_m{n}", table=magic, quoted=True))
+            for n, (i, _) in enumerate(keys)
+        ]
+    )
+    return exp.Join(
+        this=exp.Subquery(this=distinct, alias=exp.TableAlias(this=exp.to_identifier(magic))), on=on
+    )
+
+
+def _only_of(conj: exp.Expr, alias: str) -> bool:
+    """Whether a WHERE conjunct reads columns of the FROM item ``alias`` and of no other item of
+    its SELECT or an enclosing one, and gives the same answer each time it is evaluated."""
+    columns = outer_columns(conj)
+    if not columns or any(c.table != alias for c in columns):
+        return False
+    names = {f.name.lower() for f in conj.find_all(exp.Func) if isinstance(f, exp.Anonymous)}
+    volatile = any(True for _ in conj.find_all(exp.Rand, exp.AggFunc, exp.Window))
+    return not volatile and not names & _VOLATILE
+
+
 def _grouped_by_keys(
     body: exp.Select,
     value: exp.Expr,
     keys: list[tuple[exp.Column, exp.Column]],
     plain: list[exp.Expr],
+    reduced: exp.Join | None,
 ) -> exp.Select:
-    """The subquery as a derived table: its value ``_v`` per inner key ``_k0``, ``_k1``, ..."""
+    """The subquery as a derived table: its value ``_v`` per inner key ``_k0``, ``_k1``, ...; only
+    for the keys of ``reduced`` when given."""
     derived = exp.select(exp.alias_(value.copy(), "_v", quoted=True))
     for n, (i, _) in enumerate(keys):
         derived = derived.select(exp.alias_(i.copy(), f"_k{n}", quoted=True), copy=False)
     from_ = body.args.get("from_") or body.args.get("from")
     assert from_ is not None  # only SELECTs with a FROM are decorrelated
     derived.set("from_", from_.copy())
-    if body.args.get("joins"):
-        derived.set("joins", [j.copy() for j in body.args["joins"]])
+    joins = [j.copy() for j in body.args.get("joins") or []] + ([reduced] if reduced is not None else [])
+    if joins:
+        derived.set("joins", joins)
     if plain:
         derived.set("where", exp.Where(this=exp.and_(*[c.copy() for c in plain])))
     derived.set("group", exp.Group(expressions=[i.copy() for i, _ in keys]))
