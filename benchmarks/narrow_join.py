@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 
 import duckflock
+from duckflock.catalog.catalog import CATALOG_FILE
 from duckflock.testing.tables import oracle
 from duckflock_bench.measure import cores, median, timed
 
@@ -27,7 +28,7 @@ MULTIPLIERS = {"r": 1_000_003, "s": 7_919}
 
 
 def generate(data: Path, rows: int, ranks: int) -> None:
-    if (data / "catalog.json").exists():
+    if (data / CATALOG_FILE).exists():
         return
     with tempfile.TemporaryDirectory() as raw:
         con = duckdb.connect()
