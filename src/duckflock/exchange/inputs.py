@@ -21,6 +21,11 @@ from duckflock.exchange.shuffle import ExchangeStats, grant, pipe_exchange, read
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exchange.stream import StreamedInput
 
+# Messages in flight to a stream DuckDB reads, over all its senders. Few, whatever the memory
+# budget: producers sharing the rank's cores with the stream's consumer yield them instead of
+# running ahead of it (past the budget into spill files, within it into memory).
+CREDIT_BYTES = 4 << 20
+
 
 @dataclass
 class _Receiving:
@@ -55,10 +60,9 @@ class QueryInputs:
 
     def _stream(self, xid: int, senders: list[int]) -> StreamedInput:
         """A streamed input whose senders wait for credit while DuckDB has it: each may have
-        ``window`` messages not yet pulled, over all senders about half of the query's budget for
-        received data (messages are about ``chunk_bytes``; a sender with fewer in flight would
-        idle)."""
-        window = max(2, self.spill.budget_bytes // (2 * self.chunk_bytes * len(senders)))
+        ``window`` messages not yet pulled, over all senders about ``CREDIT_BYTES`` (messages are
+        about ``chunk_bytes``), two at least (a sender with fewer in flight would idle)."""
+        window = max(2, CREDIT_BYTES // (self.chunk_bytes * len(senders)))
 
         def granted(sender: int, taken: int, window: int) -> None:
             grant(self.mux, self.qid, xid, sender, taken, window)
