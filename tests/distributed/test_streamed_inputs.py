@@ -81,6 +81,25 @@ def test_streamed_inputs_match_duckdb_and_spill(data, tmp_path, transport):
     assert all(spilled.values()), spilled
 
 
+@pytest.mark.parametrize("transport", ["threads", "mpi"])
+def test_streams_stay_in_memory_where_the_budget_has_room(data, tmp_path, transport):
+    """With the budget derived from the node's memory (a rank's share of 2 GiB here: about 180 MB for
+    received data), the streamed f (about 7 MB a rank, more than the fixed 4 MiB per rank streams
+    kept before) is never spilled, and the profile counts it as kept in memory."""
+    base = tmp_path / "scratch"
+    config = {**TIGHT, "temp_dir": str(base)}
+    del config["exchange_memory_bytes"]
+    ref = oracle(data)
+    with duckflock.connect(str(data), ranks=2, transport=transport, config=config) as db:
+        for name in ("join", "both sides shuffled"):
+            result = db.sql(QUERIES[name], profile=True)
+            assert_same(result.arrow(), ref.sql(QUERIES[name]).to_arrow_table())
+            assert any(s.streamed for s in result.stats), name
+            assert sum(s.exchange.bytes_spilled for s in result.stats) == 0, name
+            for rank in (0, 1):
+                assert sum(s.exchange.bytes_kept for s in result.stats if s.rank == rank) > 0, (name, rank)
+
+
 def test_producer_failing_mid_stream_ends_the_query(data):
     """The row that cannot be cast is in the middle of f: the join stage is streaming by then."""
     sql = "SELECT count(*) FROM f JOIN d ON CAST(substr(f.s, 21) AS BIGINT) % 50000 = d.k2"

@@ -83,13 +83,31 @@ def test_broadcast_bound_is_a_share_of_duckdbs_part_of_the_rank(monkeypatch):
     assert budget.with_derived_limits(Config(broadcast_max_bytes=-1), 2).broadcast_max_bytes == -1
 
 
-@pytest.mark.parametrize(("ranks_on_node", "stream_mib"), [(1, 8), (2, 4), (4, 2), (8, 1), (32, 1)])
-def test_streams_share_what_the_node_keeps_waiting_in_memory(ranks_on_node, stream_mib, monkeypatch):
-    """A streamed input's batches waiting in memory are the rank's share of the node's (1 MiB at
-    least): the node does not hold more of them the more ranks it runs."""
+@pytest.mark.parametrize(
+    ("node_gib", "available_gib", "exchange_mib"),
+    [
+        (24, 24, 973),  # nothing else runs: the exchange part of the rank's share less what it holds
+        (24, 4, 163),  # other processes hold most of the node: its part of what is available
+        (1.5, 20, 51),  # a cgroup limit below what the host has available: the limit
+    ],
+)
+def test_received_data_budget_follows_the_nodes_real_memory(
+    node_gib, available_gib, exchange_mib, monkeypatch
+):
+    """Received exchange data stays in memory up to the rank's part of the node's limit and of the
+    memory available now, divided among the node's ranks (2 here), DuckDB's part left to it."""
     monkeypatch.setattr(budget, "own_anon_bytes", lambda: 100 << 20)
-    got = budget.Budget.of_rank(Config(memory_limit_bytes=1 << 30), ranks_on_node, 4)
-    assert got.stream_bytes == stream_mib << 20
+    monkeypatch.setattr(budget, "node_memory_bytes", lambda: int(node_gib * (1 << 30)))
+    monkeypatch.setattr(budget, "available_bytes", lambda: int(available_gib * (1 << 30)))
+    got = budget.Budget.of_rank(Config(), ranks_on_node=2, ranks=2)
+    assert got.exchange_bytes >> 20 == exchange_mib
+    assert got.duckdb_bytes + got.exchange_bytes < got.rank_bytes
+
+
+def test_available_memory_is_read_from_the_kernel():
+    assert (
+        0 < budget.available_bytes() <= budget.os.sysconf("SC_PAGE_SIZE") * budget.os.sysconf("SC_PHYS_PAGES")
+    )
 
 
 def test_each_duckdb_hands_memory_back_at_its_ranks_share_of_duckdbs_thresholds():

@@ -59,6 +59,7 @@ def print_profile(stats, console: Console | None = None, on_driver: OnDriver | N
         "sent",
         "rows in",
         "recvd",
+        "in memory",
         "spilled",
     )
     for col in heads:
@@ -77,9 +78,18 @@ def print_profile(stats, console: Console | None = None, on_driver: OnDriver | N
             human(e.bytes_out, "B"),
             f"{e.rows_in:,}",
             human(e.bytes_in, "B"),
+            human(e.bytes_kept, "B"),
             human(e.bytes_spilled, "B"),
         )
     console.print(view)
+    for rank in sorted({s.rank for s in stats}):
+        mine = [s.exchange for s in stats if s.rank == rank]
+        kept, spilled = sum(e.bytes_kept for e in mine), sum(e.bytes_spilled for e in mine)
+        if kept or spilled:
+            kept_s, spilled_s = human(kept, "B"), human(spilled, "B")
+            console.print(
+                f"rank {rank}: received data kept in memory {kept_s}, spilled {spilled_s}", highlight=False
+            )
     for s in sorted(stats, key=lambda s: (s.rank, s.sid)):
         if s.note:
             console.print(f"rank {s.rank} stage {s.sid}: {s.note}", highlight=False)
@@ -91,7 +101,8 @@ def print_profile(stats, console: Console | None = None, on_driver: OnDriver | N
         "target | encode: Arrow IPC | send: waiting on back-pressure or a streaming consumer's credit | "
         "recv: waiting for and receiving inputs (on the driver's last stage: collecting the result) | "
         "sent/recvd: bytes on the wire | "
-        "spilled: received bytes written to local files past the stage's memory budget | "
+        "in memory / spilled: received bytes kept in memory within the rank's budget for received data "
+        "(exec/budget.py) / written to local files past it | "
         "scan: files (objects) read of the rank's share after hive pruning, Parquet row groups DuckDB "
         "scanned of those files' (the rest skipped by their statistics), bytes read of the share",
         highlight=False,

@@ -19,7 +19,12 @@ import pyarrow as pa
 from duckflock.exchange.mux import Mux
 from duckflock.exchange.shuffle import ExchangeStats, grant, pipe_exchange, read_exchange, stream_exchange
 from duckflock.exchange.spill import QuerySpill
-from duckflock.exchange.stream import MEMORY_BYTES, StreamedInput
+from duckflock.exchange.stream import StreamedInput
+
+# Messages in flight to a stream DuckDB reads, over all its senders. Few, whatever the memory
+# budget: producers sharing the rank's cores with the stream's consumer yield them instead of
+# running ahead of it (past the budget into spill files, within it into memory).
+CREDIT_BYTES = 4 << 20
 
 
 @dataclass
@@ -32,12 +37,9 @@ class _Receiving:
 
 
 class QueryInputs:
-    def __init__(
-        self, mux: Mux, qid: int, spill: QuerySpill, chunk_bytes: int, stream_bytes: int = MEMORY_BYTES
-    ):
+    def __init__(self, mux: Mux, qid: int, spill: QuerySpill, chunk_bytes: int):
         self.mux, self.qid, self.spill = mux, qid, spill
         self.chunk_bytes = chunk_bytes  # about the size of a sender's data message
-        self.stream_bytes = stream_bytes  # what a streamed input keeps in memory
         self._receiving: dict[int, _Receiving] = {}
         self.first_error: BaseException | None = None  # of any exchange, as its thread raised it
 
@@ -58,14 +60,14 @@ class QueryInputs:
 
     def _stream(self, xid: int, senders: list[int]) -> StreamedInput:
         """A streamed input whose senders wait for credit while DuckDB has it: each may have
-        ``window`` messages not yet pulled, about half of what the stream keeps in memory over all
-        senders (messages are about ``chunk_bytes``; a sender with fewer in flight would idle)."""
-        window = max(2, self.stream_bytes // (2 * self.chunk_bytes * len(senders)))
+        ``window`` messages not yet pulled, over all senders about ``CREDIT_BYTES`` (messages are
+        about ``chunk_bytes``), two at least (a sender with fewer in flight would idle)."""
+        window = max(2, CREDIT_BYTES // (self.chunk_bytes * len(senders)))
 
         def granted(sender: int, taken: int, window: int) -> None:
             grant(self.mux, self.qid, xid, sender, taken, window)
 
-        return StreamedInput(self.spill, tuple(senders), window, granted, self.stream_bytes)
+        return StreamedInput(self.spill, tuple(senders), window, granted)
 
     def _run(self, xid: int, senders: list[int], ordered: bool, write) -> None:
         r = self._receiving[xid]
@@ -93,6 +95,7 @@ class QueryInputs:
         stats.rows_in += r.stats.rows_in
         stats.bytes_in += r.stats.bytes_in
         stats.bytes_spilled += r.stats.bytes_spilled
+        stats.bytes_kept += r.stats.bytes_kept
         if r.error is not None:
             raise r.error
         assert r.data is not None
@@ -125,6 +128,7 @@ class QueryInputs:
         stats.rows_in += r.stream.rows
         stats.bytes_in += r.stats.bytes_in
         stats.bytes_spilled += r.stream.spilled_bytes
+        stats.bytes_kept += r.stream.kept_bytes
         if r.error is not None:
             raise r.error
         return r.stream.rows

@@ -76,6 +76,7 @@ class ExchangeStats:
     recv_wait_s: float = 0.0
     bytes_spilled: int = 0  # received bytes written to local files (past the query's memory budget)
     bytes_held: int = 0  # received bytes kept in memory under the query's budget (released after use)
+    bytes_kept: int = 0  # received bytes kept in memory (of a streamed input: all told)
 
 
 @dataclass
@@ -290,6 +291,7 @@ def read_exchange(
     stats.recv_wait_s += time.perf_counter() - t0
     stats.rows_in += data.num_rows
     stats.bytes_held = sink.held_bytes if budget is spill else 0
+    stats.bytes_kept = sink.held_bytes
     stats.bytes_spilled = sink.spilled_bytes
     return data
 

@@ -2,8 +2,8 @@
 
 The receiving thread adds batches; the stage's DuckDB query pulls them through a RecordBatchReader.
 Producers usually outpace the consumer (it may still be building a join's other side, and shares
-the rank's cores with the producer), so what waits is bounded: up to ``memory_bytes`` (the rank's
-part of exec/budget.STREAM_NODE_BYTES, and within the query's budget) in memory, the rest in local
+the rank's cores with the producer), so what waits is bounded: in memory while the query's budget
+for received data has room (exec/budget.py: its part of the rank's memory), the rest in local
 Arrow IPC files of ``FILE_BYTES`` each, queued behind the batches in memory and removed once read.
 Row order is not kept: only unordered exchanges are streamed.
 
@@ -32,7 +32,6 @@ from duckflock.exchange.spill import QuerySpill
 _END = object()
 _names = itertools.count()
 
-MEMORY_BYTES = 8 << 20  # a stream's batches waiting in memory, unless told otherwise
 FILE_BYTES = 32 << 20  # a spill file is handed to the reader once this full (or at the end)
 
 
@@ -55,11 +54,10 @@ class StreamedInput:
         senders: tuple[int, ...] = (),
         window: int = 0,
         grant: Grant | None = None,
-        memory_bytes: int = MEMORY_BYTES,
     ):
         """``senders`` are granted credit through ``grant``, ``window`` messages each, while DuckDB
-        has the stream (never without ``grant``); past ``memory_bytes`` waiting, batches spill."""
-        self.spill, self.memory_bytes = spill, memory_bytes
+        has the stream (never without ``grant``); past ``spill``'s budget, batches spill."""
+        self.spill = spill
         self._senders, self._window, self._grant = senders, window, grant
         self._taken: dict[int, int] = {}
         self._gated = False  # DuckDB has the stream: messages are taken when it pulls them
@@ -69,6 +67,7 @@ class StreamedInput:
         self.rows = 0  # handed to DuckDB so far
         self.wait_s = 0.0  # DuckDB waiting for batches to arrive
         self.held_bytes = 0  # in memory now, counted against the budget
+        self.kept_bytes = 0  # kept in memory, all told
         self.spilled_bytes = 0
         self._queue: queue.Queue = queue.Queue()
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
@@ -99,11 +98,10 @@ class StreamedInput:
             self._know(batches[0].schema)
         spilled = False
         for b in batches:
-            with self._lock:
-                room = self.held_bytes + b.nbytes <= self.memory_bytes or self.spill.directory is None
-            if room and self.spill.reserve(b.nbytes):
+            if self.spill.reserve(b.nbytes):
                 with self._lock:
                     self.held_bytes += b.nbytes
+                    self.kept_bytes += b.nbytes
                 self._queue.put(b)
             else:
                 self._spill(b)

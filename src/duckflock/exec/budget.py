@@ -3,7 +3,8 @@
 The node's real limit is the smallest of: the cgroup limits on this process's own cgroup path and
 its parents (v2 ``memory.max``, v1 ``memory.limit_in_bytes``), SLURM's allocation, physical memory.
 A rank's share of it is split between DuckDB (which spills by itself past its ``memory_limit``),
-received exchange data (spilled to local Arrow IPC files past its part) and data in flight; the
+received exchange data (spilled to local Arrow IPC files past its part, which is also bounded by the
+memory the node has available when the rank starts) and data in flight; the
 rest holds the Arrow batches of the stages running (and what DuckDB allocates beyond its limit),
 which decides how many stages may run at once (plan/streaming.py).
 
@@ -50,12 +51,8 @@ BATCH_BYTES_PER_ROW = 64
 CHUNKS_IN_ROOM = 8
 MIN_CHUNK_BYTES = 1 << 20
 SPLIT_BYTES = 8 << 20
-# Batches of streamed inputs (exchange/stream.py) waiting for DuckDB in memory, over all of a
-# node's ranks; past a rank's share they go to its spill files. A share of its own for each rank
-# made the node hold more the more ranks it runs: the issue's join at SF 1, no cgroup, on 4 ranks
-# peaked at 481 MiB summed Pss with 8 MiB per rank, 462 with 2 MiB, in the same time (4 runs each;
-# on 2 ranks 4 MiB each instead of 8 changed neither).
-STREAM_NODE_BYTES = 8 << 20
+# Of the node's memory, what its ranks share (the rest: the system, page cache, other processes).
+NODE_PART = 0.8
 REST_PART = 1 - DUCKDB_PART - EXCHANGE_PART - INFLIGHT_PART
 MAX_STAGES_AT_ONCE = 8
 # A side broadcast for being cheaper to copy than the other side is to move may take up to one
@@ -75,7 +72,6 @@ class Budget:
     inflight_bytes: int  # sent bytes not yet delivered before the producer waits
     stages_at_once: int = 1  # stages that may run at the same time (streaming, plan/streaming.py)
     chunk_bytes: int = 4 << 20  # rows split off for one target are sent once they reach this
-    stream_bytes: int = STREAM_NODE_BYTES  # a streamed input's batches waiting in memory
 
     @classmethod
     def of_rank(cls, config: Config, ranks_on_node: int, ranks: int, held_bytes: int | None = None) -> Budget:
@@ -92,17 +88,24 @@ class Budget:
         return cls(
             rank_bytes=total,
             duckdb_bytes=max(int(free * DUCKDB_PART), DUCKDB_MIN_BYTES),
-            exchange_bytes=config.exchange_memory_bytes or int(free * EXCHANGE_PART),
+            exchange_bytes=config.exchange_memory_bytes or exchange_share(free, ranks_on_node),
             inflight_bytes=max(min(config.max_inflight_bytes, int(free * INFLIGHT_PART)), 2 * chunk),
             stages_at_once=min(MAX_STAGES_AT_ONCE, max(1, room // stage)),
             chunk_bytes=chunk,
-            stream_bytes=max(MIN_CHUNK_BYTES, STREAM_NODE_BYTES // max(1, ranks_on_node)),
         )
 
 
 def rank_share_bytes(config: Config, ranks_on_node: int) -> int:
     """Everything one rank may hold: the configured limit, or its share of the node's."""
-    return config.memory_limit_bytes or int(node_memory_bytes() * 0.8 / max(1, ranks_on_node))
+    return config.memory_limit_bytes or int(node_memory_bytes() * NODE_PART / max(1, ranks_on_node))
+
+
+def exchange_share(free_bytes: int, ranks_on_node: int) -> int:
+    """Received exchange data a rank keeps in memory before it spills: its part of what the rank
+    has free, and of the node's memory available now (other processes' use counts where no cgroup
+    limit does; inside one, the limit is the tighter)."""
+    available = int(min(available_bytes(), node_memory_bytes()) * NODE_PART / max(1, ranks_on_node))
+    return int(min(free_bytes, available) * EXCHANGE_PART)
 
 
 def with_derived_limits(config: Config, ranks_on_node: int) -> Config:
@@ -123,13 +126,25 @@ def with_share(config: Config, share_bytes: int) -> Config:
 
 def own_anon_bytes() -> int:
     """This process's anonymous resident memory (0 where /proc is missing)."""
+    return _proc_bytes("/proc/self/status", "RssAnon:") or 0
+
+
+def available_bytes() -> int:
+    """The kernel's estimate of memory available to new allocations without swapping (MemAvailable:
+    free memory plus the page cache it can drop); physical memory where /proc is missing."""
+    found = _proc_bytes("/proc/meminfo", "MemAvailable:")
+    return found if found is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _proc_bytes(path: str, field: str) -> int | None:
+    """A ``field: N kB`` line of a /proc file, in bytes (None where it is missing)."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("RssAnon:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(field):
                 return int(line.split()[1]) << 10
     except (OSError, ValueError, IndexError):
         pass
-    return 0
+    return None
 
 
 def node_memory_bytes() -> int:

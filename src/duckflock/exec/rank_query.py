@@ -92,7 +92,7 @@ class _RankQuery:
         self.rt_q = dataclasses.replace(rt, catalog=catalog, profile=cmd.profile)
         budget = rt.budget or Budget(0, 0, 0, 0)
         spill = QuerySpill(rt.spill_dir, budget.exchange_bytes)
-        self.received = QueryInputs(rt.mux, cmd.qid, spill, rt.config.chunk_bytes, budget.stream_bytes)
+        self.received = QueryInputs(rt.mux, cmd.qid, spill, rt.config.chunk_bytes)
         self.shuffled: set[int] = set()  # measured broadcasts that fell back to a shuffle
         self.hot = HotKeys()  # hot join keys found by the stages that spread them
         self.started: set[int] = set()

@@ -47,6 +47,7 @@ def explain_plan(plan: StagePlan, stats: list | None = None) -> str:
                 f"  actual rank {s.rank}: {1000 * s.total_s:.1f} ms (duckdb {1000 * s.compute_s:.1f} ms), "
                 f"rows in {e.rows_in:,} out {e.rows_out:,}, bytes received {human(e.bytes_in, 'B')} "
                 f"sent {human(e.bytes_out, 'B')}"
+                + (f", kept in memory {human(e.bytes_kept, 'B')}" if e.bytes_kept else "")
                 + (f", spilled {human(e.bytes_spilled, 'B')}" if e.bytes_spilled else "")
                 + (f"; {s.note}" if s.note else "")
             )
