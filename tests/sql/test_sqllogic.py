@@ -34,7 +34,6 @@ QUICK = [
     ("threads", 1, "default"),
     ("threads", 2, "off"),
     ("threads", 3, "default"),
-    ("mpi", 2, "default"),
     ("mpi", 3, "off"),
     ("mpi2", 4, "off"),
 ]
