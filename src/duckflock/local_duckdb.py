@@ -299,3 +299,26 @@ def is_ctrl_c(e: Exception) -> bool:
     if type(e) is RuntimeError and str(e) == "Query interrupted":
         return True
     return isinstance(e, duckdb.Error) and "KeyboardInterrupt" in str(e)
+
+
+_CLEANUP_TRIES = 50
+
+
+def drop_views(con: duckdb.DuckDBPyConnection, views: Sequence[str], registered: Sequence[str] = ()) -> None:
+    """Drop ``views`` and unregister ``registered`` after a stage, also after a failure. A failed
+    query's connections are interrupted every 0.1 s until the rank leaves it (exec/runtime.py), and
+    an interrupt that lands inside a DROP fails it: a view left behind would refuse the next
+    query's table of that name. So each one is tried again; an interrupt needs the statement to be
+    running, which takes microseconds of every 0.1 s."""
+    steps = [lambda n=n: con.execute(f"DROP VIEW IF EXISTS {n}") for n in views]
+    steps += [lambda n=n: con.unregister(n) for n in registered]
+    for step in steps:
+        for attempt in range(_CLEANUP_TRIES):
+            try:
+                step()
+                break
+            except duckdb.InterruptException:
+                if attempt == _CLEANUP_TRIES - 1:
+                    raise
+            except duckdb.Error:
+                break  # not ours to report: the caller reports the query's own failure

@@ -18,7 +18,6 @@ such a stage runs once.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -33,6 +32,7 @@ from duckflock.catalog.partitioning import (
     canonical_hash_type,
     partitions_of_rank,
 )
+from duckflock.local_duckdb import drop_views
 from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import (
     Aggregate,
@@ -81,9 +81,7 @@ class Split:
     def close(self, con: duckdb.DuckDBPyConnection) -> None:
         """Drop the views (a view left behind would refuse the next query's exchange table of that
         name). After a failure the error the caller reports is the failure, not a drop's."""
-        for xid in self.filters:
-            with contextlib.suppress(duckdb.Error):
-                con.execute(f"DROP VIEW IF EXISTS {exchange_table(xid)}")
+        drop_views(con, [exchange_table(xid) for xid in self.filters])
 
     def note(self) -> str:
         return (

@@ -26,7 +26,7 @@ from duckflock.exec.memory import release_free_memory
 from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.scan_stats import ScanRecorder, ScanStats
-from duckflock.local_duckdb import arrow_exact, fetch_as_duckdb_returns, joins_as_written
+from duckflock.local_duckdb import arrow_exact, drop_views, fetch_as_duckdb_returns, joins_as_written
 from duckflock.plan import streaming
 from duckflock.plan.kinds import ExchangeKind, SkewRole
 from duckflock.plan.nodes import DriverQuery, ExchangeRead, Join, Node, Scan, Sort, WithSubqueries, walk
@@ -218,11 +218,7 @@ class _StageRun:
         for reader in self.readers:
             with contextlib.suppress(Exception):
                 reader.close()
-        for name in self.views:  # a view left behind would refuse the next query's of that name
-            with contextlib.suppress(duckdb.Error):
-                self.con.execute(f"DROP VIEW IF EXISTS {name}")
-        for name in self.registered:
-            self.con.unregister(name)
+        drop_views(self.con, self.views, self.registered)
 
 
 def run_stage(
