@@ -9,119 +9,139 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Config:
-    # A side whose estimated size is below this many bytes is broadcast instead of shuffled; 0 turns
-    # broadcasts off wherever a shuffle gives the same rows.
+    # Each field's `#:` lines say what it sets (docs/configuration.md's table is rendered from them:
+    # python -m duckflock.config_doc); plain comments below them say why.
+
+    #: A join side estimated below this many bytes is broadcast instead of shuffled (measured before
+    #: it is sent, and hashed instead when larger); 0 turns broadcasts off wherever a shuffle gives
+    #: the same rows.
     broadcast_threshold_bytes: int = 16 * 1024 * 1024
-    # A larger side, up to this many bytes, is broadcast too where its copies on all ranks add up to
-    # at most half the other side, which would move instead (HyPer's broadcast-vs-hash choice by bytes
-    # moved; plan/distribute.py). It is measured before it is replicated, against this bound. 0: a
-    # quarter of DuckDB's part of a rank's share of the node (exec/budget.py; from the node's limit
-    # only, so explain derives it alike), set by the runtime, so that the copy's hash table fits on
-    # every rank; -1: only sides under the threshold are broadcast.
+    #: A larger side, up to this many bytes, is broadcast too where its copies on all ranks add up to
+    #: at most half the other side, which would move instead. 0: a quarter of DuckDB's part of a
+    #: rank's share of the node's limit (the smallest share of any rank where nodes differ, under MPI
+    #: and with workers; `explain` derives it as if all `--ranks` ran on this node); -1: only sides
+    #: under the threshold.
+    # HyPer's broadcast-vs-hash choice by bytes moved (plan/distribute.py). The side is measured
+    # before it is replicated, against this bound. The default, set by the runtime from the node's
+    # limit only (exec/budget.py, so explain derives it alike), lets the copy's hash table fit on
+    # every rank.
     broadcast_max_bytes: int = 0
-    # A stage that reads tables only, some of them whole, runs once for all the ranks of a process
-    # (exec/fused.py) when the copies that saves (one per other rank of the process, of the scanned
-    # columns of tables read whole) hold at least this many bytes; a stage that only scans and
-    # filters partitioned tables, when it scans this many bytes in a process of more ranks than
-    # cores. Below, a copy per rank costs less than one DuckDB with the process's threads over all
-    # its partitions: TPC-H Q21 at SF 1 on 2 ranks (supplier read whole) peaks at 324 MB run once,
-    # at 185 MB run per rank (summed Pss). Above, it saves the copies: the skewed join at SF 10 on
-    # 2 ranks (part read whole) peaks at 1.15x DuckDB's memory run once, 1.62x run per rank; at
+    #: A stage that reads tables only runs once for all the ranks of a process, not once per rank,
+    #: when the copies that saves (one per other rank of the process, of the scanned columns of
+    #: tables read whole) hold this many bytes; a stage that only scans and filters partitioned
+    #: tables, when it scans this many bytes in a process of more ranks than cores.
+    # exec/fused.py. Below, a copy per rank costs less than one DuckDB with the process's threads
+    # over all its partitions: TPC-H Q21 at SF 1 on 2 ranks (supplier read whole) peaks at 324 MB run
+    # once, at 185 MB run per rank (summed Pss). Above, it saves the copies: the skewed join at SF 10
+    # on 2 ranks (part read whole) peaks at 1.15x DuckDB's memory run once, 1.62x run per rank; at
     # SF 1 on 4 ranks (3 copies of part's 8.6 MB) at 1.38x run once, 1.85x per rank. Time at TPC-H
     # SF 1: 2 ranks gained nothing from running stages reading 4 MB whole once (the geometric mean
     # of the time ratios 3% higher).
     fuse_min_bytes: int = 16 * 1024 * 1024
-    # Rows per record batch pulled from DuckDB: enough to amortise Python's per-batch work, few
-    # enough that a batch and its pieces split by target stay small (64Ki instead of 256Ki rows:
-    # the issue's join at SF 1 on 2 ranks peaks at 576 instead of 667 MB, summed Pss; TPC-H SF 1
-    # and that join at SF 10 took no longer).
+    #: Rows per record batch pulled from DuckDB.
+    # Enough to amortise Python's per-batch work, few enough that a batch and its pieces split by
+    # target stay small (64Ki instead of 256Ki rows: the issue's join at SF 1 on 2 ranks peaks at 576
+    # instead of 667 MB, summed Pss; TPC-H SF 1 and that join at SF 10 took no longer).
     batch_rows: int = 64 * 1024
-    # Bytes buffered per target before a chunk is serialized and sent (at most: a rank with little
-    # room outside DuckDB, or with more than 2 targets, takes smaller chunks, exec/budget.py). 1 MiB
-    # chunks held 20 MB less (summed over 2 ranks, the issue's join at SF 1 and SF 10) but took 6%
-    # longer at SF 10.
+    #: Bytes buffered per target before a chunk is serialized and sent (at most: a rank with little
+    #: room outside DuckDB, or with more than 2 targets, takes smaller chunks, 1 MiB at least).
+    # exec/budget.py. 1 MiB chunks held 20 MB less (summed over 2 ranks, the issue's join at SF 1
+    # and SF 10) but took 6% longer at SF 10.
     chunk_bytes: int = 4 * 1024 * 1024
-    # Bytes a rank may have in flight (queued or sending) before the producer waits: back-pressure.
+    #: Bytes a rank may have in flight (queued or sending) before the producer waits: back-pressure.
     max_inflight_bytes: int = 64 * 1024 * 1024
-    # A full ORDER BY (no LIMIT) over more than this many estimated bytes is sorted in parallel:
-    # range-partitioned by sampled splitters, sorted per rank, concatenated in order on the driver.
-    # Below it the rows are gathered and the driver sorts them with all its cores: one data movement
-    # instead of two (measured: the seed join at SF 1 on 2 ranks, 1.27x DuckDB vs 1.74x range-sorted).
+    #: A full `ORDER BY` (no `LIMIT`) over more than this many estimated bytes is sorted in
+    #: parallel: range-partitioned by sampled splitters, sorted per rank, concatenated in order on
+    #: the driver. Below it the rows are gathered and the driver sorts them.
+    # One data movement instead of two (measured: the seed join at SF 1 on 2 ranks, 1.27x DuckDB vs
+    # 1.74x range-sorted).
     range_sort_threshold_bytes: int = 256 * 1024 * 1024
-    # Below it, where ranks run in several processes (maybe on several nodes, whose driver would
-    # sort everything alone), every rank sorts its rows and the driver merges the sorted runs. Where
-    # all ranks are threads of the driver's process, the driver's DuckDB sorts with every core of
-    # the node instead: measured faster (the seed join at SF 1 on 2 ranks in an MPI job of one
+    #: Below the range-sort threshold, where all ranks are threads of the driver's process: true
+    #: merges the ranks' sorted runs on the driver; false sorts the gathered rows with the driver's
+    #: DuckDB on every core of the node.
+    # Where ranks run in several processes (maybe on several nodes, whose driver would sort
+    # everything alone), every rank sorts its rows and the driver merges the sorted runs. In one
+    # process DuckDB's sort measured faster (the seed join at SF 1 on 2 ranks in an MPI job of one
     # process: 1.34-1.54x DuckDB's time vs 1.88-2.26x merged; as threads 1.02-1.28x vs 1.18-1.24x).
-    # True: merge there too.
     merge_sort_in_process: bool = False
-    # Arrow IPC body compression on the wire: "none", "lz4" or "zstd".
+    #: Arrow IPC body compression on the wire: `none`, `lz4` or `zstd`.
     compression: str = "none"
-    # DuckDB threads per rank; 0 means this rank's fair share of the node's cores.
+    #: DuckDB threads per rank; 0: this rank's fair share of the node's cores.
     threads: int = 0
-    # Ranks in one process, as threads: they share its interpreter and libraries (about 47 MB per
-    # process before any query) and hand each other their exchanges in memory; MPI links processes.
-    # Inside an MPI job (srun, mpiexec) each of its processes runs this many ranks (0: one). A job
-    # that duckflock starts on this machine puts this many ranks in each process, 0: all in one
-    # (measured, SF 1 on 2 ranks, summed peak Pss against DuckDB's: the issue's join 1.60x instead
-    # of 1.94x, Q9 1.26x instead of 1.62x, the skewed join 1.58x instead of 2.10x).
+    #: Ranks in one process, as threads. A job that duckflock starts on this machine puts this many
+    #: ranks in each process (0: all in one); inside an MPI job (`srun`, your own `mpiexec`) each of
+    #: its processes runs this many ranks (0: one).
+    # They share its interpreter and libraries (about 47 MB per process before any query) and hand
+    # each other their exchanges in memory; MPI links processes (measured, SF 1 on 2 ranks, summed
+    # peak Pss against DuckDB's: the issue's join 1.60x instead of 1.94x, Q9 1.26x instead of 1.62x,
+    # the skewed join 1.58x instead of 2.10x).
     ranks_per_process: int = 0
-    # Memory one rank may hold, in bytes: DuckDB's memory_limit, received exchange data and data in
-    # flight are parts of it (exec/budget.py). 0 means this rank's share of the node's limit (cgroup,
-    # SLURM allocation or physical memory).
+    #: Memory one rank may hold, in bytes: DuckDB's `memory_limit` (70%), received exchange data
+    #: (10%) and data in flight (5%) are parts of it. 0: this rank's share of the node's limit (its
+    #: cgroup, SLURM allocation or physical memory).
+    # exec/budget.py.
     memory_limit_bytes: int = 0
-    # Received exchange data a stage holds in memory before the rest spills to local Arrow IPC
-    # files; 0 means a fixed part of the rank's memory.
+    #: Received exchange data a stage holds in memory before the rest spills to local Arrow IPC
+    #: files (which DuckDB scans memory-mapped); 0: a fixed part of the rank's memory.
     exchange_memory_bytes: int = 0
-    # Node-local directory under which each rank spills (DuckDB and exchanges) into a directory of
-    # its own, removed when the rank ends; "" means SLURM's job scratch, else $TMPDIR, else /tmp.
+    #: Node-local directory under which each rank spills (DuckDB and exchanges) into a directory of
+    #: its own, removed when the rank ends (a killed rank's by the next run); empty: SLURM's job
+    #: scratch, else `$TMPDIR`, else `/tmp`.
     temp_dir: str = ""
-    # The most bytes a rank may spill; 0 leaves DuckDB's default (90% of the free disk space).
+    #: The most bytes a rank may spill; 0 leaves DuckDB's default (90% of the free disk space).
     max_temp_bytes: int = 0
-    # Every rank can read every file of the data directory (shared file system): small tables are
-    # then read in full by each rank instead of being broadcast over the network.
+    #: Every rank can read every file of the data directory (shared file system): small tables are
+    #: then read in full by each rank instead of being broadcast over the network.
     shared_storage: bool = True
-    # Sleep between polls of a transport with transfers in progress: they advance only while polled,
-    # but spinning would take the core from DuckDB.
+    #: Seconds slept between polls of a transport with transfers in progress.
+    # Transfers advance only while polled, but spinning would take the core from DuckDB.
     busy_poll_s: float = 0.00005
-    # Python's GIL switch interval in processes that run ranks (the caller's own when ranks are
-    # threads): short, so the multiplexer thread gets the GIL promptly while DuckDB's result batches
-    # are split in another thread. 0 leaves the process's setting alone.
+    #: Python's GIL switch interval in processes that run ranks (the caller's own when ranks are
+    #: threads); 0 leaves the process's setting alone.
+    # Short, so the multiplexer thread gets the GIL promptly while DuckDB's result batches are split
+    # in another thread.
     gil_switch_interval_s: float = 0.0005
-    # Seconds without any sign of life from a peer before a query fails (Flight and storage transports).
+    #: Seconds without any sign of life from a peer before a query fails (Flight and storage
+    #: transports).
     peer_timeout_s: float = 30.0
-    # Where ranks of the storage transport exchange (a directory, file:// or s3:// URI): every
-    # message is an object under <exchange_uri>/<job>/ (transport/storage.py).
+    #: Where ranks of the storage transport exchange (a directory, `file://` or `s3://` URI): every
+    #: message is an object under `<exchange_uri>/<job>/`.
+    # transport/storage.py.
     exchange_uri: str = ""
-    # DuckDB may read only the data directory (workers serving remote callers).
+    #: DuckDB may read only the data directory (workers serving remote callers).
     restrict_to_data_dir: bool = False
-    # The DuckDB TimeZone of every rank: a TIMESTAMPTZ renders, truncates, casts and hashes by it,
-    # so ranks on hosts set to other zones would answer differently. Empty: the caller's (Flight
-    # workers), rank 0's (MPI; ranks started as threads share the caller's process).
+    #: The DuckDB `TimeZone` of every rank, by which a `TIMESTAMPTZ` renders, truncates, casts and
+    #: hashes; empty: the caller's (Flight workers), rank 0's (MPI; ranks started as threads share
+    #: the caller's process).
+    # Ranks on hosts set to other zones would otherwise answer differently.
     time_zone: str = ""
-    # A query duckflock cannot distribute (recursive CTEs, GROUPING SETS, LATERAL, ...) is answered
-    # by DuckDB on the driver when the tables it reads hold at most this many bytes (estimated from
-    # the catalog); above it the query is refused, naming the construct.
+    #: A query duckflock cannot distribute (recursive CTEs, `POSITIONAL` joins, `UNNEST`, ...) is
+    #: answered by DuckDB on the driver when the tables it reads hold at most this many bytes
+    #: (estimated from the catalog); above it (always, at -1) it is refused, naming the construct.
     driver_fallback_bytes: int = 256 * 1024 * 1024
-    # A join of two hashed sides deals the rows of heavy-hitter keys of its bigger side over all
-    # ranks and replicates the other side's rows of those keys (plan/skew.py), when that side has
-    # at least ``skew_min_rows`` rows (estimated by the planner, then counted at run time). Such a
-    # join's output is then not partitioned by its keys.
+    #: A join of two hashed sides deals the rows of heavy-hitter keys of its bigger side over all
+    #: ranks and replicates the other side's rows of those keys.
+    # plan/skew.py. Such a join's output is then not partitioned by its keys.
     skew_joins: bool = True
+    #: The fewest rows (estimated by the planner, then counted at run time) of the bigger side of a
+    #: join whose heavy-hitter keys `skew_joins` spreads.
     skew_min_rows: int = 100_000
-    # A stage may read an exchange as it arrives, running alongside the stages from its producer on
-    # (plan/streaming.py), when the rank's memory leaves room for them (exec/budget.py).
+    #: A stage may read an exchange as it arrives, running alongside the stages from its producer
+    #: on, when the rank's memory leaves room for them.
+    # plan/streaming.py, exec/budget.py.
     stream_inputs: bool = True
-    # ... only an exchange the planner estimates to bring a rank at least this many bytes: a smaller
-    # one would wait in memory whole anyway (a stream holds up to 32 MiB, exchange/stream.py).
+    #: Only an exchange the planner estimates to bring a rank at least this many bytes is streamed.
+    # A smaller one would wait in memory whole anyway (a stream holds up to 32 MiB,
+    # exchange/stream.py).
     stream_min_bytes: int = 32 << 20
-    # A stage whose rows received into a table's partitioning hold more than this many bytes on a
-    # rank runs once per group of the rank's partitions, each group's rows about this size, so that
-    # DuckDB's hash tables fit its memory instead of spilling (exec/partition_runs.py). 0: DuckDB's
-    # memory_limit on the rank; -1: every stage runs once.
+    #: A stage whose rows received into a table's partitioning hold more than this many bytes on a
+    #: rank runs once per group of the rank's partitions, each group's rows about this size. 0:
+    #: DuckDB's `memory_limit` on the rank; -1: every stage runs once.
+    # So that DuckDB's hash tables fit its memory instead of spilling (exec/partition_runs.py).
     partition_run_bytes: int = 0
-    # Test hook: before each stage every rank writes its pid to <dir>/rank<R>.stage<S>, then waits while
-    # <dir>/hold exists, so a test injects a fault at an observed point instead of racing a sleep.
+    #: Test hook: before each stage every rank writes its pid to `<dir>/rank<R>.stage<S>`, then
+    #: waits while `<dir>/hold` exists.
+    # So a test injects a fault at an observed point instead of racing a sleep.
     stage_gate_dir: str = ""
 
     @classmethod
