@@ -610,11 +610,8 @@ def _repartition(
 
     # A rank without inputs sends no rows, but its end of the exchange (with the schema).
     rows = scan if scan is not None else f"(SELECT * FROM {source.scan([paths[0]])} LIMIT 0)"
-    try:
-        written = shuffle_partitions(rt, qid, rows, part_sql, _PART_COLUMN, staging, out_columns)
-    except duckdb.Error as e:
-        names = ", ".join(str(paths[i]) for i in mine) or "no input"
-        raise CatalogError(f"loading {names} failed: {e}") from e  # the failure names the rank
+    names = ", ".join(str(paths[i]) for i in mine) or "no input"  # the failure names the rank
+    written = shuffle_partitions(rt, qid, rows, part_sql, _PART_COLUMN, staging, out_columns, names)
     range_key = keys[0] if scheme == "range" else None
     mine_written = _report(rt, table, written, range_key, types[keys[0]], output)
     gathered = rt.mux.allgather(qid, mine_written)

@@ -23,6 +23,7 @@ from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
 from duckflock.exchange.spill import QuerySpill
+from duckflock.exec.rank_query import describe_error
 from duckflock.exec.runtime import Runtime
 from duckflock.local_duckdb import arrow_exact
 from duckflock.plan.kinds import ExchangeKind
@@ -37,12 +38,19 @@ Columns = tuple[tuple[str, str], ...]
 
 
 def shuffle_partitions(
-    rt: Runtime, qid: int, scan: str, part_sql: str, part_column: str, staging: Path, columns: Columns
+    rt: Runtime,
+    qid: int,
+    scan: str,
+    part_sql: str,
+    part_column: str,
+    staging: Path,
+    columns: Columns,
+    inputs_named: str,
 ) -> dict[int, list[Path]]:
-    """Send the rows of ``scan`` (this rank's share; no rows where it has none) to the ranks owning
-    their partition (``part_sql``), and write the partitions this rank owns to
-    ``staging/part-<p>-r<rank>.parquet``; each file must read back with ``columns``. Every rank
-    calls it, also one with no inputs: each receiver waits for every sender's end."""
+    """Send the rows of ``scan`` (this rank's share, of the inputs ``inputs_named``; no rows where
+    it has none) to the ranks owning their partition (``part_sql``), and write the partitions this
+    rank owns to ``staging/part-<p>-r<rank>.parquet``; each file must read back with ``columns``.
+    Every rank calls it, also one with no inputs: each receiver waits for every sender's end."""
     spill = QuerySpill(rt.spill_dir, rt.budget.exchange_bytes if rt.budget is not None else 0)
     inputs = QueryInputs(rt.mux, qid, spill, rt.config.chunk_bytes)
     everyone = list(range(rt.size))
@@ -52,6 +60,13 @@ def shuffle_partitions(
         received = inputs.take(_XID, ExchangeStats())
         written = _write_owned(rt, received, part_column, staging)
         inputs.done(_XID)
+    except Exception as e:
+        error = CatalogError(f"loading {inputs_named} failed: {e}") if isinstance(e, duckdb.Error) else e
+        # Told to every rank before this one waits for its receivers below: they wait for rows from
+        # the other ranks, which wait for this rank's (a bad CSV line held the job for 30 s).
+        if rt.mux.failure(qid) is None:
+            rt.mux.fail(qid, None, describe_error(error))
+        raise error from e
     finally:
         inputs.close()
     _check_columns(rt, written, columns)
