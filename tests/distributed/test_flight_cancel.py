@@ -166,7 +166,7 @@ def test_a_frozen_worker_fails_the_query_naming_it(data, tmp_path, hooks, frozen
     naming it, closing the session does not wait for it, the other workers are free again; once
     continued, it drops the session too."""
     gate, spill = hooks
-    timeout = 10
+    timeout = 6
     with Workers(data, 3, tmp_path) as w:
         db = duckflock.connect(workers=w.addresses, token=w.token, config={"peer_timeout_s": timeout})
         t, outcome = _in_thread(lambda: db.sql(SLOW))
