@@ -866,3 +866,25 @@ def test_a_subquery_reading_both_sides_of_an_outer_join_condition_is_refused(pla
     with pytest.raises(NotDistributed) as info:
         plan(sql, driver_fallback_bytes=-1)
     assert info.value.construct == "a subquery reading both sides of an outer, semi or anti join's condition"
+
+
+def test_a_view_read_twice_is_computed_once(plan):
+    """TPC-H Q15's shape: the grouped view in FROM and in a scalar subquery runs as one stage, whose
+    exchange two stages read (plan/shared_stages.py); distributed results: tests/sql/shared_stages.test."""
+    p = plan(
+        "WITH r AS (SELECT v, sum(k) AS total FROM hk GROUP BY v) "
+        "SELECT r.v, r.total FROM r WHERE r.total = (SELECT max(total) FROM r)"
+    )
+    scans = [s for s in p.stages if any(isinstance(n, Scan) for n in walk(s.root))]
+    assert len(scans) == 1
+    [shared] = [s.output for s in p.stages if s.output is not None and s.output.shared]
+    assert sum(shared.xid in s.inputs for s in p.stages) == 2
+
+
+def test_volatile_rows_are_not_shared(plan):
+    """Two reads of a view calling random() each compute their own rows, as DuckDB's copies do."""
+    sub = "(SELECT v, sum(k) AS t FROM hk WHERE random() < 0.5 GROUP BY v)"
+    p = plan(f"SELECT count(*) FROM {sub} a JOIN {sub} b ON a.v = b.v")
+    assert p.on_driver is None
+    assert not any(s.output is not None and s.output.shared for s in p.stages)
+    assert len([s for s in p.stages if any(isinstance(n, Scan) for n in walk(s.root))]) == 2

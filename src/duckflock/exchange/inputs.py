@@ -34,6 +34,9 @@ class _Receiving:
     data: pa.Table | None = None
     error: BaseException | None = None
     stream: StreamedInput | None = None  # read while it arrives
+    readers: int = 1  # stages that take it (plan/shared_stages.py): held until the last is done
+    taken: int = 0
+    finished: int = 0
 
 
 class QueryInputs:
@@ -42,6 +45,7 @@ class QueryInputs:
         self.chunk_bytes = chunk_bytes  # about the size of a sender's data message
         self._receiving: dict[int, _Receiving] = {}
         self.first_error: BaseException | None = None  # of any exchange, as its thread raised it
+        self._counting = threading.Lock()
 
     def start(
         self,
@@ -50,12 +54,16 @@ class QueryInputs:
         ordered: bool,
         write: Callable[[pa.RecordBatch], None] | None = None,
         streamed: bool = False,
+        readers: int = 1,
     ) -> None:
         """Begin receiving exchange ``xid`` in the background; with ``write``, each batch goes there
         as it arrives (the result, into a file) and the stage taking ``xid`` gets no rows; when
-        ``streamed``, the stage takes it with ``take_stream``."""
+        ``streamed``, the stage takes it with ``take_stream``. ``readers``: the stages that take it
+        (one, if streamed)."""
+        assert readers == 1 or not streamed, "a stream is read once"
         thread = threading.Thread(target=self._run, args=(xid, senders, ordered, write), daemon=True)
-        self._receiving[xid] = _Receiving(thread, stream=self._stream(xid, senders) if streamed else None)
+        stream = self._stream(xid, senders) if streamed else None
+        self._receiving[xid] = _Receiving(thread, stream=stream, readers=readers)
         thread.start()
 
     def _stream(self, xid: int, senders: list[int]) -> StreamedInput:
@@ -92,14 +100,19 @@ class QueryInputs:
         t0 = time.perf_counter()
         r.thread.join()
         stats.recv_wait_s += time.perf_counter() - t0
-        stats.rows_in += r.stats.rows_in
-        stats.bytes_in += r.stats.bytes_in
-        stats.bytes_spilled += r.stats.bytes_spilled
-        stats.bytes_kept += r.stats.bytes_kept
+        with self._counting:  # stages running together may take a shared exchange at once
+            r.taken += 1
+            first, last, data = r.taken == 1, r.taken == r.readers, r.data
+            if last:
+                r.data = None  # the last stage's from here: it may free the rows as DuckDB reads them
+        if first:  # what this rank received, counted once
+            stats.rows_in += r.stats.rows_in
+            stats.bytes_in += r.stats.bytes_in
+            stats.bytes_spilled += r.stats.bytes_spilled
+            stats.bytes_kept += r.stats.bytes_kept
         if r.error is not None:
             raise r.error
-        assert r.data is not None
-        data, r.data = r.data, None  # the stage's from here: it may free the rows as DuckDB reads them
+        assert data is not None
         return data
 
     def streamed(self, xid: int) -> bool:
@@ -134,8 +147,13 @@ class QueryInputs:
         return r.stream.rows
 
     def done(self, xid: int) -> None:
-        """The stage that read ``xid`` has finished: its rows in memory no longer count."""
-        r = self._receiving.pop(xid)
+        """A stage that read ``xid`` has finished; after the last, its rows in memory no longer count."""
+        with self._counting:
+            r = self._receiving[xid]
+            r.finished += 1
+            if r.finished < r.readers:
+                return
+            del self._receiving[xid]
         self.spill.release(r.stats.bytes_held)
         if r.stream is not None:
             r.stream.release()

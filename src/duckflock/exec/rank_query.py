@@ -127,8 +127,8 @@ class _RankQuery:
         for i, stage in enumerate(stages):
             min_bytes = self.rt.config.stream_min_bytes
             xid = streaming.streamed_input(self.plan, i, catalog, self.rt.size, memory, min_bytes)
-            if xid is None or xid == self.direct:
-                continue
+            if xid is None or xid == self.direct or self.plan.exchange(xid).shared:
+                continue  # the result's own rows, or rows several stages read
             j = self._index(self.plan.exchange(xid).producer)
             start = j if j > last else first
             if i - start + 1 > at_once:
@@ -156,8 +156,15 @@ class _RankQuery:
                     write = self.streamed if xid == self.direct else None
                     senders, ordered = plan.senders(xid, self.rt.size), plan.exchange(xid).ordered
                     streamed = self.streams.get(stage.sid) == xid
-                    self.received.start(xid, senders, ordered, write, streamed)
+                    self.received.start(xid, senders, ordered, write, streamed, self._readers(xid))
                     self.started.add(xid)
+
+    def _readers(self, xid: int) -> int:
+        """The stages that take exchange ``xid`` on this rank: one, but for a shared exchange."""
+        if not self.plan.exchange(xid).shared:
+            return 1
+        rank = self.rt.rank
+        return sum(xid in s.inputs and (not s.on_driver or rank == 0) for s in self.plan.stages)
 
     def run(self) -> None:
         if self.part_path is not None:

@@ -370,6 +370,22 @@ def referenced(node: Node) -> set[str]:
     }
 
 
+# Functions whose values differ between two runs of one query (a transaction's time included).
+_VOLATILE = re.compile(
+    r"\b(random|setseed|uuid|gen_random_uuid|uuidv4|uuidv7|nextval|currval|now|today|"
+    r"current_timestamp|current_date|current_time|get_current_timestamp|get_current_time|"
+    r"transaction_timestamp|localtimestamp|localtime|current_localtimestamp|current_localtime)\b",
+    re.IGNORECASE,
+)
+
+
+def volatile(root: Node) -> bool:
+    """Whether the subtree calls a function whose value may differ when it runs again."""
+    texts = [t for n in walk(root) for t in own_sql(n)]
+    texts += [n.function for n in walk(root) if isinstance(n, FunctionScan)]
+    return any(_VOLATILE.search(t) for t in texts)
+
+
 def walk(node: Node):
     yield node
     for c in node.children:

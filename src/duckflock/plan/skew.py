@@ -14,7 +14,6 @@ ASOF (nearest match per rank), CROSS or LATERAL joins (no hashed keys).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
@@ -30,7 +29,7 @@ from duckflock.plan.nodes import (
     Project,
     Scan,
     Values,
-    own_sql,
+    volatile,
     walk,
 )
 
@@ -179,15 +178,6 @@ def unmark_misordered(stages: list[Stage]) -> list[Stage]:
     ]
 
 
-# Functions whose values differ between two runs of one query (a transaction's time included).
-_VOLATILE = re.compile(
-    r"\b(random|setseed|uuid|gen_random_uuid|uuidv4|uuidv7|nextval|currval|now|today|"
-    r"current_timestamp|current_date|current_time|get_current_timestamp|get_current_time|"
-    r"transaction_timestamp|localtimestamp|localtime|current_localtimestamp|current_localtime)\b",
-    re.IGNORECASE,
-)
-
-
 def rescannable(root: Node) -> bool:
     """Whether a stage's rows (tree ``root``) come out the same when a later stage of the query
     renders and runs ``root`` again on the same rank: it only reads this rank's tables, filters and
@@ -196,6 +186,4 @@ def rescannable(root: Node) -> bool:
     nodes = list(walk(root))
     if not all(isinstance(n, Scan | Filter | Project | FunctionScan | Values) for n in nodes):
         return False
-    texts = [t for n in nodes for t in own_sql(n)]
-    texts += [n.function for n in nodes if isinstance(n, FunctionScan)]
-    return not any(_VOLATILE.search(t) for t in texts)
+    return not volatile(root)

@@ -12,13 +12,12 @@ import pyarrow as pa
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import Partitioning
-from duckflock.plan import skew
+from duckflock.plan import shared_stages, skew
 from duckflock.plan.kinds import ExchangeKind, SkewRole
 from duckflock.plan.nodes import (
     AdaptiveJoin,
     DriverQuery,
     Exchange,
-    ExchangeRead,
     Filter,
     Node,
     Project,
@@ -45,6 +44,7 @@ class ExchangeSpec:
     fallback_above: int = 0
     skew: SkewRole | None = None  # spread or replicate the rows of hot keys (plan/skew.py)
     skew_group: str = ""
+    shared: bool = False  # read by several stages (plan/shared_stages.py)
 
 
 @dataclass(frozen=True)
@@ -164,6 +164,7 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
     # Both plans of an AdaptiveJoin hold the same exchange objects: each is cut once (by id).
     shared: dict[int, int] = {}
     adaptive_depth = 0
+    same = shared_stages.SameRows()  # exchanges cut so far whose rows another may share
 
     def build(root: Node, output_of: Exchange | None) -> int:
         inputs: list[int] = []
@@ -192,10 +193,11 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
                 adaptive_depth -= 1
                 return replace(node, broadcast=first, shuffle=second, measured=None, xid=xid)
             if isinstance(node, Exchange):
-                xid = exchange(node)
+                # Not within the plans of an AdaptiveJoin, of which only one runs.
+                xid, read = same.read(node, exchange, shareable=not adaptive_depth)
                 if xid not in inputs:
                     inputs.append(xid)
-                return ExchangeRead(node.columns, xid=xid)
+                return read
             cut_children = {i: replace_exchanges(node.children[i]) for i in skew.child_order(node)}
             children = tuple(cut_children[i] for i in range(len(node.children)))
             return node.with_children(children) if children != node.children else node
@@ -227,4 +229,4 @@ def cut(plan: Node, output_names: tuple[str, ...], output_schema: pa.Schema) -> 
         return sid
 
     build(plan, None)
-    return StagePlan(tuple(skew.unmark_misordered(stages)), output_names, output_schema)
+    return StagePlan(tuple(skew.unmark_misordered(same.mark(stages))), output_names, output_schema)
