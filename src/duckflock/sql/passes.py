@@ -37,6 +37,7 @@ from sqlglot.optimizer.qualify_columns import quote_identifiers
 from sqlglot.schema import Schema, ensure_schema
 
 from duckflock.catalog import Catalog
+from duckflock.errors import DuckflockError
 from duckflock.sql.allowlist import check_struct_names, check_supported
 from duckflock.sql.asof_forms import asof_semi_anti_as_plain, asof_using_as_inequality, mark_asof_using
 from duckflock.sql.decorrelate import scalar_subqueries_to_joins
@@ -265,7 +266,7 @@ def run(
     trace: list[Step] | None = None,
 ) -> exp.Expr:
     """``tree`` after ``passes`` in order, without those named in ``disabled``; with ``trace``,
-    what each did is appended to it."""
+    what each did is appended to it (also the one that refused the query, before its error goes on)."""
     unknown = sorted(set(disabled) - set(names()))
     if unknown:
         raise ValueError(f"no pass named {', '.join(unknown)}: the passes are {', '.join(names())}")
@@ -282,7 +283,15 @@ def run(
                 trace.append(Step(p.name, None, note))
             continue
         before = _text(tree) if trace is not None else ""
-        tree = p.apply(tree, ctx)
+        try:
+            tree = p.apply(tree, ctx)
+        except Exception as e:
+            if trace is not None:
+                refused = isinstance(e, DuckflockError)
+                trace.append(
+                    Step(p.name, None, "refused the query" if refused else f"failed ({type(e).__name__})")
+                )
+            raise
         if trace is not None:
             after = _text(tree)
             trace.append(Step(p.name, after if after != before else None))
@@ -294,15 +303,18 @@ def _text(tree: exp.Expr) -> str:
 
 
 def format_trace(trace: Sequence[Step]) -> str:
-    """The query after each pass that changed it; the others named with what they did."""
+    """The query after each pass that changed it, in order; then the others, named by what they did."""
     checks = {p.name for p in PIPELINE if p.check}
     lines = ["Passes (the query after each one that changed it):"]
+    others: dict[str, list[str]] = {}
     for step in trace:
-        if step.note:
-            lines.append(f"  {step.name}: {step.note}")
-        elif step.sql is None:
-            lines.append(f"  {step.name}: {'passed' if step.name in checks else 'no change'}")
-        else:
+        if step.sql is not None:
             lines.append(f"  {step.name}:")
             lines.extend(f"    {line}" for line in step.sql.splitlines())
+        else:
+            what = step.note or ("checks passed" if step.name in checks else "no change")
+            others.setdefault(what, []).append(step.name)
+    lines.extend(f"  {what}: {', '.join(names)}" for what, names in others.items())
+    if not trace:  # DESCRIBE, SHOW TABLES, or SQL only DuckDB parses: answered as written
+        lines = ["Passes: none ran (the query is answered as it is written)"]
     return "\n".join(lines)
