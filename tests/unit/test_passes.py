@@ -19,7 +19,9 @@ from duckflock.sql.passes import Step, format_trace
 from duckflock.sql.schema_db import SchemaDB
 from support import make_table
 
-EXISTS = "SELECT k, count(*) AS n FROM a WHERE EXISTS (SELECT 1 FROM b WHERE b.k = a.k AND b.v > 2) GROUP BY k"
+EXISTS = (
+    "SELECT k, count(*) AS n FROM a WHERE EXISTS (SELECT 1 FROM b WHERE b.k = a.k AND b.v > 2) GROUP BY k"
+)
 
 
 @pytest.fixture(scope="module")
