@@ -100,7 +100,7 @@ class Step:
 
     name: str
     sql: str | None  # the query after it; None where it changed nothing
-    note: str = ""  # why it did not run
+    note: str = ""  # where it did not run through: switched off, left out, refused the query
 
 
 def _check(name: str, description: str, fn: Callable[[exp.Expr, Context], object]) -> Pass:
@@ -314,7 +314,7 @@ def format_trace(trace: Sequence[Step]) -> str:
         else:
             what = step.note or ("checks passed" if step.name in checks else "no change")
             others.setdefault(what, []).append(step.name)
-    lines.extend(f"  {what}: {', '.join(names)}" for what, names in others.items())
+    lines.extend(f"  {what}: {', '.join(which)}" for what, which in others.items())
     if not trace:  # DESCRIBE, SHOW TABLES, or SQL only DuckDB parses: answered as written
         lines = ["Passes: none ran (the query is answered as it is written)"]
     return "\n".join(lines)
