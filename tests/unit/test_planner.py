@@ -18,7 +18,7 @@ from duckflock.plan.nodes import Aggregate, ExchangeRead, Join, Node, Scan, SetO
 from duckflock.plan.planner import plan_query
 from duckflock.plan.sql_text import target_sql
 from duckflock.plan.stages import ExchangeSpec, OnDriver, StagePlan
-from duckflock.sql import bind
+from duckflock.sql import builder
 from duckflock.sql.schema_db import SchemaDB
 from support import make_table
 
@@ -643,7 +643,7 @@ def test_a_bug_in_the_planner_is_an_internal_error_never_a_fallback(plan, monkey
         raise KeyError("no such column")
 
     # The fallback is on and the tables small: a refusal would run on the driver.
-    monkeypatch.setattr(bind._Builder, "query", broken)
+    monkeypatch.setattr(builder.Builder, "query", broken)
     with pytest.raises(InternalError) as info:
         plan("SELECT k FROM ua")
     message = str(info.value)

@@ -181,12 +181,16 @@ def run_explain(args: argparse.Namespace) -> int:
     from duckflock.exec.launch import per_process
     from duckflock.plan.explain import explain_plan
     from duckflock.plan.planner import plan_query
+    from duckflock.sql.passes import Step, format_trace
     from duckflock.sql.schema_db import SchemaDB
 
     catalog = Catalog.load(args.data)
     config = with_derived_limits(Config.from_env(), args.ranks)  # as the ranks on this node would
     k = per_process(args.ranks, config.ranks_per_process)
-    plan = plan_query(args.query, catalog, SchemaDB(catalog), args.ranks, config, k)
+    trace: list[Step] | None = [] if args.verbose else None
+    plan = plan_query(args.query, catalog, SchemaDB(catalog), args.ranks, config, k, trace=trace)
+    if trace is not None:
+        _out().print(format_trace(trace), highlight=False, markup=False)
     _out().print(explain_plan(plan), highlight=False, markup=False)
     return 0
 

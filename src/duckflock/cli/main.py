@@ -141,6 +141,11 @@ def _add_query(s: argparse.ArgumentParser, name: str) -> None:
     s.add_argument("query", help="the SELECT statement")
     if name == "explain":
         s.add_argument("--analyze", action="store_true", help="run the query; show actual rows, bytes, times")
+        s.add_argument(
+            "--verbose",
+            action="store_true",
+            help="first the query after each rewrite pass of the planner (not with --analyze or --workers)",
+        )
     if name == "sql":
         s.add_argument(
             "--output",
@@ -296,6 +301,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from duckflock.cli.serve import run_serve
 
         return run_serve(args)
+    if args.command == "explain" and args.verbose and (args.analyze or args.workers):
+        raise DuckflockError(
+            "explain --verbose shows how this process plans the query: not with --analyze or --workers"
+        )
     if args.command in ("sql", "explain") and args.workers:
         from duckflock.cli.commands import run_on_workers
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import traceback
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from duckflock.plan.distribute import distribute
 from duckflock.plan.nodes import ExchangeRead
 from duckflock.plan.stages import StagePlan, cut
 from duckflock.sql.bind import bind
+from duckflock.sql.passes import Step
 from duckflock.sql.schema_db import SchemaDB
 
 
@@ -30,11 +32,16 @@ def plan_query(
     config: Config,
     per_process: int = 1,
     cores: int | None = None,
+    *,
+    disabled_passes: Collection[str] = (),
+    trace: list[Step] | None = None,
 ) -> StagePlan:
     """The stage plan of ``sql`` over ``size`` ranks, ``per_process`` of them in each process of
-    ``cores`` cores (None: as many as this one), or SqlError/CatalogError naming what is wrong."""
+    ``cores`` cores (None: as many as this one), or SqlError/CatalogError naming what is wrong.
+    ``disabled_passes``: rewrites of sql/passes.py to leave out (tests); ``trace`` gets the query
+    after each pass (EXPLAIN VERBOSE)."""
     try:
-        return _plan(sql, catalog, schema_db, size, config, per_process, cores)
+        return _plan(sql, catalog, schema_db, size, config, per_process, cores, disabled_passes, trace)
     except DuckflockError:
         raise
     except Exception as e:  # not a refusal: a bug, told as one, never answered another way
@@ -61,9 +68,13 @@ def _plan(
     config: Config,
     per_process: int,
     cores: int | None,
+    disabled_passes: Collection[str],
+    trace: list[Step] | None,
 ) -> StagePlan:
     cores = len(os.sched_getaffinity(0)) if cores is None else cores
-    bound = bind(sql, catalog, schema_db, config.driver_fallback_bytes)
+    bound = bind(
+        sql, catalog, schema_db, config.driver_fallback_bytes, disabled_passes=disabled_passes, trace=trace
+    )
     physical, copies_per_process = distribute(bound.plan, catalog, size, config, per_process)
     plan = _once_per_process(
         cut(physical, bound.output_names, bound.arrow_schema), catalog, config, per_process, cores

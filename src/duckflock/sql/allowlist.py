@@ -11,12 +11,16 @@ are rendered back to DuckDB SQL verbatim and evaluated by DuckDB, so they need n
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
 from duckflock.errors import NotDistributed
 from duckflock.sql.functions import function_name
 from duckflock.sql.scopes import query_of
+
+if TYPE_CHECKING:
+    from duckflock.catalog import Catalog
 
 # Node kind -> the arguments the binder reads. Any other argument that is set is refused.
 _CLAUSE_ARGS: dict[type, set[str]] = {
@@ -266,3 +270,17 @@ def _describe(node: exp.Expr, arg: str, value: object) -> str:
         text = value.sql(dialect="duckdb") if isinstance(value, exp.Expr) else str(value)
         return name.format(value=text.upper())
     return f"{arg.upper().replace('_', ' ')} in {node.key.upper()}"
+
+
+def check_struct_names(tree: exp.Expr, catalog: Catalog) -> None:
+    """A STRUCT column named like a FROM item of the query: DuckDB reads ``s.t.a`` (and, inside a
+    subquery over ``s``, even ``t.a``) as a field of the column, the rewrite as the item's column."""
+    items = {n.alias_or_name.lower() for n in tree.find_all(exp.Table, exp.Subquery, exp.CTE)}
+    for table in tree.find_all(exp.Table):
+        info = catalog.find(table.name) if isinstance(table.this, exp.Identifier) else None
+        for column, typ in info.columns if info is not None else ():
+            if typ.upper().startswith("STRUCT") and column.lower() in items:
+                raise unsupported(
+                    f"a STRUCT column ({column}) named like a FROM item",
+                    "a STRUCT column named like a FROM item",
+                )

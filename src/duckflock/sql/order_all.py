@@ -4,7 +4,7 @@ sqlglot's ``pushdown_projections`` drops the columns of a derived table, CTE or 
 outer query does not read, and sees ALL as an opaque word: ``(SELECT * FROM t ORDER BY ALL LIMIT 3)``
 would then sort by fewer columns and keep other rows. Written out as the output names, the columns
 are kept (a bare name in ORDER BY is an output column, to sqlglot as to DuckDB). The outermost
-query keeps its ALL: nothing prunes its columns, and the planner expands it (sql/bind.py).
+query keeps its ALL: nothing prunes its columns, and the planner expands it (sql/builder.py).
 """
 
 from __future__ import annotations

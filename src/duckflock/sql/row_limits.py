@@ -28,7 +28,7 @@ from duckflock.sql.allowlist import unsupported
 from duckflock.sqltext import quote_ident as q
 
 if TYPE_CHECKING:
-    from duckflock.sql.bind import _Builder
+    from duckflock.sql.builder import Builder
 
 _MAX = 4611686018427387904  # DuckDB's largest LIMIT / OFFSET
 
@@ -46,14 +46,14 @@ class RowLimit:
         return self.limit_sql is None and self.offset_sql is None and self.percent is None
 
 
-def row_limit(query: exp.Query, builder: _Builder) -> RowLimit:
+def row_limit(query: exp.Query, builder: Builder) -> RowLimit:
     """The LIMIT and OFFSET of a SELECT or set operation."""
     limit, limit_sql, percent = _clause(query, "limit", builder)
     offset, offset_sql, _ = _clause(query, "offset", builder)
     return RowLimit(limit, offset or 0, limit_sql, offset_sql, percent)
 
 
-def _clause(query: exp.Query, arg: str, builder: _Builder) -> tuple[int | None, str | None, str | None]:
+def _clause(query: exp.Query, arg: str, builder: Builder) -> tuple[int | None, str | None, str | None]:
     """(constant, run-time SQL, percentage) of a LIMIT or OFFSET clause."""
     node = query.args.get(arg)
     if node is None:
@@ -75,7 +75,7 @@ def _clause(query: exp.Query, arg: str, builder: _Builder) -> tuple[int | None, 
     return None, _run_time(builder.names(value.copy()), builder), None
 
 
-def _folded(value: exp.Expr, builder: _Builder) -> int | None:
+def _folded(value: exp.Expr, builder: Builder) -> int | None:
     sql = value.sql(dialect="duckdb")
     try:
         rows = builder.schema_db.con.sql(f"SELECT CAST(({sql}) AS BIGINT)").fetchall()
@@ -84,7 +84,7 @@ def _folded(value: exp.Expr, builder: _Builder) -> int | None:
     return rows[0][0]
 
 
-def _run_time(value: exp.Expr, builder: _Builder) -> str:
+def _run_time(value: exp.Expr, builder: Builder) -> str:
     """The count DuckDB's LIMIT reads from a value: SQL of a UBIGINT, or NULL."""
     sql = value.sql(dialect="duckdb")
     probe = Project(("__v",), child=Values(("__one",)), exprs=(sql,), **builder.attach(sql))
@@ -99,7 +99,7 @@ def _run_time(value: exp.Expr, builder: _Builder) -> str:
 
 
 def limited(
-    rel: Node, visible: tuple[str, ...], sort_keys: list[str], rows: RowLimit, builder: _Builder
+    rel: Node, visible: tuple[str, ...], sort_keys: list[str], rows: RowLimit, builder: Builder
 ) -> Node:
     """``rel`` sorted by ``sort_keys`` (if any), the rows ``rows`` keeps, with columns ``visible``."""
     if rows.constant:
