@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from duckflock.exchange.mux import Mux
+from duckflock.transport import storage
 from duckflock.transport.storage import (
     WHOLE_READ_BYTES,
     ObjectStore,
@@ -201,6 +202,29 @@ def test_objects_every_rank_has_passed_are_deleted_and_the_job_removed(group, tm
     remove_job(str(tmp_path), "job")
     remove_job(str(tmp_path), "job")  # already gone: nothing to do
     assert not (tmp_path / "job").exists()
+
+
+def test_a_beat_reads_few_peers_progress_and_objects_still_go(tmp_path, monkeypatch):
+    """At 5 ranks with one peer's progress read a beat, rank 0's objects wait for all four peers,
+    read in turn, and are deleted; no beat read more than one."""
+    monkeypatch.setattr(storage, "PROGRESS_READS", 1)
+    ts = [StorageTransport(str(tmp_path), "job", r, 5, peer_timeout_s=30.0) for r in range(5)]
+    try:
+        t0 = time.monotonic()
+        for dest in range(1, 5):
+            ts[0].isend(dest, 1, b"x" * 100)
+        drain(ts[0])
+        for t in ts[1:]:
+            receive(t, 1)
+        deadline = time.monotonic() + BOUND_S
+        while os.listdir(tmp_path / "job" / "msg"):
+            assert time.monotonic() < deadline, os.listdir(tmp_path / "job" / "msg")
+            time.sleep(0.05)
+        beats = (time.monotonic() - t0) / storage.HEARTBEAT_S + 1
+        assert 4 <= ts[0].progress_gets <= beats, (ts[0].progress_gets, beats)
+    finally:
+        for t in ts:
+            t.close()
 
 
 def test_a_peer_without_heartbeat_is_lost_and_a_closed_one_is_not(tmp_path):
