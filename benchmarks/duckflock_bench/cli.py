@@ -27,6 +27,11 @@ def run(args: argparse.Namespace) -> int:
 
         only = parse_list(args.queries, int) if args.queries else None
         return run_tpch(args.sf, _ranks(args.ranks), args.runs, args.check, args.data_root, out, only)
+    if args.bench == "scaling":
+        from duckflock_bench.scaling import run as run_scaling
+
+        only = parse_list(args.queries, int) if args.queries else None
+        return run_scaling(args.sf, _ranks(args.ranks), max(1, args.runs), args.data_root, out, only)
     if args.bench == "lake":
         from duckflock_bench.lake_bench import SECTIONS
         from duckflock_bench.lake_bench import run as run_lake

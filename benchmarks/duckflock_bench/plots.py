@@ -216,3 +216,22 @@ def exchange_figures(results: dict, out: Path) -> list[Path]:
     path = out / "exchange_gbps.png"
     exchange_throughput(results, path)
     return [path]
+
+
+def bars_per_query(results: dict, value: str, ylabel: str, title: str, path: Path) -> None:
+    """One bar per TPC-H query and rank count of ``results["points"][...][value]``, a line at 1."""
+    ranks = sorted({p["ranks"] for p in results["points"]})
+    qs = sorted({p["query"] for p in results["points"]})
+    fig, ax = plt.subplots(figsize=(11, 4))
+    width = 0.8 / max(1, len(ranks))
+    for i, r in enumerate(ranks):
+        by_query = {p["query"]: p[value] for p in results["points"] if p["ranks"] == r}
+        ax.bar([q + i * width for q in qs], [by_query.get(q, 0) for q in qs], width, label=f"{r} ranks")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([q + width * (len(ranks) - 1) / 2 for q in qs], [f"Q{q}" for q in qs])
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -8,16 +8,56 @@ DuckDB's result. DuckDB runs in this process with every core while the ranks wai
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
+
+import duckdb
+import pyarrow as pa
 
 import duckflock
 from duckflock.ingest.tpch import generate_tpch
+from duckflock.session import Result, Session
 from duckflock.testing.compare import difference
 from duckflock.testing.tables import oracle
 from duckflock.testing.tpch import ORDER, queries
 from duckflock_bench.jobs import err, write_json
 from duckflock_bench.measure import cores, machine_info, median, timed, versions
 from duckflock_bench.phases import summarize
+from duckflock_bench.plots import bars_per_query
+
+
+class Interleaved(NamedTuple):
+    ours: list[float]
+    theirs: list[float]
+    got: pa.Table  # duckflock's last result
+    want: pa.Table  # DuckDB's
+    profiled: Result
+
+
+def interleaved(
+    db: Session,
+    baseline: duckdb.DuckDBPyConnection,
+    q: str,
+    runs: int,
+    around: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> Interleaved:
+    """A warm-up each (plan cache, file cache), then ``runs`` timed runs alternating duckflock and
+    DuckDB (so machine noise hits both), and one profiled run. ``around``: the context DuckDB's
+    calls run in."""
+    db.sql(q)
+    with around():
+        want = baseline.sql(q).to_arrow_table()
+    ours, theirs = [], []
+    got = None
+    for _ in range(max(1, runs)):
+        s, got = timed(lambda: db.sql(q))
+        ours.append(s)
+        with around():
+            theirs.append(timed(lambda: baseline.sql(q).to_arrow_table())[0])
+    assert got is not None
+    return Interleaved(ours, theirs, got.arrow(), want, db.sql(q, profile=True))
 
 
 def run_tpch(
@@ -32,17 +72,9 @@ def run_tpch(
         err.print(f"[bold]{n_ranks} ranks[/]")
         with duckflock.connect(str(data), ranks=n_ranks) as db:
             for n, q in qs.items():
-                db.sql(q)  # warm-up: plan cache, file cache
-                want = baseline.sql(q).to_arrow_table()
-                ours, theirs = [], []
-                got = None
-                for _ in range(runs):
-                    s, got = timed(lambda q=q: db.sql(q))
-                    ours.append(s)
-                    theirs.append(timed(lambda q=q: baseline.sql(q).to_arrow_table())[0])
-                profiled = db.sql(q, profile=True)
+                ours, theirs, got, want, profiled = interleaved(db, baseline, q, runs)
                 phases = summarize(profiled.stats, profiled.seconds)
-                problem = difference(got.arrow(), want, ORDER.get(n)) if check else None
+                problem = difference(got, want, ORDER.get(n)) if check else None
                 point = {
                     "ranks": n_ranks,
                     "query": n,
@@ -99,26 +131,8 @@ def tpch_markdown(results: dict) -> str:
 
 
 def tpch_figure(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ranks = sorted({p["ranks"] for p in results["points"]})
-    qs = sorted({p["query"] for p in results["points"]})
-    fig, ax = plt.subplots(figsize=(11, 4))
-    width = 0.8 / max(1, len(ranks))
-    for i, r in enumerate(ranks):
-        ratio = {p["query"]: p["ratio"] for p in results["points"] if p["ranks"] == r}
-        ax.bar([q + i * width for q in qs], [ratio.get(q, 0) for q in qs], width, label=f"{r} ranks")
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks([q + width * (len(ranks) - 1) / 2 for q in qs], [f"Q{q}" for q in qs])
-    ax.set_ylabel("time / single-process DuckDB")
-    ax.set_title(f"TPC-H SF {results['sf']:g}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    title = f"TPC-H SF {results['sf']:g}"
+    bars_per_query(results, "ratio", "time / single-process DuckDB", title, path)
 
 
 def run(

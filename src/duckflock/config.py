@@ -68,6 +68,10 @@ class Config:
     compression: str = "none"
     #: DuckDB threads per rank; 0: this rank's fair share of the node's cores.
     threads: int = 0
+    #: In an MPI job of one rank per process, pin each rank's process to its own core (the node's
+    #: ranks in turn over the cores the job may use), as `mpiexec -bind-to core` would.
+    # For measuring parallel efficiency against DuckDB on one core (`duckflock bench scaling`).
+    pin_cores: bool = False
     #: Ranks in one process, as threads. A job that duckflock starts on this machine puts this many
     #: ranks in each process (0: all in one); inside an MPI job (`srun`, your own `mpiexec`) each of
     #: its processes runs this many ranks (0: one).

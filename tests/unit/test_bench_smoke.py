@@ -150,3 +150,19 @@ def test_lake_exchange_counts_the_requests_on_its_prefix(tmp_path):
         )
     assert requests.since_last() == {"PUT": 2, "objects": 1, "LIST": 1, "GET": 1, "requests": 4}
     assert requests.since_last() == {"requests": 0}
+
+
+def test_bench_scaling_smoke(tmp_path):
+    out = tmp_path / "scaling"
+    ranks = "2" if len(os.sched_getaffinity(0)) >= 2 else "1"
+    bench(
+        "scaling",
+        *("--sf", "0.01", "--ranks", ranks, "--runs", "1", "--queries", "6"),
+        *("--data-root", str(tmp_path), "--out", str(out)),
+        cwd=tmp_path,
+    )
+    results = json.loads((out / "results.json").read_text())
+    assert [p["ranks"] for p in results["points"]] == [int(r) for r in ranks.split(",")]
+    for point in results["points"]:
+        assert point["correct"] and positive(point["speedup"]) and positive(point["duckdb_1core_s"])
+    assert (out / "results.md").is_file() and (out / "scaling_efficiency.png").stat().st_size > 0

@@ -7,7 +7,9 @@ import argparse
 
 
 def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="benchmarks: seed, exchange, TPC-H, lake, memory, Flight, netem, serve")
+    b = sub.add_parser(
+        "bench", help="benchmarks: seed, exchange, TPC-H, scaling, lake, memory, Flight, netem, serve"
+    )
     bsub = b.add_subparsers(dest="bench", required=True)
     bs = bsub.add_parser("seed", help="the seed report's join vs single-process DuckDB")
     bs.add_argument("--sf", default="0.1,0.5,1", help="scale factors, comma separated")
@@ -30,6 +32,7 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     bt.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
     bt.add_argument("--out", default="bench-results/tpch", help="output directory")
 
+    _add_scaling(bsub)
     _add_lake(bsub)
 
     _add_serve(bsub)
@@ -66,6 +69,16 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     )
     n.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
     n.add_argument("--out", default="bench-results/netem", help="output directory")
+
+
+def _add_scaling(bsub: argparse._SubParsersAction) -> None:
+    bc = bsub.add_parser("scaling", help="parallel efficiency: a core per rank vs DuckDB on one core")
+    bc.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
+    bc.add_argument("--ranks", default="1,2", help="rank counts, comma separated (a core each)")
+    bc.add_argument("--runs", type=int, default=3, help="timed runs per query (median reported)")
+    bc.add_argument("--queries", default=None, help="only these query numbers, comma separated")
+    bc.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
+    bc.add_argument("--out", default="bench-results/scaling", help="output directory")
 
 
 def _add_lake(bsub: argparse._SubParsersAction) -> None:

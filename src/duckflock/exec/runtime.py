@@ -298,6 +298,9 @@ def mpi_runtimes(data: str | os.PathLike[str] | None, config: Config) -> list[Ru
         )
     node = world.Split_type(MPI.COMM_TYPE_SHARED)
     ranks_on_node = node.Get_size() * per_process
+    if config.pin_cores and per_process == 1:  # before DuckDB starts its threads, which inherit it
+        usable = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {usable[node.Get_rank() % len(usable)]})
     node.Free()
     # Nodes may differ (in memory, in ranks placed on them): the planner on rank 0 must bound
     # broadcasts by the smallest share of any rank, not by its own.
