@@ -27,7 +27,7 @@ from duckflock.catalog.partitioning import (
     common_hash_type,
     ranges_aligned,
 )
-from duckflock.plan.sql_text import hash_sql, partition_sql, range_partition_sql
+from duckflock.catalog.placement import hash_sql, partition_sql, range_partition_sql
 
 FAST = settings(max_examples=40)
 

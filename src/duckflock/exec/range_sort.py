@@ -2,7 +2,7 @@
 the same ``size - 1`` splitters, and each row's target rank is the number of splitters it sorts after.
 
 No library computes a lexicographic "sorts after" for ORDER BY keys with mixed ASC/DESC and NULLS
-FIRST/LAST, so it is written out as SQL for DuckDB to evaluate (``plan/sql_text.py``).
+FIRST/LAST, so it is written out as SQL for DuckDB to evaluate (``catalog/placement.py``).
 """
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from duckflock.exchange.arrays import arrow_array, null_mask, numpy_view
-from duckflock.exec.runtime import Runtime
-from duckflock.plan.sql_text import (
+from duckflock.catalog.placement import (
     SPLITTERS_TABLE,
     SortKey,
     one_target,
@@ -21,6 +19,8 @@ from duckflock.plan.sql_text import (
     sort_key_sample,
     splitter_target_sql,
 )
+from duckflock.exchange.arrays import arrow_array, null_mask, numpy_view
+from duckflock.exec.runtime import Runtime
 
 SAMPLE_ROWS_PER_RANK = 4096
 _FAST_TYPES = (

@@ -24,7 +24,7 @@ they are uploaded there instead, and the catalog entry saved last is the commit 
 (ingest/object_output.py).
 
 ``repartition_table`` rewrites a stored hash table the same way, from its own files: for a table placed
-by a DuckDB whose ``hash()`` differs from this one's (see ``catalog.hash_canary``).
+by a DuckDB whose ``hash()`` differs from this one's (see ``catalog.placement``).
 """
 
 from __future__ import annotations
@@ -43,19 +43,14 @@ import duckdb
 
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type
+from duckflock.catalog.placement import hash_sql, range_partition_sql
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
 from duckflock.ingest.object_output import OWNED, ObjectOutput, owned_objects, prefix_of, remove
 from duckflock.ingest.shares import share
 from duckflock.ingest.shuffle import shuffle_partitions
 from duckflock.ingest.widths import with_widths
-from duckflock.plan.sql_text import (
-    copy_schema_probe,
-    files_sql,
-    hash_sql,
-    range_partition_sql,
-    read_files,
-)
+from duckflock.plan.sql_text import copy_schema_probe, files_sql, read_files
 from duckflock.sqltext import quote_ident
 from duckflock.storage import objects
 from duckflock.storage.objects import is_uri
