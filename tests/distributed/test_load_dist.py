@@ -13,10 +13,10 @@ import duckdb
 import pytest
 
 from duckflock.catalog import Catalog
+from duckflock.catalog.placement import hash_sql
 from duckflock.config import Config
 from duckflock.plan.nodes import Join, walk
 from duckflock.plan.planner import plan_query
-from duckflock.plan.sql_text import hash_sql
 from duckflock.sql.schema_db import SchemaDB
 from support import assert_same, run_on_ranks
 

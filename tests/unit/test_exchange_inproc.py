@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from duckflock.catalog.partitioning import Hashed
+from duckflock.catalog.placement import target_sql
 from duckflock.errors import ExecutionError, TransportError
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
@@ -35,7 +36,6 @@ from duckflock.exchange.shuffle import (
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exec.rank_query import describe_error
 from duckflock.plan.kinds import ExchangeKind
-from duckflock.plan.sql_text import target_sql
 from duckflock.plan.stages import ExchangeSpec
 from duckflock.transport.base import SendHandle
 from duckflock.transport.inproc import InProcTransport

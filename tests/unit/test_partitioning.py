@@ -27,7 +27,7 @@ from duckflock.catalog.partitioning import (
     common_hash_type,
     ranges_aligned,
 )
-from duckflock.plan.sql_text import hash_sql, partition_sql, range_partition_sql
+from duckflock.catalog.placement import hash_sql, partition_sql, range_partition_sql, range_splitters
 
 FAST = settings(max_examples=40)
 
@@ -561,3 +561,43 @@ def test_routed_side_is_aligned_only_where_duckdb_routing_meets_the_other_ranges
     if ranges_aligned(routed, _r("y", b_bounds)):
         assert meets
     assert ranges_aligned(routed, _r("y", b_bounds)) == ranges_aligned(_r("y", b_bounds), routed)
+
+
+# ---- splitters chosen from every rank's sample ----------------------------------------------------
+
+
+def _splitters_of_ranks(sources: list[str], count: int) -> list[str]:
+    """The load's splitters on key ``x`` where rank ``r`` reads ``sources[r]``: each rank's sample
+    first, then the splitters every rank picks from all of them."""
+    con = _con()
+    samples: list[object] = []
+    for source in sources:
+        range_splitters(con, lambda own: samples.append(own) or [own], source, "x", "BIGINT", count)
+    return range_splitters(con, lambda _: samples, None, "x", "BIGINT", count)
+
+
+def test_a_rank_with_few_rows_does_not_pull_the_splitters_toward_its_keys():
+    # Rank 0 holds 1,000 rows, rank 1 100,000: both send a sample of about 1,000 keys. Counted
+    # alike, the samples would put the first splitter among rank 0's keys, below 1,000.
+    few = "(SELECT i AS x FROM range(1000) r(i))"
+    many = "(SELECT 1000 + i AS x FROM range(100000) r(i))"
+    splitters = [int(s) for s in _splitters_of_ranks([few, many], 4)]
+    whole = f"(SELECT * FROM {few} UNION ALL SELECT * FROM {many})"
+    exact = _con().execute(f"SELECT quantile_disc(x, [0.25, 0.5, 0.75]) FROM {whole}").fetchall()[0][0]
+    for got, want in zip(splitters, exact, strict=True):
+        assert abs(got - want) < 5000, (splitters, exact)  # within 5% of the rows of the quantile
+
+
+def test_null_keys_take_no_share_of_the_splitters():
+    rel = "(SELECT CASE WHEN i % 3 = 0 THEN NULL ELSE i END AS x FROM range(3000) r(i))"
+    splitters = _splitters_of_ranks([rel], 3)
+    assert len(splitters) == 2 and all(s is not None for s in splitters)
+    counts = (
+        _con()
+        .execute(
+            f"SELECT {range_partition_sql('x', 'BIGINT', splitters)} AS p, count(*) FROM {rel} WHERE x IS NOT NULL "
+            "GROUP BY p ORDER BY p"
+        )
+        .fetchall()
+    )
+    assert [p for p, _ in counts] == [0, 1, 2] and all(abs(n - 667) < 100 for _, n in counts)

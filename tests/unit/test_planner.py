@@ -10,13 +10,13 @@ import pytest
 
 from duckflock.catalog import Catalog, Hashed, Ranged
 from duckflock.catalog.partitioning import canonical_hash_type
+from duckflock.catalog.placement import target_sql
 from duckflock.config import Config
 from duckflock.errors import CatalogError, DuckflockError, InternalError, NotDistributed, SqlError
 from duckflock.exec import adaptive
 from duckflock.plan.explain import explain_plan
 from duckflock.plan.nodes import Aggregate, ExchangeRead, Join, Node, Scan, SetOp, Sort, Window, walk
 from duckflock.plan.planner import plan_query
-from duckflock.plan.sql_text import target_sql
 from duckflock.plan.stages import ExchangeSpec, OnDriver, StagePlan
 from duckflock.sql import builder
 from duckflock.sql.schema_db import SchemaDB

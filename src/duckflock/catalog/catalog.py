@@ -20,7 +20,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from duckflock.catalog.hash_canary import canary, trusted
 from duckflock.catalog.partitioning import (
     Arbitrary,
     Hashed,
@@ -29,6 +28,7 @@ from duckflock.catalog.partitioning import (
     canonical_hash_type,
     partitions_of_rank,
 )
+from duckflock.catalog.placement import canary, trusted
 from duckflock.catalog.validate import VERSION, check_catalog
 from duckflock.errors import CatalogError
 from duckflock.storage.objects import is_uri, prefixes

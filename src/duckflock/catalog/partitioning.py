@@ -171,7 +171,7 @@ class Hashed:
 class Ranged:
     """Partition p holds keys in the closed interval bounds[p] (None for an empty partition).
 
-    ``routed``: the rows were sent into another table's ranges (plan/sql_text.py's partition_sql),
+    ``routed``: the rows were sent into another table's ranges (catalog/placement.py's partition_sql),
     which puts keys outside every range somewhere too: a key goes to the partition with the
     smallest upper bound not below it, else to the one with the largest; every key to partition 0
     where all are empty. Such keys survive an outer or anti join, so the intervals are open-ended."""

@@ -32,6 +32,7 @@ from duckflock.catalog.partitioning import (
     canonical_hash_type,
     partitions_of_rank,
 )
+from duckflock.catalog.placement import partition_sql
 from duckflock.local_duckdb import drop_views
 from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import (
@@ -47,7 +48,6 @@ from duckflock.plan.nodes import (
     walk,
 )
 from duckflock.plan.render import exchange_table
-from duckflock.plan.sql_text import partition_sql
 from duckflock.plan.stages import Stage, StagePlan
 from duckflock.units import human
 

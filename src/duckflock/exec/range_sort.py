@@ -2,7 +2,7 @@
 the same ``size - 1`` splitters, and each row's target rank is the number of splitters it sorts after.
 
 No library computes a lexicographic "sorts after" for ORDER BY keys with mixed ASC/DESC and NULLS
-FIRST/LAST, so it is written out as SQL for DuckDB to evaluate (``plan/sql_text.py``).
+FIRST/LAST, so it is written out as SQL for DuckDB to evaluate (``catalog/placement.py``).
 """
 
 from __future__ import annotations
@@ -11,16 +11,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from duckflock.exchange.arrays import arrow_array, null_mask, numpy_view
-from duckflock.exec.runtime import Runtime
-from duckflock.plan.sql_text import (
+from duckflock.catalog.placement import (
     SPLITTERS_TABLE,
     SortKey,
+    choose_splitters,
     one_target,
-    ordered_samples,
+    quantile_picks,
     sort_key_sample,
     splitter_target_sql,
 )
+from duckflock.exchange.arrays import null_mask, numpy_view
+from duckflock.exec.runtime import Runtime
 
 SAMPLE_ROWS_PER_RANK = 4096
 _FAST_TYPES = (
@@ -67,10 +68,14 @@ def fast_targets(rt: Runtime, qid: int, table: pa.Table, keys: tuple[str, ...]) 
         if len(valid)
         else valid
     )
-    merged = np.sort(np.concatenate([np.asarray(a) for a in rt.mux.allgather(qid, sample)]))
-    if len(merged) == 0 or rt.size == 1:
+    gathered = [(n, np.asarray(a)) for n, a in rt.mux.allgather(qid, (len(valid), sample)) if len(a)]
+    if not gathered or rt.size == 1:
         return np.zeros(table.num_rows, dtype=np.uint16)
-    splitters = merged[[(i * len(merged)) // rt.size for i in range(1, rt.size)]]
+    # The weighted quantiles of catalog/placement.py, on numbers sorted by numpy.
+    merged = np.concatenate([a for _, a in gathered])
+    weights = np.concatenate([np.full(len(a), n / len(a)) for n, a in gathered])
+    order = np.argsort(merged, kind="stable")
+    splitters = merged[order][quantile_picks(weights[order], rt.size)]
     if desc:
         buckets = (rt.size - 1) - np.searchsorted(splitters, values, side="right")
     else:
@@ -107,17 +112,11 @@ def target_sql(rt: Runtime, qid: int, table: str, keys: tuple[str, ...]) -> str:
         # sort on one rank rather than risk a wrong order.
         return one_target()
     sample = sampled.to_arrow_table()
-    gathered = [t for t in rt.mux.allgather(qid, sample) if t.num_rows]
+    rows = rt.con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+    gathered = [(n, t) for n, t in rt.mux.allgather(qid, (rows, sample)) if t.num_rows]
     if not gathered or rt.size == 1:
         return one_target()
-    rt.con.register("__samples", pa.concat_tables(gathered))
-    try:
-        ordered = rt.con.sql(ordered_samples("__samples", parsed)).to_arrow_table()
-    finally:
-        rt.con.unregister("__samples")
-    picks = [(i * ordered.num_rows) // rt.size for i in range(1, rt.size)]
-    splitters = ordered.take(arrow_array(np.asarray(picks, np.int64)))
-    splitters = splitters.append_column("__t", arrow_array(np.arange(1, rt.size, dtype=np.int32)))
+    splitters = choose_splitters(rt.con, gathered, parsed, rt.size)
     rt.con.register(SPLITTERS_TABLE, splitters)
     # Nulls from Arrow's validity, not from Python values: a DATE or TIMESTAMP of infinity has none.
     nulls = [splitters.column(f"k{i}").is_null().to_pylist() for i in range(len(parsed))]

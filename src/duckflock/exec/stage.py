@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from duckflock.catalog import Catalog
+from duckflock.catalog.placement import SPLITTERS_TABLE, target_sql
 from duckflock.exchange.arrays import arrow_array
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
@@ -33,13 +34,11 @@ from duckflock.plan.nodes import DriverQuery, ExchangeRead, Join, Node, Scan, So
 from duckflock.plan.render import driver_sql, exchange_table, render
 from duckflock.plan.skew import rescannable
 from duckflock.plan.sql_text import (
-    SPLITTERS_TABLE,
     TARGET_COLUMN,
     everything,
     no_rows,
     own_share,
     read_table_files,
-    target_sql,
     typed_empty,
     with_key_hash,
     with_key_hashes,

@@ -22,11 +22,11 @@ import duckdb
 
 from duckflock.catalog import PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type
+from duckflock.catalog.placement import hash_sql
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
 from duckflock.ingest.load import Input, _publish, _rel, parquet_stats
 from duckflock.ingest.shares import balanced
-from duckflock.plan.sql_text import hash_sql
 from duckflock.sqltext import quote_ident
 from duckflock.storage import objects
 

@@ -24,12 +24,13 @@ they are uploaded there instead, and the catalog entry saved last is the commit 
 (ingest/object_output.py).
 
 ``repartition_table`` rewrites a stored hash table the same way, from its own files: for a table placed
-by a DuckDB whose ``hash()`` differs from this one's (see ``catalog.hash_canary``).
+by a DuckDB whose ``hash()`` differs from this one's (see ``catalog.placement``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -43,19 +44,14 @@ import duckdb
 
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type
+from duckflock.catalog.placement import hash_sql, range_partition_sql, range_splitters
 from duckflock.errors import CatalogError
 from duckflock.exec.runtime import Runtime
 from duckflock.ingest.object_output import OWNED, ObjectOutput, owned_objects, prefix_of, remove
 from duckflock.ingest.shares import share
 from duckflock.ingest.shuffle import shuffle_partitions
 from duckflock.ingest.widths import with_widths
-from duckflock.plan.sql_text import (
-    copy_schema_probe,
-    files_sql,
-    hash_sql,
-    range_partition_sql,
-    read_files,
-)
+from duckflock.plan.sql_text import copy_schema_probe, files_sql, read_files
 from duckflock.sqltext import quote_ident
 from duckflock.storage import objects
 from duckflock.storage.objects import is_uri
@@ -68,9 +64,6 @@ _GLOB_CHARS = re.compile(r"[*?\[]")  # what makes DuckDB treat a path as a glob 
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 _CSV_SUFFIXES = tuple(s + c for s in (".csv", ".tsv", ".txt") for c in ("", ".gz", ".zst"))
-# Rows each rank samples per partition for range splitters: enough that the quantile error per
-# partition is a few percent, small enough to allgather cheaply.
-_SAMPLE_PER_PARTITION = 128
 
 FileStats = tuple[int, object, object]  # rows, min, max (None without a key or without rows)
 Columns = tuple[tuple[str, str], ...]
@@ -271,40 +264,6 @@ def _plan(
     if count < 1:
         raise CatalogError(f"the number of partitions must be at least 1, not {count}")
     return tuple(keys), scheme, count
-
-
-def _splitters(rt: Runtime, qid: int, source: str | None, key: str, key_type: str, count: int) -> list[str]:
-    """count-1 splitters (as VARCHAR text) at the quantiles of a sample merged over all ranks.
-
-    Each rank's sample is weighted by its row count, so a rank with few rows does not skew the
-    quantiles. Every rank computes the same splitters from the same gathered samples.
-    """
-    sample: list[tuple[object, str]] = []
-    rows = 0
-    if source is not None:
-        k = quote_ident(key)
-        valid = f"{k} IS NOT NULL"
-        if key_type.upper() in ("DOUBLE", "FLOAT", "REAL"):
-            valid += f" AND NOT isnan({k})"  # NaN sorts above everything in DuckDB; keep it out of sorting
-        rows = rt.con.execute(f"SELECT count(*) FROM {source} WHERE {valid}").fetchall()[0][0]
-        size = max(1024, _SAMPLE_PER_PARTITION * count)
-        sample = rt.con.execute(
-            f"SELECT k, CAST(k AS VARCHAR) FROM (SELECT {k} AS k FROM {source} WHERE {valid}) "
-            f"USING SAMPLE reservoir({size} ROWS) REPEATABLE (42)"
-        ).fetchall()
-    entries: list[tuple[Any, str, float]] = []  # (a key value of the column's type, its text, weight)
-    for n, values in rt.mux.allgather(qid, (rows, sample)):
-        entries.extend((v, text, n / len(values)) for v, text in values)
-    # Python orders numbers, dates and strings (by code point = UTF-8 byte order) as DuckDB does.
-    entries.sort(key=lambda e: e[0])
-    total = sum(w for _, _, w in entries)
-    out: list[str] = []
-    cum = 0.0
-    for _, text, w in entries:
-        cum += w
-        while len(out) < count - 1 and cum >= total * (len(out) + 1) / count:
-            out.append(text)
-    return out
 
 
 def _output_columns(con: duckdb.DuckDBPyConnection, source: str, staging: Path, rank: int) -> Columns:
@@ -600,7 +559,9 @@ def _repartition(
     types = dict(out_columns)
     if scheme == "range":
         key = keys[0]
-        part_sql = range_partition_sql(key, types[key], _splitters(rt, qid, scan, key, types[key], count))
+        gather = functools.partial(rt.mux.allgather, qid)
+        splitters = range_splitters(rt.con, gather, scan, key, types[key], count)
+        part_sql = range_partition_sql(key, types[key], splitters)
     else:
         try:
             hash_types = tuple(canonical_hash_type(types[k]) for k in keys)

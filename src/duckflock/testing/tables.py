@@ -10,8 +10,9 @@ import pyarrow as pa
 
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type
+from duckflock.catalog.placement import hash_sql, range_partition_sql
 from duckflock.ingest.widths import with_widths
-from duckflock.plan.sql_text import hash_sql, range_partition_sql, read_table_files
+from duckflock.plan.sql_text import read_table_files
 from duckflock.sqltext import quote_ident as q
 from duckflock.sqltext import sql_literal
 
