@@ -39,6 +39,7 @@ class ScanStats:
     bytes_fetched: int | None = None  # None: not measured (a local table beside another)
     bytes_total: int = 0
     reads: int | None = None  # range requests, for objects (each one a GET)
+    rows_out: int | None = None  # rows the scans returned (after the filters DuckDB pushed into them)
 
     def describe(self) -> str:
         """``lineitem: 3/12 objects, 41/160 row groups, 38.2 MB fetched of 203 MB``"""
@@ -61,6 +62,7 @@ class ScanStats:
         self.row_groups_total = _plus(self.row_groups_total, other.row_groups_total)
         self.bytes_fetched = _plus(self.bytes_fetched, other.bytes_fetched)
         self.reads = _plus(self.reads, other.reads)
+        self.rows_out = _plus(self.rows_out, other.rows_out)
 
 
 def _plus(a: int | None, b: int | None) -> int | None:
@@ -86,6 +88,7 @@ class _Table:
     read: set[str] = field(default_factory=set)
     row_groups: tuple[int, int] | None = None
     local_bytes: int | None = None  # DuckDB's count, when the table was its query's only local one
+    rows_out: int | None = None
     fetched_before: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
@@ -96,6 +99,7 @@ class ScanRecorder:
     def __init__(self) -> None:
         self._tables: dict[str, _Table] = {}
         self._table_of: dict[str, str] = {}  # file path -> table
+        self.operator_rows: dict[str, int] = {}  # DuckDB operator type -> rows its children gave it
 
     def saw(self, info: TableInfo, share: Sequence[str], read: Sequence[str]) -> None:
         """A Scan of ``info`` over the rank's ``share`` of its files, of which ``read`` are read."""
@@ -123,12 +127,16 @@ class ScanRecorder:
             profile = json.loads(con.get_profiling_information(format="json"))
         except (duckdb.Error, ValueError):
             return  # no finished query (an error, or a result not read to its end)
+        _count_inputs(profile.get("operator", []), self.operator_rows)
         seen: set[str] = set()
         for scan in _table_scans(profile.get("operator", [])):
             table = self._scan_table(scan.get("extra_info", {}))
-            if table is None or "total_row_groups_to_scan" not in scan:
+            if table is None:
                 continue
             t = self._tables[table]
+            t.rows_out = _plus(t.rows_out, int(scan.get("intermediate_rows", 0)))
+            if "total_row_groups_to_scan" not in scan:
+                continue
             done, total = t.row_groups or (0, 0)
             done += int(scan["row_groups_scanned"])
             t.row_groups = (done, total + int(scan["total_row_groups_to_scan"]))
@@ -166,6 +174,7 @@ class ScanRecorder:
                     fetched,
                     sum(t.total.values()),
                     reads,
+                    t.rows_out,
                 )
             )
         return tuple(out)
@@ -176,6 +185,19 @@ def _table_scans(nodes: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         if node.get("type") == "TABLE_SCAN":
             yield node
         yield from _table_scans(node.get("children", []))
+
+
+def _count_inputs(nodes: list[dict[str, Any]], into: dict[str, int]) -> None:
+    """Add each operator's input rows (its children's output) under its type (for a performance
+    model: rows per kind of operator; table scans count their output)."""
+    for node in nodes:
+        children = node.get("children", [])
+        kind = str(node.get("type", ""))
+        rows = node.get("intermediate_rows", 0) if kind == "TABLE_SCAN" else sum(
+            c.get("intermediate_rows", 0) for c in children
+        )
+        into[kind] = into.get(kind, 0) + int(rows)
+        _count_inputs(children, into)
 
 
 def _sizes(info: TableInfo, paths: Sequence[str]) -> list[int]:

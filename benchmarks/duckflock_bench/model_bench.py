@@ -1,0 +1,140 @@
+"""``duckflock bench model --validate``: measured vs predicted time per phase.
+
+For each rank count one warm session (as ``bench tpch``); per query a warm-up, then ``runs``
+profiled runs; the fastest (the one least disturbed by other work on the machine) gives the
+measured phases and the row and byte counts the model predicts from (model.py), with the constants
+of ``bench calibrate``."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import duckflock
+from duckflock.catalog.catalog import Catalog
+from duckflock.exec.stage import StageStats
+from duckflock.ingest.tpch import generate_tpch
+from duckflock.testing.tpch import SEED_QUERY, query
+from duckflock_bench.jobs import err
+from duckflock_bench.measure import cores, load_average
+from duckflock_bench.model import Constants, counts_record, measure_counts, predict
+from duckflock_bench.phases import final_stage_ids, summarize
+
+# Each rank a process of its own, its exchanges over MPI, as ranks on different nodes would be (by
+# default a session runs its ranks as threads of one process, whose stages may run once for all).
+ONE_PER_PROCESS: dict[str, object] = {"ranks_per_process": 1}
+COMPARED = ("overhead", "compute", "partition", "network", "final", "total")
+TARGET = 0.25
+
+
+def query_sql(name: str) -> str:
+    """``seed`` or ``qN`` (TPC-H)."""
+    if name == "seed":
+        return SEED_QUERY
+    if name.startswith("q") and name[1:].isdigit():
+        return query(int(name[1:]))
+    raise ValueError(f"unknown query {name!r}: seed or qN")
+
+
+def measured_phases(stats: list[StageStats], total_s: float) -> dict[str, float]:
+    """The measured counterparts of the model's phases (max over ranks of non-final stage sums)."""
+    final = final_stage_ids(stats)
+    part: dict[int, float] = defaultdict(float)
+    net: dict[int, float] = defaultdict(float)
+    for s in stats:
+        if s.sid in final and s.rank == 0:
+            continue
+        part[s.rank] += s.exchange.partition_s + s.exchange.serialize_s
+        net[s.rank] += s.exchange.send_wait_s
+    ph = summarize(stats, total_s)
+    return {
+        "overhead": ph["overhead"],
+        "compute": ph["compute"],
+        "partition": max(part.values(), default=0.0),
+        "network": max(net.values(), default=0.0),
+        "wait": ph["wait"],
+        "final": ph["final"],
+        "total": total_s,
+    }
+
+
+def validate(
+    consts: dict[str, float], sf: float, ranks: list[int], names: list[str], runs: int, data_root: str
+) -> dict:
+    data = Path(data_root) / f"tpch-sf{sf:g}"
+    generate_tpch(sf, data, progress=False)
+    catalog = Catalog.load(data)
+    k = Constants.from_calibration(consts)
+    n_cores = cores()
+    points = []
+    load_start = load_average()
+    for n in ranks:
+        with duckflock.connect(str(data), ranks=n, config=ONE_PER_PROCESS) as db:
+            for name in names:
+                sql = query_sql(name)
+                db.sql(sql)
+                results = [db.sql(sql, profile=True) for _ in range(runs)]
+                r = min(results, key=lambda r: r.seconds)  # the run least disturbed by other work
+                stages = list(r.outcome.plan.stages)
+                table = r.outcome.table
+                counts = measure_counts(stages, r.stats, catalog, n, (table.num_rows, table.nbytes))
+                pred = predict(counts, k, n, n_cores, len(stages)).phases()
+                meas = measured_phases(r.stats, r.seconds)
+                err.print(
+                    f"  {name} ranks={n}: measured {meas['total']:.3f} s, predicted {pred['total']:.3f} s "
+                    f"({error(pred['total'], meas['total']):+.0%})",
+                    highlight=False,
+                )
+                points.append(
+                    {
+                        "query": name,
+                        "ranks": n,
+                        "stages": len(stages),
+                        "measured": meas,
+                        "predicted": pred,
+                        "runs_s": [x.seconds for x in results],
+                        "counts": counts_record(counts),
+                    }
+                )
+                del results, r
+    return {
+        "sf": sf,
+        "ranks": ranks,
+        "queries": names,
+        "runs": runs,
+        "cores": n_cores,
+        "load_average": {"start": load_start, "end": load_average()},
+        "points": points,
+    }
+
+
+def error(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured if measured > 0 else float("nan")
+
+
+def validation_markdown(v: dict) -> str:
+    within = [abs(error(p["predicted"]["total"], p["measured"]["total"])) <= TARGET for p in v["points"]]
+    load = v["load_average"]
+    lines = [
+        f"## Validation: TPC-H SF {v['sf']:g}, {v['cores']} cores, fastest of {v['runs']} profiled runs",
+        "",
+        f"Load average {load['start']} at the start, {load['end']} at the end. "
+        f"Total within ±{TARGET:.0%}: {sum(within)} of {len(within)} points.",
+        "",
+        "| query | ranks | measured s (overhead / compute / partition / network / final) "
+        "| predicted s (same) | total measured | total predicted | error |",
+        "|---|---:|---|---|---:|---:|---:|",
+    ]
+    for p in v["points"]:
+        m, q = p["measured"], p["predicted"]
+        show = ("overhead", "compute", "partition", "network", "final")
+        lines.append(
+            f"| {p['query']} | {p['ranks']} | {' / '.join(f'{m[x]:.3f}' for x in show)} "
+            f"| {' / '.join(f'{q[x]:.3f}' for x in show)} | {m['total']:.3f} | {q['total']:.3f} "
+            f"| {error(q['total'], m['total']):+.0%} |"
+        )
+    errs = [abs(error(p["predicted"]["total"], p["measured"]["total"])) for p in v["points"]]
+    if errs:
+        lines += ["", f"Median absolute error of the total: {statistics.median(errs):.0%}."]
+    return "\n".join(lines) + "\n"
