@@ -23,12 +23,16 @@ from duckflock.catalog import Catalog
 from duckflock.catalog.catalog import TableInfo
 from duckflock.exec.stage import StageStats
 from duckflock.plan.kinds import AggPhase, ExchangeKind
-from duckflock.plan.nodes import Aggregate, Exchange, ExchangeRead, Filter, Node, Project, Scan, walk
+from duckflock.plan.nodes import Aggregate, Exchange, ExchangeRead, Filter, Join, Node, Project, Scan, walk
 from duckflock.plan.stages import Stage
 
 GB = 1e9
 CHUNK_BYTES = 4 << 20  # the exchange's default message size (Config.chunk_bytes)
 ROUTED = ("hash", "range", "sort")  # output kinds split by target rank
+BROADCAST_LIMIT = 16 * 1024 * 1024  # Config.broadcast_threshold_bytes: larger inputs are hashed
+# A partial aggregate whose output was at least this share of its input rows has groups that grow
+# with the data (keys like orders); below it, a fixed set (Q1's flags, Q6's one row).
+GROUPS_GROW = 0.01
 
 
 @dataclass
@@ -93,8 +97,10 @@ def _scan_width(info: TableInfo, columns: list[str]) -> tuple[int, float]:
 
 
 def _filters(root: Node) -> dict[int, str]:
-    """id(Scan) -> the SQL of the filters on it (its own, and a Filter right above it)."""
-    out: dict[int, str] = {}
+    """id(Scan) -> the SQL of the filters on it: its own, a Filter right above it, and the stage's
+    join conditions (DuckDB pushes filters on join keys into the probe side's scan)."""
+    joins = " ".join(n.condition or "" for n in walk(root) if isinstance(n, Join))
+    out: dict[int, str] = {id(n): joins for n in walk(root) if isinstance(n, Scan)}
     for node in walk(root):
         if isinstance(node, Scan) and node.filter:
             out[id(node)] = out.get(id(node), "") + " " + node.filter
@@ -301,16 +307,18 @@ def _stage_totals(counts: list[Counts]) -> dict[int, tuple[Counts, int]]:
     return out
 
 
-def _per_node(t: Counts, ran_on: int, nodes: int, scale: float) -> Counts:
-    """A stage's counts on one of ``nodes`` nodes at ``scale`` times the measured data."""
+def _per_node(t: Counts, ran_on: int, nodes: int, scale: float, spread: bool) -> Counts:
+    """A stage's counts on one of ``nodes`` nodes at ``scale`` times the measured data; ``spread``:
+    its whole inputs are too large to replicate at that scale, so they are split like the rest."""
     c = replace(t)
     share = scale / nodes if not t.final else scale
     for name in SHRINKING:
         setattr(c, name, getattr(t, name) * share)
     for name in WHOLE:
-        setattr(c, name, getattr(t, name) * scale)
+        setattr(c, name, getattr(t, name) * (share if spread else scale))
     if t.partial_agg:  # every node outputs its groups: the measured ranks' output, per node
-        c.rows_out, c.bytes_out = t.rows_out / ran_on * scale, t.bytes_out / ran_on * scale
+        groups = scale if t.rows_out >= GROUPS_GROW * (t.agg_rows + t.agg_whole) else 1.0
+        c.rows_out, c.bytes_out = t.rows_out / ran_on * groups, t.bytes_out / ran_on * groups
     return c
 
 
@@ -320,31 +328,52 @@ class Projection:
     phases: dict[str, float]  # scan, operators, partition, network, final, overhead, total
     pair_bytes: float  # the largest per-pair message of a shuffle
     broadcast_bytes: float  # bytes each node receives by broadcasts
+    replanned: list[int]  # stages whose whole inputs are shuffled instead at this scale
+
+
+def _whole_bytes(t: Counts, broadcast_in: float) -> float:
+    """Bytes a stage has whole on every rank: replicated scans (8 per value) and broadcasts."""
+    return t.scan_whole_values * 8 + t.scan_whole_strings + broadcast_in
 
 
 def project(
-    counts: list[Counts], k: Constants, scale: float, nodes: int, cores: int, stages: int
+    counts: list[Counts],
+    k: Constants,
+    scale: float,
+    nodes: int,
+    cores: int,
+    stages: int,
+    broadcast_limit: float = BROADCAST_LIMIT,
 ) -> Projection:
     """One query on ``nodes`` nodes of ``cores`` cores (one rank each) at ``scale`` times the data
     the counts were measured on. A shuffle sends a node's (N-1)/N of its output to N-1 peers
     (per pair: output/N^2); a broadcast sends a node's output to N-1 peers, so each node receives
-    almost all of it, however many nodes; a gather brings every node's output to the driver, whose
-    final stage then runs alone (with partial aggregates, N nodes' groups)."""
+    almost all of it, however many nodes; a gather brings every node's output to the driver (a
+    message from each), whose final stage then runs alone (merging partial aggregates: N nodes'
+    groups). The plan is the measured one, except that inputs replicated or broadcast that outgrow
+    ``broadcast_limit`` at this scale are hashed instead (as the planner would), their rows split
+    over the nodes."""
     ph = dict.fromkeys(("scan", "operators", "partition", "network", "final"), 0.0)
-    pair_max = bcast = gathered_bytes = 0.0
+    pair_max = bcast = gathered_bytes = merged_rows = 0.0
     totals = _stage_totals(counts)
-    measured_on = max(c.rank for c in counts) + 1
-    # The driver merges what every node gathered to it: with partial aggregates, each node's groups.
-    merge = nodes / measured_on if any(c.partial_agg and c.out_kind == "gather" for c in counts) else 1.0
+    gathers = sum(t.out_kind == "gather" for t, _ in totals.values())
+    broadcasts = sum(t.bytes_out for t, _ in totals.values() if t.out_kind == "broadcast")
+    replanned = []
     for sid in sorted(totals):
         t, ran_on = totals[sid]
-        c = _per_node(t, ran_on, nodes, scale)
+        spread = nodes > 1 and _whole_bytes(t, broadcasts) * scale > broadcast_limit
+        if spread and (t.join_whole or t.agg_whole or t.scan_whole_values):
+            replanned.append(sid)
+        c = _per_node(t, ran_on, nodes, scale, spread)
         if c.final:
-            for name in ("join_rows", "agg_rows", "sort_rows"):
-                setattr(c, name, getattr(c, name) * merge)
+            if merged_rows and c.agg_rows:  # the driver merges every node's groups
+                c.agg_rows = merged_rows
             p = predict_stage(c, k, float(cores))
-            ph["final"] += p["scan"] + p["operators"] + gathered_bytes / (k.net_gbps * GB)
+            gather = gathered_bytes / (k.net_gbps * GB) + (nodes - 1) * k.latency_s * gathers
+            ph["final"] += p["scan"] + p["operators"] + gather
             continue
+        if c.out_kind == "broadcast" and t.bytes_out * scale > broadcast_limit:
+            c.out_kind = "hash"
         if nodes > 1 and c.out_kind != "gather":
             c.targets = nodes - 1
             fan = nodes - 1 if c.out_kind == "broadcast" else (nodes - 1) / nodes
@@ -355,6 +384,9 @@ def project(
                 pair_max = max(pair_max, c.bytes_out / nodes)
         elif c.out_kind == "gather":
             gathered_bytes += c.bytes_out * (nodes - 1)
+            merged_rows += c.rows_out * nodes if c.partial_agg else 0.0
+        if spread:  # the replicated tables' rows, hashed to the nodes first
+            c.bytes_wire += _whole_bytes(t, 0.0) * scale / nodes * (nodes - 1) / nodes
         p = predict_stage(c, k, float(cores))
         # Partitioning and encoding use every core of a node (one rank per core there).
         p["partition"] /= cores
@@ -362,4 +394,4 @@ def project(
             ph[name] += p[name]
     ph["overhead"] = k.overhead_s + k.overhead_per_stage_s * stages + k.overhead_per_rank_s * nodes
     ph["total"] = sum(ph.values())
-    return Projection(nodes, ph, pair_max, bcast)
+    return Projection(nodes, ph, pair_max, bcast, replanned)
