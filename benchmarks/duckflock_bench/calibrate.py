@@ -14,6 +14,8 @@ load average is recorded with them):
 * ``ipc_gbps``: Arrow IPC encoding as the exchange does it (exchange/codec.py);
 * ``partition_gbps``: splitting a batch by target rank with the exchange's own code
   (exchange/partition.py), for few (4) and many (64) targets;
+* ``probe_s``: a fixed small DuckDB workload, timed with the rates (validation compares it with
+  its time then, to tell how much busier the machine has become);
 * ``overhead``: the fixed cost of a query: ``a + b * stages + c * ranks``, fitted by least squares
   to TPC-H queries at SF 0.01 (not the ones the model is validated on) on 1, 2 and 4 ranks.
 """
@@ -49,6 +51,21 @@ def _best_s(fn: Callable[[], object], repeats: int = REPEATS) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return min(times)
+
+
+PROBE_SQL = (
+    "SELECT count(*), sum(s) FROM (SELECT i % 200000 AS g, sum(i) AS s FROM range(4000000) t(i) GROUP BY g)"
+)
+
+
+def probe_s() -> float:
+    """A fixed small DuckDB workload on one thread (fastest of 3): how fast the machine is right
+    now. The model's validation compares it with its value at calibration (a busy machine)."""
+    con = duckdb.connect(config={"threads": 1})
+    try:
+        return _best_s(lambda: con.execute(PROBE_SQL).fetchall())
+    finally:
+        con.close()
 
 
 def duckdb_rates(rows: int = ROWS) -> dict[str, float]:
@@ -169,7 +186,9 @@ def calibrate(out: Path, data_root: str) -> dict[str, object]:
     load = load_average()
     consts: dict[str, float] = {"memcpy_gbps": memcpy_gbps(256 << 20, repeats=3)}
     err.print("calibrate: DuckDB operator rates (1 thread)")
+    consts["probe_s"] = probe_s()
     consts.update(duckdb_rates())
+    consts["probe_s"] = min(consts["probe_s"], probe_s())
     err.print("calibrate: IPC encoding and partitioning")
     consts.update(exchange_rates())
     err.print("calibrate: MPI bandwidth and latency (2 ranks)")
