@@ -380,13 +380,13 @@ def project(
             c.bytes_wire = c.bytes_out * fan
             if c.out_kind == "broadcast":
                 bcast += c.bytes_wire
-            else:
-                pair_max = max(pair_max, c.bytes_out / nodes)
         elif c.out_kind == "gather":
             gathered_bytes += c.bytes_out * (nodes - 1)
             merged_rows += c.rows_out * nodes if c.partial_agg else 0.0
         if spread:  # the replicated tables' rows, hashed to the nodes first
             c.bytes_wire += _whole_bytes(t, 0.0) * scale / nodes * (nodes - 1) / nodes
+        if nodes > 1 and c.out_kind != "broadcast" and c.targets:
+            pair_max = max(pair_max, c.bytes_wire / c.targets)
         p = predict_stage(c, k, float(cores))
         # Partitioning and encoding use every core of a node (one rank per core there).
         p["partition"] /= cores

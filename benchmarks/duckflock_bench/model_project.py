@@ -152,17 +152,20 @@ def projection_figures(proj: dict, docs: Path) -> list[Path]:
         for ax, q in zip(row, queries, strict=True):
             pts = [p for p in proj["points"] if (p["query"], p["network"], p["sf"]) == (q, net, sf)]
             labels = [str(p["nodes"]) for p in pts]
+            totals = [p["phases"]["total"] for p in pts]
             bottom = [0.0] * len(pts)
-            for phase in PHASES:
-                vals = [p["phases"][phase] for p in pts]
+            for phase in PHASES:  # each phase's share of the time, the total above the bar
+                vals = [p["phases"][phase] / t for p, t in zip(pts, totals, strict=True)]
                 ax.bar(labels, vals, bottom=bottom, label=phase)
                 bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-            ax.set_yscale("log")
+            for x, t in enumerate(totals):
+                ax.text(x, 1.02, f"{t:.2g} s", ha="center", fontsize=7)
+            ax.set_ylim(0, 1.12)
             ax.set_title(f"{q}, {net}", fontsize=9)
             ax.set_xlabel("nodes")
-        row[0].set_ylabel("seconds (stacked)")
+        row[0].set_ylabel("share of the time")
     axes[0][-1].legend(fontsize=7)
-    fig.suptitle(f"Projected time per phase, SF {sf:g}")
+    fig.suptitle(f"Projected time per phase (share, total above), SF {sf:g}")
     fig.tight_layout()
     phases = docs / "model_phases.png"
     fig.savefig(phases, dpi=110)
