@@ -39,7 +39,7 @@ from duckflock_bench.phases import summarize
 REPEATS = 3
 ROWS = 2_000_000
 # Queries the overhead is fitted on: different from the validated ones (seed join, 3, 6, 9, 18).
-OVERHEAD_QUERIES = (1, 4, 5, 10, 12, 14)
+OVERHEAD_QUERIES = (1, 5, 10, 12)
 
 
 def _best_s(fn: Callable[[], object], repeats: int = REPEATS) -> float:
@@ -54,7 +54,7 @@ def _best_s(fn: Callable[[], object], repeats: int = REPEATS) -> float:
 
 
 PROBE_SQL = (
-    "SELECT count(*), sum(s) FROM (SELECT i % 200000 AS g, sum(i) AS s FROM range(4000000) t(i) GROUP BY g)"
+    "SELECT count(*), sum(s) FROM (SELECT i % 100000 AS g, sum(i) AS s FROM range(1500000) t(i) GROUP BY g)"
 )
 
 
@@ -180,21 +180,23 @@ def overhead_fit(data_root: str, ranks: tuple[int, ...] = (1, 2, 4), runs: int =
     }
 
 
-def calibrate(out: Path, data_root: str) -> dict[str, object]:
+def calibrate(
+    out: Path, data_root: str, rows: int = ROWS, ranks: tuple[int, ...] = (1, 2, 4)
+) -> dict[str, object]:
     """Measure every constant; write and return ``out/constants.json``."""
     t0 = time.perf_counter()
     load = load_average()
-    consts: dict[str, float] = {"memcpy_gbps": memcpy_gbps(256 << 20, repeats=3)}
+    consts: dict[str, float] = {"memcpy_gbps": memcpy_gbps(128 << 20, repeats=3)}
     err.print("calibrate: DuckDB operator rates (1 thread)")
     consts["probe_s"] = probe_s()
-    consts.update(duckdb_rates())
+    consts.update(duckdb_rates(rows))
     consts["probe_s"] = min(consts["probe_s"], probe_s())
     err.print("calibrate: IPC encoding and partitioning")
-    consts.update(exchange_rates())
+    consts.update(exchange_rates(rows))
     err.print("calibrate: MPI bandwidth and latency (2 ranks)")
     consts.update(mpi_rates(out / "mpi"))
-    err.print("calibrate: per-query overhead (TPC-H SF 0.01, 1, 2 and 4 ranks)")
-    consts.update(overhead_fit(data_root))
+    err.print(f"calibrate: per-query overhead (TPC-H SF 0.01, ranks {', '.join(map(str, ranks))})")
+    consts.update(overhead_fit(data_root, ranks))
     result = {
         "constants": consts,
         "machine": machine_info(memcpy=False),

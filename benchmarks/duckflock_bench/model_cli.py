@@ -16,7 +16,10 @@ def run(args: argparse.Namespace, out: Path) -> int:
     from duckflock_bench.calibrate import calibrate
 
     if args.bench == "calibrate":
-        result = calibrate(out, args.data_root)
+        ranks = parse_list(args.ranks, int)
+        if args.rows < 1000 or not ranks or min(ranks) < 1:
+            raise DuckflockError("--rows must be at least 1000 and --ranks positive rank counts")
+        result = calibrate(out, args.data_root, args.rows, tuple(ranks))
         print_markdown(constants_markdown(result))
         err.print(f"wrote {out / 'constants.json'}")
         return 0

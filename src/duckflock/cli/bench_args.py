@@ -102,6 +102,8 @@ def _add_serve(bsub: argparse._SubParsersAction) -> None:
 
 def _add_model(bsub: argparse._SubParsersAction) -> None:
     bc = bsub.add_parser("calibrate", help="measure the machine constants of the performance model")
+    bc.add_argument("--rows", type=int, default=2_000_000, help="rows of the synthetic tables timed")
+    bc.add_argument("--ranks", default="1,2,4", help="rank counts the per-query overhead is fitted on")
     bc.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
     bc.add_argument("--out", default="bench-results/calibrate", help="output directory (constants.json)")
     bm = bsub.add_parser("model", help="the performance model: validate it here, or project it to N nodes")

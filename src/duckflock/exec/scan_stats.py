@@ -193,8 +193,10 @@ def _count_inputs(nodes: list[dict[str, Any]], into: dict[str, int]) -> None:
     for node in nodes:
         children = node.get("children", [])
         kind = str(node.get("type", ""))
-        rows = node.get("intermediate_rows", 0) if kind == "TABLE_SCAN" else sum(
-            c.get("intermediate_rows", 0) for c in children
+        rows = (
+            node.get("intermediate_rows", 0)
+            if kind == "TABLE_SCAN"
+            else sum(c.get("intermediate_rows", 0) for c in children)
         )
         into[kind] = into.get(kind, 0) + int(rows)
         _count_inputs(children, into)
