@@ -54,7 +54,7 @@ def _best_s(fn: Callable[[], object], repeats: int = REPEATS) -> float:
 
 
 PROBE_SQL = (
-    "SELECT count(*), sum(s) FROM (SELECT i % 100000 AS g, sum(i) AS s FROM range(1500000) t(i) GROUP BY g)"
+    "SELECT count(*), sum(s) FROM (SELECT i % 200000 AS g, sum(i) AS s FROM range(3000000) t(i) GROUP BY g)"
 )
 
 
@@ -118,7 +118,7 @@ def _batch(rows: int) -> pa.RecordBatch:
         {
             "k": ints,
             "x": rng.random(rows),
-            "s": pa.array([f"v{i % 100000}" for i in range(rows)]),
+            "s": pa.array([f"v{i % 200000}" for i in range(rows)]),
         }
     )
 

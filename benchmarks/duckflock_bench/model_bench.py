@@ -119,7 +119,8 @@ def error(predicted: float, measured: float) -> float:
 
 def validation_markdown(v: dict) -> str:
     """The table of measured vs predicted phases. ``busy``: how much slower the probe workload ran
-    around the point than at calibration; "adjusted" is the prediction times that factor."""
+    around the point than at calibration; "adjusted" is the prediction times that factor. The
+    runs' spread (slowest / fastest of the same query) is the measurement's own noise."""
     load = v["load_average"]
     show = ("overhead", "compute", "partition", "network", "final")
     raw = [error(p["predicted"]["total"], p["measured"]["total"]) for p in v["points"]]
@@ -134,14 +135,14 @@ def validation_markdown(v: dict) -> str:
         f"adjusted {statistics.median(map(abs, adj)):.0%}.",
         "",
         f"| query | ranks | measured s ({' / '.join(show)}) | predicted s (same) | total measured "
-        "| total predicted | error | busy | error adjusted |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|",
+        "| total predicted | error | busy | error adjusted | runs' spread |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for p, e, a in zip(v["points"], raw, adj, strict=True):
         m, q = p["measured"], p["predicted"]
         lines.append(
             f"| {p['query']} | {p['ranks']} | {' / '.join(f'{m[x]:.3f}' for x in show)} "
             f"| {' / '.join(f'{q[x]:.3f}' for x in show)} | {m['total']:.3f} | {q['total']:.3f} "
-            f"| {e:+.0%} | {p['busy']:.2f}x | {a:+.0%} |"
+            f"| {e:+.0%} | {p['busy']:.2f}x | {a:+.0%} | {max(p['runs_s']) / min(p['runs_s']):.2f}x |"
         )
     return "\n".join(lines) + "\n"
