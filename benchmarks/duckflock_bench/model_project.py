@@ -65,6 +65,7 @@ def run_projection(
                             "speedup": one.phases["total"] / pr.phases["total"],
                             "pair_bytes": pr.pair_bytes,
                             "broadcast_bytes": pr.broadcast_bytes,
+                            "replanned": pr.replanned,
                             "dominant": max(PHASES, key=lambda p, pr=pr: pr.phases[p]),
                         }
                     )
@@ -92,7 +93,9 @@ def projection_markdown(proj: dict) -> str:
         f"message, counts measured at SF {proj['measured_sf']:g}",
         "",
         "Seconds per phase (per node, slowest), speedup over one node of the same kind, the largest "
-        "per-pair message of a shuffle, the bytes each node receives by broadcasts, the largest phase.",
+        "per-pair message of a shuffle, the bytes each node receives by broadcasts, the largest phase, "
+        "the stages whose replicated or broadcast inputs outgrow the broadcast threshold at that scale "
+        "(hashed instead, as the planner would).",
     ]
     keys = sorted({(p["query"], p["network"], p["sf"]) for p in proj["points"]}, key=str)
     for query, net, sf in keys:
@@ -101,8 +104,9 @@ def projection_markdown(proj: dict) -> str:
             "",
             f"### {query}, SF {sf:g}, {net}",
             "",
-            "| nodes | " + " | ".join(PHASES) + " | total s | speedup | per pair | broadcast | largest |",
-            "|---:|" + "---:|" * len(PHASES) + "---:|---:|---:|---:|---|",
+            "| nodes | " + " | ".join(PHASES) + " | total s | speedup | per pair | broadcast | largest "
+            "| hashed instead |",
+            "|---:|" + "---:|" * len(PHASES) + "---:|---:|---:|---:|---|---|",
         ]
         for p in pts:
             ph = p["phases"]
@@ -110,7 +114,8 @@ def projection_markdown(proj: dict) -> str:
                 f"| {p['nodes']} | "
                 + " | ".join(f"{ph[x]:.3g}" for x in PHASES)
                 + f" | {ph['total']:.3g} | {p['speedup']:.1f}x | {_size(p['pair_bytes'])} "
-                f"| {_size(p['broadcast_bytes'])} | {p['dominant']} |"
+                f"| {_size(p['broadcast_bytes'])} | {p['dominant']} "
+                f"| {', '.join(f'stage {s}' for s in p['replanned']) or '-'} |"
             )
     return "\n".join(lines) + "\n"
 
