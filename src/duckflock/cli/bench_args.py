@@ -116,7 +116,7 @@ def _add_model(bsub: argparse._SubParsersAction) -> None:
     )
     bm.add_argument("--ranks", default="1,2,4", help="with --validate: rank counts, comma separated")
     bm.add_argument("--queries", default="seed,q6,q3,q9,q18", help="with --validate: seed and/or qN")
-    bm.add_argument("--runs", type=int, default=3, help="with --validate: profiled runs per point (fastest)")
+    bm.add_argument("--runs", type=int, default=5, help="with --validate: profiled runs per point (fastest)")
     bm.add_argument("--nodes", default="16,64,256,1024", help="node counts projected to, comma separated")
     bm.add_argument("--network", default="100Gbit/s,25Gbit/s", help="bandwidths per node, comma separated")
     bm.add_argument("--cores-per-node", type=int, default=32, help="cores of a projected node (default 32)")

@@ -39,7 +39,6 @@ class ScanStats:
     bytes_fetched: int | None = None  # None: not measured (a local table beside another)
     bytes_total: int = 0
     reads: int | None = None  # range requests, for objects (each one a GET)
-    rows_out: int | None = None  # rows the scans returned (after the filters DuckDB pushed into them)
 
     def describe(self) -> str:
         """``lineitem: 3/12 objects, 41/160 row groups, 38.2 MB fetched of 203 MB``"""
@@ -62,7 +61,6 @@ class ScanStats:
         self.row_groups_total = _plus(self.row_groups_total, other.row_groups_total)
         self.bytes_fetched = _plus(self.bytes_fetched, other.bytes_fetched)
         self.reads = _plus(self.reads, other.reads)
-        self.rows_out = _plus(self.rows_out, other.rows_out)
 
 
 def _plus(a: int | None, b: int | None) -> int | None:
@@ -88,7 +86,6 @@ class _Table:
     read: set[str] = field(default_factory=set)
     row_groups: tuple[int, int] | None = None
     local_bytes: int | None = None  # DuckDB's count, when the table was its query's only local one
-    rows_out: int | None = None
     fetched_before: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
@@ -131,12 +128,9 @@ class ScanRecorder:
         seen: set[str] = set()
         for scan in _table_scans(profile.get("operator", [])):
             table = self._scan_table(scan.get("extra_info", {}))
-            if table is None:
+            if table is None or "total_row_groups_to_scan" not in scan:
                 continue
             t = self._tables[table]
-            t.rows_out = _plus(t.rows_out, int(scan.get("intermediate_rows", 0)))
-            if "total_row_groups_to_scan" not in scan:
-                continue
             done, total = t.row_groups or (0, 0)
             done += int(scan["row_groups_scanned"])
             t.row_groups = (done, total + int(scan["total_row_groups_to_scan"]))
@@ -174,7 +168,6 @@ class ScanRecorder:
                     fetched,
                     sum(t.total.values()),
                     reads,
-                    t.rows_out,
                 )
             )
         return tuple(out)
