@@ -77,9 +77,12 @@ def _project(args: argparse.Namespace, calibration: dict, out: Path, docs: Path)
     nodes = parse_list(args.nodes, int)
     if not sfs or min(sfs) <= 0 or not nodes or min(nodes) < 1:
         raise DuckflockError("--sf and --nodes need positive values")
+    consts = dict(calibration["constants"])
+    if args.overhead_per_rank_ms is not None:
+        consts["overhead_per_rank_s"] = args.overhead_per_rank_ms / 1e3
     proj = run_projection(
         read_json(measured),
-        calibration["constants"],
+        consts,
         nodes,
         parse_list(args.network, str),
         sfs,

@@ -71,6 +71,7 @@ def run_projection(
                     )
     return {
         "measured_sf": measured_sf,
+        "overhead_per_rank_s": consts["overhead_per_rank_s"],
         "cores_per_node": cores,
         "latency_s": latency_s,
         "networks": networks,
@@ -90,7 +91,8 @@ def _size(nbytes: float) -> str:
 def projection_markdown(proj: dict) -> str:
     lines = [
         f"## Projection: {proj['cores_per_node']} cores per node, {proj['latency_s'] * 1e6:.0f} µs per "
-        f"message, counts measured at SF {proj['measured_sf']:g}",
+        f"message, {proj['overhead_per_rank_s'] * 1e3:.2f} ms per node on the driver, counts measured at "
+        f"SF {proj['measured_sf']:g}",
         "",
         "Seconds per phase (per node, slowest), speedup over one node of the same kind, the largest "
         "per-pair message of a shuffle, the bytes each node receives by broadcasts, the largest phase, "
