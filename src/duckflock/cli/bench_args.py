@@ -122,7 +122,7 @@ def _add_model(bsub: argparse._SubParsersAction) -> None:
     bm.add_argument("--cores-per-node", type=int, default=32, help="cores of a projected node (default 32)")
     bm.add_argument("--latency-us", type=float, default=10.0, help="per-message latency of the network")
     bm.add_argument(
-        "--overhead-per-rank-ms", type=float, default=None, help="the driver's cost per node (default: measured)"
+        "--overhead-per-rank-ms", type=float, default=None, help="the driver's cost per node (else measured)"
     )
     bm.add_argument(
         "--constants",
