@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckflock
 from duckflock.catalog.catalog import Catalog
+from duckflock.errors import DuckflockError
 from duckflock.exec.stage import StageStats
 from duckflock.ingest.tpch import generate_tpch
 from duckflock.testing.tpch import SEED_QUERY, query
@@ -33,9 +34,9 @@ def query_sql(name: str) -> str:
     """``seed`` or ``qN`` (TPC-H)."""
     if name == "seed":
         return SEED_QUERY
-    if name.startswith("q") and name[1:].isdigit():
+    if name.startswith("q") and name[1:].isdigit() and 1 <= int(name[1:]) <= 22:
         return query(int(name[1:]))
-    raise ValueError(f"unknown query {name!r}: seed or qN")
+    raise DuckflockError(f"unknown query {name!r}: seed or q1 .. q22")
 
 
 def measured_phases(stats: list[StageStats], total_s: float) -> dict[str, float]:

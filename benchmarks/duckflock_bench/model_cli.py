@@ -49,7 +49,10 @@ def _validate(args: argparse.Namespace, calibration: dict, out: Path, docs: Path
     from duckflock_bench.model_bench import query_sql, validate, validation_markdown
     from duckflock_bench.model_project import validation_figure
 
-    sf = float(args.sf or 1)
+    sfs = parse_list(args.sf or "1", float)
+    if len(sfs) != 1 or sfs[0] <= 0:
+        raise DuckflockError(f"--validate measures one positive scale factor, not --sf {args.sf}")
+    sf = sfs[0]
     names = parse_list(args.queries, str)
     for name in names:
         query_sql(name)  # an unknown name fails here, before any session starts
