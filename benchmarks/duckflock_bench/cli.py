@@ -44,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
         return run_lake(args.sf, _ranks(args.ranks), runs, args.data_root, out, only, sections, args.store)
     if args.bench == "memory":
         return _memory(args, out)
+    if args.bench in ("calibrate", "model"):
+        from duckflock_bench.model_cli import run as run_model
+
+        return run_model(args, out)
     if args.bench == "serve":
         from duckflock_bench.serve_bench import run as run_serve
 

@@ -166,3 +166,30 @@ def test_bench_scaling_smoke(tmp_path):
     for point in results["points"]:
         assert point["correct"] and positive(point["speedup"]) and positive(point["duckdb_1core_s"])
     assert (out / "results.md").is_file() and (out / "scaling_efficiency.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_bench_model_smoke(tmp_path):
+    """calibrate, validate on 2 ranks at SF 0.01, project: files written, numbers positive."""
+    out, docs = tmp_path / "model", tmp_path / "docs"
+    common = ("--data-root", str(tmp_path), "--out", str(out), "--docs", str(docs))
+    constants = ("--constants", str(tmp_path / "calibrate" / "constants.json"))
+    calibrate = ("--rows", "200000", "--ranks", "2", "--out", str(tmp_path / "calibrate"))
+    bench("calibrate", "--data-root", str(tmp_path), *calibrate, cwd=tmp_path)
+    bench("model", "--validate", "--sf", "0.01", "--ranks", "2", "--queries", "q6,q9", "--runs", "1",
+          *constants, *common, cwd=tmp_path)  # fmt: skip
+    project = ("--nodes", "16,256", "--network", "25Gbit/s", "--sf", "10")
+    bench("model", *project, *constants, *common, cwd=tmp_path)
+    calibration = json.loads((tmp_path / "calibrate" / "constants.json").read_text())
+    assert all(positive(v) for k, v in calibration["constants"].items() if not k.startswith("overhead"))
+    validation = json.loads((out / "validation.json").read_text())
+    assert [(p["query"], p["ranks"]) for p in validation["points"]] == [("q6", 2), ("q9", 2)]
+    for p in validation["points"]:
+        assert positive(p["measured"]["total"]) and positive(p["predicted"]["total"]) and positive(p["busy"])
+        assert positive(p["predicted"]["compute"])
+    projection = json.loads((out / "projection.json").read_text())
+    assert {p["nodes"] for p in projection["points"]} == {1, 16, 256}
+    assert all(positive(p["phases"]["total"]) and positive(p["speedup"]) for p in projection["points"])
+    for name in ("model_validation.png", "model_speedup.png", "model_phases.png"):
+        assert (docs / name).stat().st_size > 0
+    assert (out / "validation.md").is_file() and (out / "projection.md").is_file()

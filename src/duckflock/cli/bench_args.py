@@ -8,7 +8,7 @@ import argparse
 
 def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser(
-        "bench", help="benchmarks: seed, exchange, TPC-H, scaling, lake, memory, Flight, netem, serve"
+        "bench", help="benchmarks: seed, exchange, TPC-H, scaling, lake, memory, Flight, netem, serve, model"
     )
     bsub = b.add_subparsers(dest="bench", required=True)
     bs = bsub.add_parser("seed", help="the seed report's join vs single-process DuckDB")
@@ -23,17 +23,11 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     bx.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
     bx.add_argument("--out", default="bench-results/exchange", help="output directory")
 
-    bt = bsub.add_parser("tpch", help="the 22 TPC-H queries vs single-process DuckDB")
-    bt.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
-    bt.add_argument("--ranks", default="1,2,4", help="rank counts, comma separated")
-    bt.add_argument("--runs", type=int, default=3, help="timed runs per query (median reported)")
-    bt.add_argument("--check", action="store_true", help="compare every result with DuckDB's")
-    bt.add_argument("--queries", default=None, help="only these query numbers, comma separated")
-    bt.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
-    bt.add_argument("--out", default="bench-results/tpch", help="output directory")
-
+    _add_tpch(bsub)
     _add_scaling(bsub)
     _add_lake(bsub)
+
+    _add_model(bsub)
 
     _add_serve(bsub)
 
@@ -69,6 +63,17 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     )
     n.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
     n.add_argument("--out", default="bench-results/netem", help="output directory")
+
+
+def _add_tpch(bsub: argparse._SubParsersAction) -> None:
+    bt = bsub.add_parser("tpch", help="the 22 TPC-H queries vs single-process DuckDB")
+    bt.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
+    bt.add_argument("--ranks", default="1,2,4", help="rank counts, comma separated")
+    bt.add_argument("--runs", type=int, default=3, help="timed runs per query (median reported)")
+    bt.add_argument("--check", action="store_true", help="compare every result with DuckDB's")
+    bt.add_argument("--queries", default=None, help="only these query numbers, comma separated")
+    bt.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
+    bt.add_argument("--out", default="bench-results/tpch", help="output directory")
 
 
 def _add_scaling(bsub: argparse._SubParsersAction) -> None:
@@ -107,3 +112,37 @@ def _add_serve(bsub: argparse._SubParsersAction) -> None:
     bv.add_argument("--queries", default=None, help="only these query numbers, comma separated")
     bv.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
     bv.add_argument("--out", default="bench-results/serve", help="output directory")
+
+
+def _add_model(bsub: argparse._SubParsersAction) -> None:
+    bc = bsub.add_parser("calibrate", help="measure the machine constants of the performance model")
+    bc.add_argument("--rows", type=int, default=2_000_000, help="rows of the synthetic tables timed")
+    bc.add_argument("--ranks", default="1,2,4", help="rank counts the per-query overhead is fitted on")
+    bc.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
+    bc.add_argument("--out", default="bench-results/calibrate", help="output directory (constants.json)")
+    bm = bsub.add_parser("model", help="the performance model: validate it here, or project it to N nodes")
+    bm.add_argument("--validate", action="store_true", help="measure and predict each query on --ranks")
+    bm.add_argument(
+        "--sf",
+        default=None,
+        help="with --validate: the scale factor measured (default 1); else those projected to, comma "
+        "separated (default 100,1000)",
+    )
+    bm.add_argument("--ranks", default="1,2,4", help="with --validate: rank counts, comma separated")
+    bm.add_argument("--queries", default="seed,q6,q3,q9,q18", help="with --validate: seed and/or qN")
+    bm.add_argument("--runs", type=int, default=5, help="with --validate: profiled runs per point (fastest)")
+    bm.add_argument("--nodes", default="16,64,256,1024", help="node counts projected to, comma separated")
+    bm.add_argument("--network", default="100Gbit/s,25Gbit/s", help="bandwidths per node, comma separated")
+    bm.add_argument("--cores-per-node", type=int, default=32, help="cores of a projected node (default 32)")
+    bm.add_argument("--latency-us", type=float, default=10.0, help="per-message latency of the network")
+    bm.add_argument(
+        "--overhead-per-rank-ms", type=float, default=None, help="the driver's cost per node (else measured)"
+    )
+    bm.add_argument(
+        "--constants",
+        default="bench-results/calibrate/constants.json",
+        help="the constants of `bench calibrate` (measured first if missing)",
+    )
+    bm.add_argument("--docs", default="docs", help="where the figures go")
+    bm.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
+    bm.add_argument("--out", default="bench-results/model", help="output directory")

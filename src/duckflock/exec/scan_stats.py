@@ -96,6 +96,7 @@ class ScanRecorder:
     def __init__(self) -> None:
         self._tables: dict[str, _Table] = {}
         self._table_of: dict[str, str] = {}  # file path -> table
+        self.operator_rows: dict[str, int] = {}  # DuckDB operator type -> rows its children gave it
 
     def saw(self, info: TableInfo, share: Sequence[str], read: Sequence[str]) -> None:
         """A Scan of ``info`` over the rank's ``share`` of its files, of which ``read`` are read."""
@@ -123,6 +124,7 @@ class ScanRecorder:
             profile = json.loads(con.get_profiling_information(format="json"))
         except (duckdb.Error, ValueError):
             return  # no finished query (an error, or a result not read to its end)
+        _count_inputs(profile.get("operator", []), self.operator_rows)
         seen: set[str] = set()
         for scan in _table_scans(profile.get("operator", [])):
             table = self._scan_table(scan.get("extra_info", {}))
@@ -176,6 +178,21 @@ def _table_scans(nodes: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         if node.get("type") == "TABLE_SCAN":
             yield node
         yield from _table_scans(node.get("children", []))
+
+
+def _count_inputs(nodes: list[dict[str, Any]], into: dict[str, int]) -> None:
+    """Add each operator's input rows (its children's output) under its type (for a performance
+    model: rows per kind of operator; table scans count their output)."""
+    for node in nodes:
+        children = node.get("children", [])
+        kind = str(node.get("type", ""))
+        rows = (
+            node.get("intermediate_rows", 0)
+            if kind == "TABLE_SCAN"
+            else sum(c.get("intermediate_rows", 0) for c in children)
+        )
+        into[kind] = into.get(kind, 0) + int(rows)
+        _count_inputs(children, into)
 
 
 def _sizes(info: TableInfo, paths: Sequence[str]) -> list[int]:

@@ -64,6 +64,7 @@ class StageStats:
     received: dict[int, int] = field(default_factory=dict)  # rows taken from each exchange read
     streamed: tuple[int, ...] = ()  # exchanges read while their producer still ran (plan/streaming.py)
     scans: tuple[ScanStats, ...] = ()  # when profiled: what its table scans read (exec/scan_stats.py)
+    operator_rows: dict[str, int] = field(default_factory=dict)  # when profiled: DuckDB's, by operator type
 
     def set_note(self, text: str) -> None:
         self.note = text
@@ -173,6 +174,7 @@ class _StageRun:
     def end_scans(self) -> None:
         if self.recorder is not None:
             self.stats.scans = self.recorder.result()
+            self.stats.operator_rows = dict(self.recorder.operator_rows)
 
     @property
     def ranks(self) -> tuple[int, ...]:
