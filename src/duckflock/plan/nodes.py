@@ -363,6 +363,11 @@ def own_sql(node: Node) -> list[str]:
 _QUOTED = re.compile(r'"((?:[^"]|"")+)"')
 
 
+def own_columns(node: Node) -> set[str]:
+    """Every column name a node's own expressions mention (not its children's)."""
+    return {m.group(1).replace('""', '"') for sql in own_sql(node) for m in _QUOTED.finditer(sql)}
+
+
 def referenced(node: Node) -> set[str]:
     """Every column name the subtree's expressions mention (plan columns are quoted identifiers)."""
     return {

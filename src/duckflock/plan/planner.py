@@ -16,6 +16,7 @@ from pathlib import Path
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.errors import DuckflockError, InternalError
+from duckflock.plan import exchange_columns
 from duckflock.plan.distribute import distribute
 from duckflock.plan.nodes import ExchangeRead
 from duckflock.plan.stages import StagePlan, cut
@@ -76,6 +77,7 @@ def _plan(
         sql, catalog, schema_db, config.driver_fallback_bytes, disabled_passes=disabled_passes, trace=trace
     )
     physical, copies_per_process = distribute(bound.plan, catalog, size, config, per_process)
+    physical = exchange_columns.prune(physical)
     plan = _once_per_process(
         cut(physical, bound.output_names, bound.arrow_schema), catalog, config, per_process, cores
     )
@@ -84,7 +86,7 @@ def _plan(
         for s in plan.stages
     ):
         # A table read whole, allowed one copy per process, would have one per rank after all.
-        physical, _ = distribute(bound.plan, catalog, size, config, 1)
+        physical = exchange_columns.prune(distribute(bound.plan, catalog, size, config, 1)[0])
         plan = _once_per_process(
             cut(physical, bound.output_names, bound.arrow_schema), catalog, config, per_process, cores
         )
