@@ -347,7 +347,7 @@ def _raise_failure(rt: Runtime, qid: int) -> None:
 
 def _split(
     rt: Runtime, plan: StagePlan, stage: Stage, root: Node, inputs: dict[int, pa.Table]
-) -> partition_runs.Split | None:
+) -> partition_runs.PartitionGroups | None:
     """Whether the stage runs once per group of this rank's partitions (exec/partition_runs.py)."""
     limit = rt.config.partition_run_bytes
     if limit == 0 and rt.budget is not None:
@@ -376,7 +376,7 @@ def _register_tables(
     stage: Stage,
     root: Node,
     inputs: dict[int, pa.Table],
-    split: partition_runs.Split | None,
+    split: partition_runs.PartitionGroups | None,
     streams: list[int],
 ) -> None:
     """Register the inputs taken whole; those DuckDB may read as a draining stream leave ``inputs``."""
@@ -511,7 +511,7 @@ def _send_in_groups(
     spec: ExchangeSpec,
     root: Node,
     part: ResultWriter | None,
-    split: partition_runs.Split,
+    split: partition_runs.PartitionGroups,
 ) -> None:
     """``_send`` once per group of partitions, all into one writer: ``split`` rules out hot keys,
     measured broadcasts, sorts and streams."""
