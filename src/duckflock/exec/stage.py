@@ -49,6 +49,10 @@ from duckflock.sqltext import quote_ident as q
 from duckflock.storage import objects
 from duckflock.units import human
 
+# A test hook, never set in use: before each stage every rank writes its pid to <dir>/rank<R>.stage<S>,
+# then waits while <dir>/hold exists, so a test injects a fault at an observed point instead of
+# racing a sleep. Read from the rank's environment (a job's ranks inherit the caller's).
+STAGE_GATE_ENV = "DUCKFLOCK_STAGE_GATE_DIR"
 _SORT_INPUT = "__sort_input"  # a sort stage's rows, materialized to sample splitters from
 
 
@@ -248,8 +252,7 @@ def run_stage(
     run = _StageRun(rt, qid, overlap.con if overlap else con, stats, hot=hot, overlap=overlap)
     streams = [xid for xid in taken if received.streamed(xid)]
     try:
-        if rt.config.stage_gate_dir:
-            _wait_at_gate(rt, qid, stage.sid)
+        _wait_at_gate(rt, qid, stage.sid)
         if overlap is not None and overlap.after is not None:
             _wait_for(rt, qid, overlap.after)
         inputs = {}
@@ -300,8 +303,7 @@ def _run_fused(
     assert process is not None and spec is not None
     t_start = time.perf_counter()
     try:
-        if rt.config.stage_gate_dir:
-            _wait_at_gate(rt, qid, stage.sid)
+        _wait_at_gate(rt, qid, stage.sid)
         if rt.rank != process.first:
             if overlap is not None:
                 overlap.started.set()  # no query here for the stages after it to wait for
@@ -675,8 +677,12 @@ def _write(
 
 
 def _wait_at_gate(rt: Runtime, qid: int, sid: int) -> None:
-    """The ``stage_gate_dir`` test hook: announce this stage, then hold while the test says so."""
-    gate = Path(rt.config.stage_gate_dir)
+    """The stage gate test hook (STAGE_GATE_ENV), when set: announce this stage, then hold while the
+    test says so."""
+    directory = os.environ.get(STAGE_GATE_ENV)
+    if not directory:
+        return
+    gate = Path(directory)
     (gate / f"rank{rt.rank}.stage{sid}").write_text(str(os.getpid()))  # the process a test may kill
     while (gate / "hold").exists():
         _raise_failure(rt, qid)
