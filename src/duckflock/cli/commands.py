@@ -231,15 +231,13 @@ def run_load(args: argparse.Namespace) -> int:
             _print_loaded("loaded", info)
     except Exception as e:
         code = 1
-        failure = rt.mux.failure(qid)
-        if failure is None:
-            rt.mux.fail(qid, None, describe_error(e))
-            rt.mux.flush(qid) if rt.size > 1 else None
-            failure = rt.mux.failure(qid)
+        error = rt.mux.report_failure(qid, None, describe_error(e))
+        if rt.size > 1:
+            rt.mux.flush(qid)
         if rt.rank == 0:
             from duckflock.cli.errors_out import print_error
 
-            print_error(str(failure.error() if failure else e))
+            print_error(str(error))
     finally:
         rt.close()
     return code

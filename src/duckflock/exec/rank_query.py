@@ -282,14 +282,9 @@ class _RankQuery:
     def failed(self, e: Exception, sid: int | None = None) -> ExecutionError:
         """The error to raise for ``e`` (in stage ``sid``, else the one running): another rank's,
         when it failed first; else ours, told to all."""
-        remote = self.rt.mux.failure(self.cmd.qid)
-        if remote is not None:  # we were interrupted because another rank failed first
-            return remote.error()
         cause = describe_error(e, self.received.first_error, self.plan.query)
         cause += _lake_file(cause, self.cmd.tables)
-        sid = self.stage_id if sid is None else sid
-        self.rt.mux.fail(self.cmd.qid, sid, cause)
-        return ExecutionError(self.rt.rank, sid, cause)
+        return self.rt.mux.report_failure(self.cmd.qid, self.stage_id if sid is None else sid, cause)
 
     def interrupted(self) -> KeyboardInterrupt:
         """Ctrl-C here (ranks as threads, or an SPMD script's rank): the other ranks stop this

@@ -307,7 +307,7 @@ def _run_fused(
         if rt.rank != process.first:
             if overlap is not None:
                 overlap.started.set()  # no query here for the stages after it to wait for
-            schema = process.wait(qid, stage.sid, lambda: _failure(rt, qid))
+            schema = process.wait(qid, stage.sid, lambda: rt.mux.told_error(qid))
             run = _StageRun(rt, qid, rt.con, stats)
             _close(run, part or _writer(run, plan, spec, spec.kind), schema)
             stats.set_note(f"run by rank {process.first} for {process.describe()}")
@@ -334,15 +334,9 @@ def _run_fused(
     return stats
 
 
-def _failure(rt: Runtime, qid: int) -> Exception | None:
-    """The query's failure on any rank, told to this one: its error, or None."""
-    failure = rt.mux.failure(qid)
-    return failure.error() if failure is not None else None
-
-
 def _raise_failure(rt: Runtime, qid: int) -> None:
     """Raise the query's failure, if any rank has told this one of it."""
-    error = _failure(rt, qid)
+    error = rt.mux.told_error(qid)
     if error is not None:
         raise error
 
