@@ -280,20 +280,20 @@ def connect(
 
         return Session(ThreadsBackend(str(data), ranks, Config.from_env(**(config or {}))))
     if transport == "storage":
-        from duckflock.backends.storage_job import StorageJobBackend
+        from duckflock.backends import storage_job
         from duckflock.config import Config
 
         uri = Config.from_env(**(config or {})).exchange_uri
         if not uri:
             raise DuckflockError("transport='storage' needs config={'exchange_uri': DIR_OR_URI}")
         env = {f"DUCKFLOCK_{k.upper()}": str(v) for k, v in (config or {}).items()}
-        return Session(StorageJobBackend(str(data), ranks, uri, env, start_timeout))
+        return Session(storage_job.start(str(data), ranks, uri, env, start_timeout))
     if transport != "mpi":
         raise DuckflockError(f"unknown transport {transport!r} (use 'mpi', 'threads' or 'storage')")
-    from duckflock.backends.mpi_job import MpiJobBackend
+    from duckflock.backends import mpi_job
     from duckflock.config import Config
 
     # A bad setting fails here, not in every rank as it starts.
     per_process = Config.from_env(**(config or {})).ranks_per_process
     env = {f"DUCKFLOCK_{k.upper()}": str(v) for k, v in (config or {}).items()}
-    return Session(MpiJobBackend(str(data), ranks, per_process, env, start_timeout))
+    return Session(mpi_job.start(str(data), ranks, per_process, env, start_timeout))
