@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import duckflock
-from duckflock.plan.kinds import ExchangeKind
+from duckflock.exchange.kinds import ExchangeKind
 from support import BOUND_S, make_table, oracle, rank_at_gate, stage_gate, wait_until
 
 pytestmark = pytest.mark.dist

@@ -24,6 +24,7 @@ from duckflock.catalog.placement import target_sql
 from duckflock.errors import ExecutionError, TransportError
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.mux import Mux, make_tag, split_tag
 from duckflock.exchange.shuffle import (
     ExchangeStats,
@@ -35,7 +36,6 @@ from duckflock.exchange.shuffle import (
 )
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exec.rank_query import describe_error
-from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.stages import ExchangeSpec
 from duckflock.transport.base import SendHandle
 from duckflock.transport.inproc import InProcTransport

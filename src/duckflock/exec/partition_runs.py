@@ -33,8 +33,8 @@ from duckflock.catalog.partitioning import (
     partitions_of_rank,
 )
 from duckflock.catalog.placement import partition_sql
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.local_duckdb import drop_views
-from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import (
     Aggregate,
     Distinct,

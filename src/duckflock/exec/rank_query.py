@@ -16,6 +16,7 @@ import pyarrow as pa
 from duckflock.catalog import Catalog, TableInfo
 from duckflock.errors import DuckflockError, ExecutionError, duckdb_message
 from duckflock.exchange.inputs import QueryInputs
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exec import adaptive
 from duckflock.exec.budget import Budget
@@ -28,7 +29,6 @@ from duckflock.exec.skew import HotKeys
 from duckflock.exec.stage import Overlap, StageStats, run_stage
 from duckflock.local_duckdb import is_ctrl_c
 from duckflock.plan import streaming
-from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import ExchangeRead
 from duckflock.plan.stages import Stage, StagePlan
 

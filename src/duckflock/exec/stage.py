@@ -21,6 +21,7 @@ from duckflock.catalog.placement import SPLITTERS_TABLE, target_sql
 from duckflock.exchange.arrays import arrow_array
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
 from duckflock.exec import adaptive, hive_prune, merge_runs, partition_runs, range_sort, skew
 from duckflock.exec.memory import release_free_memory
@@ -29,7 +30,7 @@ from duckflock.exec.runtime import Runtime
 from duckflock.exec.scan_stats import ScanRecorder, ScanStats
 from duckflock.local_duckdb import arrow_exact, drop_views, fetch_as_duckdb_returns, joins_as_written
 from duckflock.plan import streaming
-from duckflock.plan.kinds import ExchangeKind, SkewRole
+from duckflock.plan.kinds import SkewRole
 from duckflock.plan.nodes import DriverQuery, ExchangeRead, Join, Node, Scan, Sort, WithSubqueries, walk
 from duckflock.plan.render import driver_sql, exchange_table, render
 from duckflock.plan.skew import rescannable

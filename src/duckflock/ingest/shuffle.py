@@ -21,12 +21,12 @@ import pyarrow as pa
 from duckflock.errors import CatalogError
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exec.rank_query import describe_error
 from duckflock.exec.runtime import Runtime
 from duckflock.local_duckdb import arrow_exact
-from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.sql_text import copy_partitioned, read_files
 from duckflock.sqltext import quote_ident as q
 
