@@ -62,10 +62,10 @@ def shuffle_partitions(
         inputs.done(_XID)
     except Exception as e:
         error = CatalogError(f"loading {inputs_named} failed: {e}") if isinstance(e, duckdb.Error) else e
-        # Told to every rank before this one waits for its receivers below: they wait for rows from
-        # the other ranks, which wait for this rank's (a bad CSV line held the job for 30 s).
-        if rt.mux.failure(qid) is None:
-            rt.mux.fail(qid, None, describe_error(error))
+        # Told to every rank (unless one failed first) before this one waits for its receivers
+        # below: they wait for rows from the other ranks, which wait for this rank's (a bad CSV line
+        # held the job for 30 s).
+        rt.mux.report_failure(qid, None, describe_error(error))
         raise error from e
     finally:
         inputs.close()
