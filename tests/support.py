@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from duckflock.exec.launch import mpiexec_argv
+from duckflock.exec.stage import STAGE_GATE_ENV
 from duckflock.testing.compare import difference
 from duckflock.testing.tables import make_table, oracle
 
@@ -78,6 +79,17 @@ def run_on_ranks(
             with pa.memory_map(str(out / f"{i}.arrow")) as src:
                 results.append(pa.ipc.open_file(src).read_all())
     return results
+
+
+def stage_gate(tmp_path: Path, monkeypatch) -> Path:
+    """A closed stage gate (exec/stage.py's test hook) for the ranks this test runs from now on: in
+    this process, and in the processes it starts. Each rank announces its stages there and holds
+    while ``hold`` exists."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    monkeypatch.setenv(STAGE_GATE_ENV, str(gate))
+    return gate
 
 
 def rank_at_gate(gate: Path, rank: int, running) -> int:

@@ -143,10 +143,6 @@ class Config:
     #: DuckDB's `memory_limit` on the rank; -1: every stage runs once.
     # So that DuckDB's hash tables fit its memory instead of spilling (exec/partition_runs.py).
     partition_run_bytes: int = 0
-    #: Test hook: before each stage every rank writes its pid to `<dir>/rank<R>.stage<S>`, then
-    #: waits while `<dir>/hold` exists.
-    # So a test injects a fault at an observed point instead of racing a sleep.
-    stage_gate_dir: str = ""
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Config:

@@ -76,10 +76,6 @@ class CatalogError(DuckflockError):
     """A table, column or data directory is missing or inconsistent."""
 
 
-class PlanError(DuckflockError):
-    """The planner could not build a distributed plan for a valid query."""
-
-
 class TransportError(DuckflockError):
     """Moving bytes between ranks failed (peer lost, timeout, bad token)."""
 

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -22,6 +22,9 @@ from duckflock.local_duckdb import arrow_time_zone, check_exact_from_arrow, is_c
 from duckflock.plan.explain import explain_plan
 from duckflock.plan.stages import OnDriver
 from duckflock.sqltext import quote_ident as q
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 T = TypeVar("T")
 
@@ -90,8 +93,6 @@ class Result:
 
     def show(self, max_rows: int = 20, console=None) -> None:
         """The first ``max_rows`` rows as a table, each value as DuckDB writes it as text."""
-        from duckflock.cli.output import print_rows
-
         with self._as_duckdb(as_text=True) as rel:
             rows = rel.limit(max_rows).fetchall()
         table = self.outcome.table
@@ -280,20 +281,38 @@ def connect(
 
         return Session(ThreadsBackend(str(data), ranks, Config.from_env(**(config or {}))))
     if transport == "storage":
-        from duckflock.backends.storage_job import StorageJobBackend
+        from duckflock.backends import storage_job
         from duckflock.config import Config
 
         uri = Config.from_env(**(config or {})).exchange_uri
         if not uri:
             raise DuckflockError("transport='storage' needs config={'exchange_uri': DIR_OR_URI}")
         env = {f"DUCKFLOCK_{k.upper()}": str(v) for k, v in (config or {}).items()}
-        return Session(StorageJobBackend(str(data), ranks, uri, env, start_timeout))
+        return Session(storage_job.start(str(data), ranks, uri, env, start_timeout))
     if transport != "mpi":
         raise DuckflockError(f"unknown transport {transport!r} (use 'mpi', 'threads' or 'storage')")
-    from duckflock.backends.mpi_job import MpiJobBackend
+    from duckflock.backends import mpi_job
     from duckflock.config import Config
 
     # A bad setting fails here, not in every rank as it starts.
     per_process = Config.from_env(**(config or {})).ranks_per_process
     env = {f"DUCKFLOCK_{k.upper()}": str(v) for k, v in (config or {}).items()}
-    return Session(MpiJobBackend(str(data), ranks, per_process, env, start_timeout))
+    return Session(mpi_job.start(str(data), ranks, per_process, env, start_timeout))
+
+
+def print_rows(names: list[str], rows: list[tuple], total: int, console: Console | None = None) -> None:
+    """The first rows of a result (values already text, None for NULL) and how many there are. rich
+    is imported here: a session that prints nothing does without it."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console()
+    view = Table(show_header=True, header_style="bold")
+    for name in names:
+        view.add_column(Text(name), overflow="fold")  # a narrow terminal wraps values, never cuts them
+    for row in rows:
+        view.add_row(*(Text("NULL" if v is None else str(v)) for v in row))
+    console.print(view)
+    more = f" (showing {len(rows)})" if total > len(rows) else ""
+    console.print(f"{total} row{'' if total == 1 else 's'}{more}")

@@ -3,7 +3,7 @@
 within a liveness bound (uncancelled, each query below runs for minutes), and the next query of
 the same session gets DuckDB's answer, with no spill file left behind.
 
-Faults come at observed points: every rank holds at a stage gate (``stage_gate_dir``) until the test
+Faults come at observed points: every rank holds at a stage gate (``support.stage_gate``) until the test
 has seen it there, then the test releases the gate and cancels, so the cancel lands while a stage
 runs (inside DuckDB, or just before its call: both must stop). Times are liveness bounds only.
 """
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import duckflock
-from duckflock.plan.kinds import ExchangeKind
-from support import BOUND_S, make_table, oracle, rank_at_gate, wait_until
+from duckflock.exchange.kinds import ExchangeKind
+from support import BOUND_S, make_table, oracle, rank_at_gate, stage_gate, wait_until
 
 pytestmark = pytest.mark.dist
 
@@ -84,13 +84,6 @@ def data(tmp_path_factory) -> Path:
     return root
 
 
-def _gate(tmp_path: Path) -> Path:
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    (gate / "hold").touch()
-    return gate
-
-
 def _files(spill: Path) -> list[Path]:
     return [p for p in spill.rglob("*") if p.is_file()]
 
@@ -115,10 +108,10 @@ def _expect_next_query_right(db, data: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_interrupt_stops_a_stage_of_every_kind(data, tmp_path, kind):
+def test_interrupt_stops_a_stage_of_every_kind(data, tmp_path, kind, monkeypatch):
     config, slow, cheap, shows = KINDS[kind]
-    gate, spill = _gate(tmp_path), tmp_path / "spill"
-    config = {**config, "stage_gate_dir": str(gate), "temp_dir": str(spill)}
+    gate, spill = stage_gate(tmp_path, monkeypatch), tmp_path / "spill"
+    config = {**config, "temp_dir": str(spill)}
     with duckflock.connect(str(data), ranks=2, transport="threads", config=config) as db:
         (gate / "hold").unlink()
         profiled = db.sql(cheap, profile=True)  # the plan and mechanism the slow query gets
@@ -140,11 +133,11 @@ def test_interrupt_stops_a_stage_of_every_kind(data, tmp_path, kind):
         _expect_next_query_right(db, data)
 
 
-def test_ctrl_c_in_the_caller_stops_a_query_inside_duckdb(data, tmp_path):
+def test_ctrl_c_in_the_caller_stops_a_query_inside_duckdb(data, tmp_path, monkeypatch):
     """Ctrl-C in the main thread while rank 0 runs a fused stage inside DuckDB (whose calls never
     return to Python for a signal): KeyboardInterrupt within the bound, and the session goes on."""
-    gate = _gate(tmp_path)
-    config = {"fuse_min_bytes": 0, "stage_gate_dir": str(gate)}
+    gate = stage_gate(tmp_path, monkeypatch)
+    config = {"fuse_min_bytes": 0}
     with duckflock.connect(str(data), ranks=2, transport="threads", config=config) as db:
 
         def interrupt_when_running() -> None:
@@ -160,10 +153,10 @@ def test_ctrl_c_in_the_caller_stops_a_query_inside_duckdb(data, tmp_path):
         _expect_next_query_right(db, data)
 
 
-def test_interrupt_stops_an_mpi_session_query_and_the_session_goes_on(data, tmp_path):
+def test_interrupt_stops_an_mpi_session_query_and_the_session_goes_on(data, tmp_path, monkeypatch):
     """An MPI job of two processes: the cancel travels to rank 0 over the session's socket."""
-    gate = _gate(tmp_path)
-    config = {"stage_gate_dir": str(gate), "ranks_per_process": 1, "fuse_min_bytes": 1 << 40}
+    gate = stage_gate(tmp_path, monkeypatch)
+    config = {"ranks_per_process": 1, "fuse_min_bytes": 1 << 40}
     with duckflock.connect(str(data), ranks=2, transport="mpi", config=config) as db:
         thread, failed, _ = _run_aside(db, SLOW_JOIN)
         rank_at_gate(gate, 1, thread.is_alive)
@@ -185,15 +178,14 @@ def test_interrupt_with_no_query_running_changes_nothing(data):
 
 @pytest.mark.parametrize("per_process", [0, 1], ids=["threads-of-a-child", "mpi"])
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
-def test_signal_stops_the_cli_inside_duckdb(data, tmp_path, signame, per_process):
+def test_signal_stops_the_cli_inside_duckdb(data, tmp_path, signame, per_process, monkeypatch):
     """The user's case: a query of minutes in a fused stage (or, one rank per process, a plain one)
     gets Ctrl-C or SIGTERM once it runs: one line, exit 128 + the signal, no rank and no spill
     directory left."""
-    gate, spill = _gate(tmp_path), tmp_path / "spill"
+    gate, spill = stage_gate(tmp_path, monkeypatch), tmp_path / "spill"
     sig = getattr(signal, signame)
     env = {
         **os.environ,
-        "DUCKFLOCK_STAGE_GATE_DIR": str(gate),
         "DUCKFLOCK_TEMP_DIR": str(spill),
         "DUCKFLOCK_FUSE_MIN_BYTES": "0",
         "DUCKFLOCK_RANKS_PER_PROCESS": str(per_process),
@@ -217,17 +209,17 @@ def test_signal_stops_the_cli_inside_duckdb(data, tmp_path, signame, per_process
     wait_until(lambda: not _files(spill), "the stopped CLI left spill files")
 
 
-def test_an_mpi_session_whose_caller_is_killed_stops_its_query_and_ranks(data, tmp_path):
+def test_an_mpi_session_whose_caller_is_killed_stops_its_query_and_ranks(data, tmp_path, monkeypatch):
     """kill -9 of a Python caller while its MPI job's ranks run a query of minutes: rank 0 sees the
     caller's socket close, cancels the query on every rank and the job ends; nothing is left."""
-    gate = _gate(tmp_path)
+    gate = stage_gate(tmp_path, monkeypatch)
     script = (
         "import duckflock, sys\n"
-        "config = {'stage_gate_dir': sys.argv[2], 'ranks_per_process': 1, 'fuse_min_bytes': 1 << 40}\n"
+        "config = {'ranks_per_process': 1, 'fuse_min_bytes': 1 << 40}\n"
         "with duckflock.connect(sys.argv[1], ranks=2, transport='mpi', config=config) as db:\n"
         f"    db.sql({SLOW_JOIN!r})\n"
     )
-    caller = subprocess.Popen([sys.executable, "-c", script, str(data), str(gate)])
+    caller = subprocess.Popen([sys.executable, "-c", script, str(data)])
     try:
         ranks = [rank_at_gate(gate, r, lambda: caller.poll() is None) for r in (0, 1)]
         (gate / "hold").unlink()

@@ -18,7 +18,8 @@ import duckdb
 import pytest
 
 import duckflock
-from support import BOUND_S, oracle, rank_at_gate, wait_until
+from duckflock.exec.stage import STAGE_GATE_ENV
+from support import BOUND_S, oracle, rank_at_gate, stage_gate, wait_until
 
 pytestmark = pytest.mark.dist
 
@@ -411,16 +412,16 @@ def test_interrupted_cli_ends_the_whole_job(bad_dir, tmp_path, signame, per_proc
     ("transport", "per_process", "named"),
     [("mpi", 1, "rank 1 was"), ("mpi", 0, "the process of ranks 0-1 was"), ("storage", 1, "rank 1 was")],
 )
-def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path, transport, per_process, named):
+def test_session_reports_a_killed_rank_and_can_be_reopened(
+    bad_dir, tmp_path, transport, per_process, named, monkeypatch
+):
     """A storage job's objects (in ``exchange``) are removed too."""
     import signal
     import threading
 
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    (gate / "hold").touch()
+    gate = stage_gate(tmp_path, monkeypatch)
     exchange = tmp_path / "exchange"
-    config = {"stage_gate_dir": str(gate), "ranks_per_process": per_process, "exchange_uri": str(exchange)}
+    config = {"ranks_per_process": per_process, "exchange_uri": str(exchange)}
     db = duckflock.connect(str(bad_dir), ranks=2, transport=transport, config=config)
     failure: list[BaseException] = []
 
@@ -439,6 +440,7 @@ def test_session_reports_a_killed_rank_and_can_be_reopened(bad_dir, tmp_path, tr
     assert f"{named} killed by signal 9 (SIGKILL)" in str(failure[0])
     db.close()
     assert not any(exchange.rglob("*"))
+    monkeypatch.delenv(STAGE_GATE_ENV)  # its hold stays: a new job must not stop there
     with duckflock.connect(str(bad_dir), ranks=2, transport="mpi") as again:
         assert again.sql("SELECT count(*) FROM good").fetchall() == [(2000,)]
 
@@ -450,7 +452,9 @@ def _raise_timeout(*_) -> None:
 @pytest.mark.parametrize(
     "signame, raised", [("SIGINT", KeyboardInterrupt), ("SIGUSR1", TimeoutError)], ids=["ctrl-c", "handler"]
 )
-def test_interrupted_session_query_is_cancelled_and_the_session_goes_on(bad_dir, tmp_path, signame, raised):
+def test_interrupted_session_query_is_cancelled_and_the_session_goes_on(
+    bad_dir, tmp_path, signame, raised, monkeypatch
+):
     """Ctrl-C, or an exception a signal handler raises (a caller's timeout), in the caller while
     every rank holds at a stage gate: the query is cancelled on every rank and raises it, and the
     next query of the same session gets its own answer (not the cancelled one's: each later query
@@ -458,11 +462,9 @@ def test_interrupted_session_query_is_cancelled_and_the_session_goes_on(bad_dir,
     import signal
     import threading
 
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    (gate / "hold").touch()
+    gate = stage_gate(tmp_path, monkeypatch)
     previous = signal.signal(signal.SIGUSR1, _raise_timeout)
-    db = duckflock.connect(str(bad_dir), ranks=2, transport="mpi", config={"stage_gate_dir": str(gate)})
+    db = duckflock.connect(str(bad_dir), ranks=2, transport="mpi")
     try:
 
         def interrupt_at_gate() -> None:
@@ -482,19 +484,16 @@ def test_interrupted_session_query_is_cancelled_and_the_session_goes_on(bad_dir,
         assert again.sql("SELECT count(*) FROM good").fetchall() == [(2000,)]
 
 
-def test_interrupted_query_on_thread_ranks_stops_every_rank(bad_dir, tmp_path):
+def test_interrupted_query_on_thread_ranks_stops_every_rank(bad_dir, tmp_path, monkeypatch):
     """Ctrl-C while rank 0 (the caller's thread) waits and the other ranks hold at a stage gate:
     the query raises KeyboardInterrupt at once and the other ranks are told, so the next query runs
     (rank 1 had gone on with the old query and the next one waited behind it)."""
     import signal
     import threading
 
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    (gate / "hold").touch()
-    config = {"stage_gate_dir": str(gate)}
+    gate = stage_gate(tmp_path, monkeypatch)
     sql = "SELECT count(*) FROM good JOIN bad USING (k)"
-    with duckflock.connect(str(bad_dir), ranks=2, transport="threads", config=config) as db:
+    with duckflock.connect(str(bad_dir), ranks=2, transport="threads") as db:
 
         def interrupt_at_gate() -> None:
             rank_at_gate(gate, 1, lambda: True)

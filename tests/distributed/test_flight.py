@@ -16,7 +16,7 @@ import pytest
 import duckflock
 from duckflock.testing.tpch import SEED_ORDER, SEED_QUERY, query
 from flight_support import Workers, status
-from support import BOUND_S, assert_same, make_table, oracle, rank_at_gate
+from support import BOUND_S, assert_same, make_table, oracle, rank_at_gate, stage_gate
 
 pytestmark = pytest.mark.dist
 
@@ -190,15 +190,13 @@ def test_caller_that_disappears_does_not_hold_workers(tpch_dir, tmp_path):
         assert not any(status(a, w.token)["session"] for a in w.addresses)
 
 
-def test_a_query_longer_than_the_idle_timeout_is_not_cut_off(tpch_dir, tmp_path):
+def test_a_query_longer_than_the_idle_timeout_is_not_cut_off(tpch_dir, tmp_path, monkeypatch):
     """The idle timeout counts from the end of the last call: a query held at a stage gate past
     it (the watchdog looks every second) still completes."""
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    (gate / "hold").touch()
+    gate = stage_gate(tmp_path, monkeypatch)
     with (
         Workers(tpch_dir, 2, tmp_path, idle_timeout=1) as w,
-        duckflock.connect(workers=w.addresses, token=w.token, config={"stage_gate_dir": str(gate)}) as db,
+        duckflock.connect(workers=w.addresses, token=w.token) as db,
     ):
         got: list[object] = []
         t = threading.Thread(target=lambda: got.append(db.sql("SELECT count(*) FROM orders").fetchall()))
@@ -210,17 +208,15 @@ def test_a_query_longer_than_the_idle_timeout_is_not_cut_off(tpch_dir, tmp_path)
         assert got == [oracle(tpch_dir).sql("SELECT count(*) FROM orders").fetchall()]
 
 
-def test_busy_workers_refuse_another_session_and_idle_ones_are_taken_over(tpch_dir, tmp_path):
+def test_busy_workers_refuse_another_session_and_idle_ones_are_taken_over(tpch_dir, tmp_path, monkeypatch):
     """A second caller's session would have torn the workers out of the first one's query (which
     then failed after 30 s): while a query runs, every worker refuses it, in either order of the
     worker list; once the first session is idle, the second takes the workers over."""
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    (gate / "hold").touch()
+    gate = stage_gate(tmp_path, monkeypatch)
     sql = "SELECT count(*) FROM orders JOIN customer ON o_custkey = c_custkey"
     with (
         Workers(tpch_dir, 2, tmp_path) as w,
-        duckflock.connect(workers=w.addresses, token=w.token, config={"stage_gate_dir": str(gate)}) as first,
+        duckflock.connect(workers=w.addresses, token=w.token) as first,
     ):
         got: list[object] = []
         t = threading.Thread(target=lambda: got.append(first.sql(sql).fetchall()))

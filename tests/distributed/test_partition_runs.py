@@ -169,8 +169,8 @@ def test_run_failing_with_its_result_open_leaves_the_session_usable(data, monkey
             raise duckflock.DuckflockError("injected: the writer failed mid-run")
         return real_write(run, writer, out, reader, t0)
 
-    real_read_group, real_write = partition_runs.Split.read_group, stage._write
-    monkeypatch.setattr(partition_runs.Split, "read_group", read_group)
+    real_read_group, real_write = partition_runs.PartitionGroups.read_group, stage._write
+    monkeypatch.setattr(partition_runs.PartitionGroups, "read_group", read_group)
     monkeypatch.setattr(stage, "_write", write)
     ref = oracle(data)
     sql = QUERIES["join into hash partitions"][0]

@@ -19,7 +19,7 @@ from test_tpch22_dist import assert_22_match
 
 import duckflock
 from duckflock.testing.tpch import queries
-from support import BOUND_S, assert_same, oracle, rank_at_gate, wait_until
+from support import BOUND_S, assert_same, oracle, rank_at_gate, stage_gate, wait_until
 
 pytestmark = pytest.mark.dist
 
@@ -109,14 +109,12 @@ def test_cli_error_on_one_rank_names_it_and_leaves_no_objects(bad_dir, tmp_path)
     assert_removed(exchange)
 
 
-def test_interrupted_query_is_cancelled_and_the_session_goes_on(bad_dir, tmp_path):
+def test_interrupted_query_is_cancelled_and_the_session_goes_on(bad_dir, tmp_path, monkeypatch):
     """Ctrl-C in the caller while the ranks hold at a gate: the query stops on every rank, the
     session answers the next query, and nothing is left in the directory at the end."""
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    (gate / "hold").touch()
+    gate = stage_gate(tmp_path, monkeypatch)
     exchange = tmp_path / "exchange"
-    with storage(bad_dir, exchange, 2, stage_gate_dir=str(gate)) as db:
+    with storage(bad_dir, exchange, 2) as db:
 
         def interrupt_at_gate() -> None:
             rank_at_gate(gate, 1, lambda: True)

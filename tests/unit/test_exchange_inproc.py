@@ -24,6 +24,7 @@ from duckflock.catalog.placement import target_sql
 from duckflock.errors import ExecutionError, TransportError
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.mux import Mux, make_tag, split_tag
 from duckflock.exchange.shuffle import (
     ExchangeStats,
@@ -35,7 +36,6 @@ from duckflock.exchange.shuffle import (
 )
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exec.rank_query import describe_error
-from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.stages import ExchangeSpec
 from duckflock.transport.base import SendHandle
 from duckflock.transport.inproc import InProcTransport
@@ -360,6 +360,25 @@ def test_failure_on_one_rank_fails_the_exchange_on_every_rank(n, failing):
         assert isinstance(e, ExecutionError), (r, e)
         assert e.rank == bad and e.stage == 3
         assert f"rank {bad}" in str(e) and "disk on fire" in str(e)
+
+
+def test_a_rank_failing_after_another_reports_the_first_failure():
+    """Rank 0 fails first and tells every rank; rank 1, failing after it was told (what it hit is
+    the echo), ends the query with rank 0's failure and tells none of its own."""
+
+    def body(mux):
+        if mux.rank == 0:
+            return mux.report_failure(1, 3, "disk on fire")
+        deadline = time.monotonic() + JOIN_S
+        while mux.told_error(1) is None:
+            assert time.monotonic() < deadline, "rank 0's failure never arrived"
+            time.sleep(0.01)
+        return mux.report_failure(1, 4, "interrupted")
+
+    results, errors = run_ranks(2, body)
+    assert errors == [None, None]
+    for e in results:
+        assert isinstance(e, ExecutionError) and (e.rank, e.stage, e.cause) == (0, 3, "disk on fire")
 
 
 # ---- (g) query isolation ----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from rich.console import Console
 
-from duckflock.cli.output import print_rows
+from duckflock.session import print_rows
 
 
 def test_narrow_terminal_wraps_values_instead_of_cutting_them():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from duckflock.plan.kinds import ExchangeKind, JoinKind, SkewRole
+from duckflock.exchange.kinds import ExchangeKind
+from duckflock.plan.kinds import JoinKind, SkewRole
 from duckflock.plan.nodes import Aggregate, ExchangeRead, Filter, Limit, Project, Scan, Values
 from duckflock.plan.skew import rescannable, spread_side, unmark_misordered
 from duckflock.plan.stages import ExchangeSpec, Stage

@@ -8,7 +8,8 @@ import pytest
 from duckflock.catalog import Catalog
 from duckflock.catalog.catalog import PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import Hashed
-from duckflock.plan.kinds import ExchangeKind, JoinKind, SkewRole
+from duckflock.exchange.kinds import ExchangeKind
+from duckflock.plan.kinds import JoinKind, SkewRole
 from duckflock.plan.nodes import Aggregate, ExchangeRead, Filter, Join, Scan, Values
 from duckflock.plan.stages import ExchangeSpec, Stage, StagePlan
 from duckflock.plan.streaming import fixed_join_order, probe_first, streamed_input

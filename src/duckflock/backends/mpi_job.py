@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from pathlib import Path
 
@@ -44,6 +45,26 @@ _POLL_S = 0.2  # how soon a Ctrl-C is seen while waiting for the ranks
 # How long a cancelled query's reply may take before the job is stopped instead: the ranks stop
 # within a second; one that does not (frozen, or a bug) must not hold the caller.
 _CANCEL_GRACE_S = 10.0
+_LOG = "mpiexec.out"  # in the job's directory: the launcher's own output
+
+
+@dataclass(frozen=True)
+class Job:
+    """A started job: its launcher process and directory, with its rank 0 connected and ready."""
+
+    proc: subprocess.Popen[bytes]
+    conn: Connection
+    directory: str
+    ranks: int  # as rank 0 reports them
+    per_process: int  # ranks in each of its processes
+
+
+def start(
+    data: str, ranks: int, configured: int, config_env: dict[str, str], start_timeout: float
+) -> MpiJobBackend:
+    """A session on a new MPI job of ``ranks`` ranks over the data directory ``data``, ``configured``
+    ranks in each process (0: all in one), once its rank 0 is ready (within ``start_timeout``)."""
+    return MpiJobBackend(MpiJobBackend.launch(data, ranks, configured, config_env, start_timeout))
 
 
 class MpiJobBackend:
@@ -53,66 +74,82 @@ class MpiJobBackend:
     # session cancels the query (a storage job; an MPI job's ranks have always taken it with us).
     _own_group = False
 
-    def __init__(
-        self, data: str, ranks: int, configured: int, config_env: dict[str, str], start_timeout: float
-    ):
-        """``ranks`` ranks, ``configured`` in each process of the job (0: all in one)."""
+    def __init__(self, job: Job):
+        """A session on a started job (``start`` starts one)."""
+        self._proc, self._conn, self._dir = job.proc, job.conn, job.directory
+        self._per_process = job.per_process
+        self._log = os.path.join(job.directory, _LOG)
+        self.ranks = job.ranks
+        self._interrupted = False
+
+    @classmethod
+    def launch(
+        cls, data: str, ranks: int, configured: int, config_env: dict[str, str], start_timeout: float
+    ) -> Job:
+        """Start the job's processes and wait for its rank 0 to connect back and be ready."""
         Catalog.load(data)  # a bad data directory fails here, at once, not in every rank
-        self._per_process = per_process(ranks, configured)  # as does a placement that cannot be
+        placed = per_process(ranks, configured)  # as does a placement that cannot be
         key = secrets.token_bytes(32)
-        self._dir = owned_temp_dir("session")
-        address = os.path.join(self._dir, "control.sock")
+        directory = owned_temp_dir("session")
+        address = os.path.join(directory, "control.sock")
         # A plain socket with a timeout (multiprocessing's Listener has none), authenticated with
         # multiprocessing's documented challenge functions, as Listener.accept would.
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(address)
-        self._listener.listen(1)
-        self._listener.settimeout(0.2)
-        argv, job_env = self._command(
-            ranks, ["-m", self.serve_module, "--data", str(data), "--address", address]
-        )
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(address)
+        listener.listen(1)
+        listener.settimeout(0.2)
+        python_args = ["-m", cls.serve_module, "--data", str(data), "--address", address]
+        argv, job_env = cls._command(ranks, placed, python_args, directory)
         env = {**os.environ, **config_env, **job_env, AUTHKEY_ENV: key.hex()}
         # mpiexec's own output (MPICH's banner when a rank dies) goes to a log: how a rank died is
         # reported as one message by _call.
-        self._log = os.path.join(self._dir, "mpiexec.out")
-        with open(self._log, "wb") as log:
-            self._proc = subprocess.Popen(
-                argv, env=env, stdin=subprocess.DEVNULL, stdout=log, start_new_session=self._own_group
+        with open(os.path.join(directory, _LOG), "wb") as log:
+            proc = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=log, start_new_session=cls._own_group
             )
         # Wait for rank 0, but give up as soon as mpiexec ends, and after start_timeout at most.
         deadline = time.monotonic() + start_timeout
-        while True:
-            try:
-                sock, _ = self._listener.accept()
-                sock.setblocking(True)
-                self._conn = Connection(sock.detach())
-                deliver_challenge(self._conn, key)
-                answer_challenge(self._conn, key)
-                break
-            except OSError:
-                code = self._proc.poll()
-                if code is None and time.monotonic() < deadline:
-                    continue
-                if code is None:
-                    self._proc.kill()
-                self._listener.close()
-                causes = sorted(Path(self._dir).glob(f"{STARTUP_ERROR}*"))
-                why = (
-                    causes[0].read_text()
-                    if causes
-                    else f"{Path(argv[0]).name} exited with code {code}"
-                    if code is not None
-                    else f"not within {start_timeout:.0f} s"
-                )
-                shutil.rmtree(self._dir, ignore_errors=True)
-                raise DuckflockError(f"the {ranks} ranks did not start: {why}") from None
-        ready: Ready = self._conn.recv()
-        self.ranks = ready.ranks
-        self._interrupted = False
+        with listener:
+            while True:
+                try:
+                    sock, _ = listener.accept()
+                    sock.setblocking(True)
+                    conn = Connection(sock.detach())
+                    deliver_challenge(conn, key)
+                    answer_challenge(conn, key)
+                    break
+                except OSError:
+                    code = proc.poll()
+                    if code is None and time.monotonic() < deadline:
+                        continue
+                    if code is None:
+                        proc.kill()
+                    causes = sorted(Path(directory).glob(f"{STARTUP_ERROR}*"))
+                    why = (
+                        causes[0].read_text()
+                        if causes
+                        else f"{Path(argv[0]).name} exited with code {code}"
+                        if code is not None
+                        else f"not within {start_timeout:.0f} s"
+                    )
+                    shutil.rmtree(directory, ignore_errors=True)
+                    raise DuckflockError(f"the {ranks} ranks did not start: {why}") from None
+        try:
+            ready = expect_reply(Ready, conn.recv(), "rank 0")
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            conn.close()
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        return Job(proc, conn, directory, ready.ranks, placed)
 
-    def _command(self, ranks: int, python_args: list[str]) -> tuple[list[str], dict[str, str]]:
+    @classmethod
+    def _command(
+        cls, ranks: int, per_process: int, python_args: list[str], directory: str
+    ) -> tuple[list[str], dict[str, str]]:
         """The job's launcher command and its environment."""
-        return mpiexec_job(ranks, self._per_process, python_args, self._dir)
+        return mpiexec_job(ranks, per_process, python_args, directory)
 
     def _call(
         self,
@@ -221,7 +258,6 @@ class MpiJobBackend:
             except Exception:
                 self._proc.kill()
         self._conn.close()
-        self._listener.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
 

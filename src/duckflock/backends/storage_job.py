@@ -11,8 +11,28 @@ import secrets
 import sys
 from pathlib import Path
 
-from duckflock.backends.mpi_job import MpiJobBackend
+from duckflock.backends.mpi_job import Job, MpiJobBackend
 from duckflock.exec.launch import STORAGE_JOB_ENV, STORAGE_RANKS_ENV
+
+
+def start(
+    data: str, ranks: int, uri: str, config_env: dict[str, str], start_timeout: float
+) -> StorageJobBackend:
+    """A session on a new job of ``ranks`` rank processes over the data directory ``data`` that
+    exchange through objects under ``uri``, once its rank 0 is ready (within ``start_timeout``)."""
+    uri = uri if "://" in uri else os.path.abspath(uri)  # the ranks may run elsewhere
+    name = f"duckflock-{os.getpid()}-{secrets.token_hex(6)}"
+    env = {**config_env, "DUCKFLOCK_EXCHANGE_URI": uri, STORAGE_JOB_ENV: name, STORAGE_RANKS_ENV: str(ranks)}
+    if "DUCKFLOCK_TIME_ZONE" not in env and not os.environ.get("DUCKFLOCK_TIME_ZONE"):
+        from duckflock.local_duckdb import local_time_zone
+
+        env["DUCKFLOCK_TIME_ZONE"] = local_time_zone()  # every rank takes the caller's zone
+    try:
+        job = StorageJobBackend.launch(data, ranks, 1, env, start_timeout)
+    except BaseException:
+        _remove_objects(uri, name)
+        raise
+    return StorageJobBackend(job, uri, name)
 
 
 class StorageJobBackend(MpiJobBackend):
@@ -20,28 +40,17 @@ class StorageJobBackend(MpiJobBackend):
     serve_module = "duckflock.exec.storage_serve"
     _own_group = True
 
-    def __init__(self, data: str, ranks: int, uri: str, config_env: dict[str, str], start_timeout: float):
-        self._uri = uri if "://" in uri else os.path.abspath(uri)  # the ranks may run elsewhere
-        self._job = f"duckflock-{os.getpid()}-{secrets.token_hex(6)}"
-        env = {
-            **config_env,
-            "DUCKFLOCK_EXCHANGE_URI": self._uri,
-            STORAGE_JOB_ENV: self._job,
-            STORAGE_RANKS_ENV: str(ranks),
-        }
-        if "DUCKFLOCK_TIME_ZONE" not in env and not os.environ.get("DUCKFLOCK_TIME_ZONE"):
-            from duckflock.local_duckdb import local_time_zone
+    def __init__(self, job: Job, uri: str, name: str):
+        """A session on a started job whose objects are under ``uri``/``name`` (``start`` starts one)."""
+        super().__init__(job)
+        self._uri, self._job = uri, name
 
-            env["DUCKFLOCK_TIME_ZONE"] = local_time_zone()  # every rank takes the caller's zone
-        try:
-            super().__init__(data, ranks, 1, env, start_timeout)
-        except BaseException:
-            self._remove_objects()
-            raise
-
-    def _command(self, ranks: int, python_args: list[str]) -> tuple[list[str], dict[str, str]]:
+    @classmethod
+    def _command(
+        cls, ranks: int, per_process: int, python_args: list[str], directory: str
+    ) -> tuple[list[str], dict[str, str]]:
         launcher = str(Path(__file__).parent.parent / "exec" / "storage_launch.py")
-        return [sys.executable, "-I", "-S", launcher, self._dir, str(ranks), sys.executable, *python_args], {}
+        return [sys.executable, "-I", "-S", launcher, directory, str(ranks), sys.executable, *python_args], {}
 
     def _exit_reason(self, code: int) -> str:
         """The rank whose failure ended the job (the launcher records it), else the exit code."""
@@ -53,15 +62,16 @@ class StorageJobBackend(MpiJobBackend):
         try:
             super()._stop_job()
         finally:
-            self._remove_objects()
+            _remove_objects(self._uri, self._job)
 
     def close(self) -> None:
         try:
             super().close()
         finally:
-            self._remove_objects()
+            _remove_objects(self._uri, self._job)
 
-    def _remove_objects(self) -> None:
-        from duckflock.transport.storage import remove_job
 
-        remove_job(self._uri, self._job)
+def _remove_objects(uri: str, job: str) -> None:
+    from duckflock.transport.storage import remove_job
+
+    remove_job(uri, job)

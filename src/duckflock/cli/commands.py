@@ -32,8 +32,8 @@ def _out() -> Console:
 def _query(db, args: argparse.Namespace, on: str = "rank") -> int:
     """Run the command's query on a session and print or write its result; ``on``: what the
     session's ranks are (ranks, or Flight workers), for the timing line."""
-    from duckflock.cli.errors_out import print_error
     from duckflock.cli.output import print_profile
+    from duckflock.errors_out import print_error
 
     try:
         if args.command == "explain":
@@ -231,15 +231,13 @@ def run_load(args: argparse.Namespace) -> int:
             _print_loaded("loaded", info)
     except Exception as e:
         code = 1
-        failure = rt.mux.failure(qid)
-        if failure is None:
-            rt.mux.fail(qid, None, describe_error(e))
-            rt.mux.flush(qid) if rt.size > 1 else None
-            failure = rt.mux.failure(qid)
+        error = rt.mux.report_failure(qid, None, describe_error(e))
+        if rt.size > 1:
+            rt.mux.flush(qid)
         if rt.rank == 0:
-            from duckflock.cli.errors_out import print_error
+            from duckflock.errors_out import print_error
 
-            print_error(str(failure.error() if failure else e))
+            print_error(str(error))
     finally:
         rt.close()
     return code

@@ -17,10 +17,10 @@ import subprocess
 import sys
 
 from duckflock.cli.bench_args import add_bench_parsers
-from duckflock.cli.errors_out import print_error, print_warning
 from duckflock.cli.serve import add_serve_parser
 from duckflock.cli.terminal import launch_env
 from duckflock.errors import DuckflockError
+from duckflock.errors_out import print_error, print_warning
 from duckflock.exec.forked import exit_child, fork_job, interrupted_exit_code, note_interrupt
 from duckflock.exec.launch import (
     job_outcome,

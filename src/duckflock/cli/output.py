@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from duckflock.units import human
 
@@ -19,19 +18,6 @@ if TYPE_CHECKING:
 def stdout_console() -> Console:
     """Wide when not a terminal, so tables written to files or pipes are not squeezed."""
     return Console(width=None if sys.stdout.isatty() else 160)
-
-
-def print_rows(names: list[str], rows: list[tuple], total: int, console: Console | None = None) -> None:
-    """The first rows of a result (values already text, None for NULL) and how many there are."""
-    console = console or Console()
-    view = Table(show_header=True, header_style="bold")
-    for name in names:
-        view.add_column(Text(name), overflow="fold")  # a narrow terminal wraps values, never cuts them
-    for row in rows:
-        view.add_row(*(Text("NULL" if v is None else str(v)) for v in row))
-    console.print(view)
-    more = f" (showing {len(rows)})" if total > len(rows) else ""
-    console.print(f"{total} row{'' if total == 1 else 's'}{more}")
 
 
 def print_profile(stats, console: Console | None = None, on_driver: OnDriver | None = None) -> None:

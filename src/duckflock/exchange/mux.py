@@ -206,6 +206,22 @@ class Mux:
         with self._cv:
             return self._failures.get(qid % (1 << QID_BITS))
 
+    def told_error(self, qid: int) -> ExecutionError | None:
+        """The error of the first failure of query ``qid`` told to this rank (by any rank, this one
+        included), or None."""
+        failure = self.failure(qid)
+        return failure.error() if failure is not None else None
+
+    def report_failure(self, qid: int, stage: int | None, cause: str) -> ExecutionError:
+        """The error a failure on this rank ends query ``qid`` with: the failure told to this rank
+        already (another rank's notice interrupted its work, so what failed here is the echo);
+        else this rank's ``cause``, told now to every rank."""
+        told = self.told_error(qid)
+        if told is not None:
+            return told
+        self.fail(qid, stage, cause)
+        return ExecutionError(self.rank, stage, cause)
+
     def finish(self, qid: int) -> None:
         """Forget a finished query: drop its buffered messages and ignore late ones."""
         q = qid % (1 << QID_BITS)

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from duckflock.exchange.codec import decode, encode, frames_supported, from_frames, to_frames
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.mux import FIRST_EXCHANGE, Mux
 from duckflock.exchange.partition import split_by_target
 from duckflock.exchange.spill import InputSink, QuerySpill
 from duckflock.exchange.stream import StreamedInput
-from duckflock.plan.kinds import ExchangeKind
 from duckflock.transport.base import view
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
+from duckflock.processes import pid_alive
 
 # Of a rank's share: DuckDB's memory_limit, received exchange data, bytes in flight; the rest is for
 # Python, Arrow buffers being split and sent, and DuckDB's own overshoot. DuckDB gets the most: a
@@ -256,14 +257,3 @@ def remove_orphans(base: Path, glob: str, name: str) -> None:
 
 def _host() -> str:
     return socket.gethostname().replace("/", "_") or "host"
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (one of another user's counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -117,7 +117,7 @@ def after_failure(ranks: int, sig: int | None) -> None:
 
     remove_orphaned_spill_dirs()
     if sig is not None:
-        from duckflock.cli.errors_out import print_error
+        from duckflock.errors_out import print_error
 
         first = "0"  # the one process of the job: ranks 0 to ranks - 1
         print_error(killed_message(ranks_of(first, ranks), sig))

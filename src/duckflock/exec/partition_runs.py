@@ -33,8 +33,8 @@ from duckflock.catalog.partitioning import (
     partitions_of_rank,
 )
 from duckflock.catalog.placement import partition_sql
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.local_duckdb import drop_views
-from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import (
     Aggregate,
     Distinct,
@@ -56,7 +56,7 @@ _HOLDING = (Join, Aggregate, Window, Distinct, SetOp, Sort)
 
 
 @dataclass(frozen=True)
-class Split:
+class PartitionGroups:
     """The groups of this rank's partitions a stage runs once each, and how each run reads them."""
 
     groups: tuple[tuple[int, ...], ...]
@@ -99,7 +99,7 @@ def split(
     rank: int,
     size: int,
     limit: int,
-) -> Split | None:
+) -> PartitionGroups | None:
     """How to run ``stage`` (its resolved tree ``root``) in groups of partitions whose inputs fit in
     ``limit`` bytes each; None when it runs once (its inputs fit, or it cannot be split)."""
     if limit <= 0 or stage.on_driver or stage.output is None:
@@ -122,7 +122,7 @@ def split(
     runs = min(len(owned), math.ceil(total / limit))
     if runs < 2:
         return None
-    return Split(_deal(owned, runs), filters, total, limit)
+    return PartitionGroups(_deal(owned, runs), filters, total, limit)
 
 
 def _partitioned_inputs(

@@ -16,6 +16,7 @@ import pyarrow as pa
 from duckflock.catalog import Catalog, TableInfo
 from duckflock.errors import DuckflockError, ExecutionError, duckdb_message
 from duckflock.exchange.inputs import QueryInputs
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exec import adaptive
 from duckflock.exec.budget import Budget
@@ -28,7 +29,6 @@ from duckflock.exec.skew import HotKeys
 from duckflock.exec.stage import Overlap, StageStats, run_stage
 from duckflock.local_duckdb import is_ctrl_c
 from duckflock.plan import streaming
-from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import ExchangeRead
 from duckflock.plan.stages import Stage, StagePlan
 
@@ -282,14 +282,9 @@ class _RankQuery:
     def failed(self, e: Exception, sid: int | None = None) -> ExecutionError:
         """The error to raise for ``e`` (in stage ``sid``, else the one running): another rank's,
         when it failed first; else ours, told to all."""
-        remote = self.rt.mux.failure(self.cmd.qid)
-        if remote is not None:  # we were interrupted because another rank failed first
-            return remote.error()
         cause = describe_error(e, self.received.first_error, self.plan.query)
         cause += _lake_file(cause, self.cmd.tables)
-        sid = self.stage_id if sid is None else sid
-        self.rt.mux.fail(self.cmd.qid, sid, cause)
-        return ExecutionError(self.rt.rank, sid, cause)
+        return self.rt.mux.report_failure(self.cmd.qid, self.stage_id if sid is None else sid, cause)
 
     def interrupted(self) -> KeyboardInterrupt:
         """Ctrl-C here (ranks as threads, or an SPMD script's rank): the other ranks stop this

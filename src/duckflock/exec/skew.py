@@ -28,8 +28,9 @@ import pyarrow as pa
 
 from duckflock.catalog.partitioning import Hashed, Ranged
 from duckflock.exchange.arrays import arrow_array, numpy_view
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exec.runtime import Runtime
-from duckflock.plan.kinds import ExchangeKind, SkewRole
+from duckflock.plan.kinds import SkewRole
 from duckflock.plan.sql_text import KEY_HASH_COLUMN
 from duckflock.plan.stages import ExchangeSpec
 

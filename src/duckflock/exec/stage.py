@@ -21,6 +21,7 @@ from duckflock.catalog.placement import SPLITTERS_TABLE, target_sql
 from duckflock.exchange.arrays import arrow_array
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
 from duckflock.exec import adaptive, hive_prune, merge_runs, partition_runs, range_sort, skew
 from duckflock.exec.memory import release_free_memory
@@ -29,7 +30,7 @@ from duckflock.exec.runtime import Runtime
 from duckflock.exec.scan_stats import ScanRecorder, ScanStats
 from duckflock.local_duckdb import arrow_exact, drop_views, fetch_as_duckdb_returns, joins_as_written
 from duckflock.plan import streaming
-from duckflock.plan.kinds import ExchangeKind, SkewRole
+from duckflock.plan.kinds import SkewRole
 from duckflock.plan.nodes import DriverQuery, ExchangeRead, Join, Node, Scan, Sort, WithSubqueries, walk
 from duckflock.plan.render import driver_sql, exchange_table, render
 from duckflock.plan.skew import rescannable
@@ -49,6 +50,10 @@ from duckflock.sqltext import quote_ident as q
 from duckflock.storage import objects
 from duckflock.units import human
 
+# A test hook, never set in use: before each stage every rank writes its pid to <dir>/rank<R>.stage<S>,
+# then waits while <dir>/hold exists, so a test injects a fault at an observed point instead of
+# racing a sleep. Read from the rank's environment (a job's ranks inherit the caller's).
+STAGE_GATE_ENV = "DUCKFLOCK_STAGE_GATE_DIR"
 _SORT_INPUT = "__sort_input"  # a sort stage's rows, materialized to sample splitters from
 
 
@@ -250,8 +255,7 @@ def run_stage(
     run = _StageRun(rt, qid, overlap.con if overlap else con, stats, hot=hot, overlap=overlap)
     streams = [xid for xid in taken if received.streamed(xid)]
     try:
-        if rt.config.stage_gate_dir:
-            _wait_at_gate(rt, qid, stage.sid)
+        _wait_at_gate(rt, qid, stage.sid)
         if overlap is not None and overlap.after is not None:
             _wait_for(rt, qid, overlap.after)
         inputs = {}
@@ -302,12 +306,11 @@ def _run_fused(
     assert process is not None and spec is not None
     t_start = time.perf_counter()
     try:
-        if rt.config.stage_gate_dir:
-            _wait_at_gate(rt, qid, stage.sid)
+        _wait_at_gate(rt, qid, stage.sid)
         if rt.rank != process.first:
             if overlap is not None:
                 overlap.started.set()  # no query here for the stages after it to wait for
-            schema = process.wait(qid, stage.sid, lambda: _failure(rt, qid))
+            schema = process.wait(qid, stage.sid, lambda: rt.mux.told_error(qid))
             run = _StageRun(rt, qid, rt.con, stats)
             _close(run, part or _writer(run, plan, spec, spec.kind), schema)
             stats.set_note(f"run by rank {process.first} for {process.describe()}")
@@ -334,22 +337,16 @@ def _run_fused(
     return stats
 
 
-def _failure(rt: Runtime, qid: int) -> Exception | None:
-    """The query's failure on any rank, told to this one: its error, or None."""
-    failure = rt.mux.failure(qid)
-    return failure.error() if failure is not None else None
-
-
 def _raise_failure(rt: Runtime, qid: int) -> None:
     """Raise the query's failure, if any rank has told this one of it."""
-    error = _failure(rt, qid)
+    error = rt.mux.told_error(qid)
     if error is not None:
         raise error
 
 
 def _split(
     rt: Runtime, plan: StagePlan, stage: Stage, root: Node, inputs: dict[int, pa.Table]
-) -> partition_runs.Split | None:
+) -> partition_runs.PartitionGroups | None:
     """Whether the stage runs once per group of this rank's partitions (exec/partition_runs.py)."""
     limit = rt.config.partition_run_bytes
     if limit == 0 and rt.budget is not None:
@@ -378,7 +375,7 @@ def _register_tables(
     stage: Stage,
     root: Node,
     inputs: dict[int, pa.Table],
-    split: partition_runs.Split | None,
+    split: partition_runs.PartitionGroups | None,
     streams: list[int],
 ) -> None:
     """Register the inputs taken whole; those DuckDB may read as a draining stream leave ``inputs``."""
@@ -513,7 +510,7 @@ def _send_in_groups(
     spec: ExchangeSpec,
     root: Node,
     part: ResultWriter | None,
-    split: partition_runs.Split,
+    split: partition_runs.PartitionGroups,
 ) -> None:
     """``_send`` once per group of partitions, all into one writer: ``split`` rules out hot keys,
     measured broadcasts, sorts and streams."""
@@ -677,8 +674,12 @@ def _write(
 
 
 def _wait_at_gate(rt: Runtime, qid: int, sid: int) -> None:
-    """The ``stage_gate_dir`` test hook: announce this stage, then hold while the test says so."""
-    gate = Path(rt.config.stage_gate_dir)
+    """The stage gate test hook (STAGE_GATE_ENV), when set: announce this stage, then hold while the
+    test says so."""
+    directory = os.environ.get(STAGE_GATE_ENV)
+    if not directory:
+        return
+    gate = Path(directory)
     (gate / f"rank{rt.rank}.stage{sid}").write_text(str(os.getpid()))  # the process a test may kill
     while (gate / "hold").exists():
         _raise_failure(rt, qid)

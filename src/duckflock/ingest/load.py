@@ -343,9 +343,9 @@ def _root_cause(rt: Runtime, qid: int) -> Iterator[None]:
     try:
         yield
     except Exception as e:
-        failure = rt.mux.failure(qid)
-        if failure is not None and _interrupted(e):
-            raise failure.error() from e
+        told = rt.mux.told_error(qid)
+        if told is not None and _interrupted(e):
+            raise told from e
         raise
 
 

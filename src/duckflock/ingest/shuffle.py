@@ -21,12 +21,12 @@ import pyarrow as pa
 from duckflock.errors import CatalogError
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
 from duckflock.exchange.spill import QuerySpill
 from duckflock.exec.rank_query import describe_error
 from duckflock.exec.runtime import Runtime
 from duckflock.local_duckdb import arrow_exact
-from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.sql_text import copy_partitioned, read_files
 from duckflock.sqltext import quote_ident as q
 
@@ -62,10 +62,10 @@ def shuffle_partitions(
         inputs.done(_XID)
     except Exception as e:
         error = CatalogError(f"loading {inputs_named} failed: {e}") if isinstance(e, duckdb.Error) else e
-        # Told to every rank before this one waits for its receivers below: they wait for rows from
-        # the other ranks, which wait for this rank's (a bad CSV line held the job for 30 s).
-        if rt.mux.failure(qid) is None:
-            rt.mux.fail(qid, None, describe_error(error))
+        # Told to every rank (unless one failed first) before this one waits for its receivers
+        # below: they wait for rows from the other ranks, which wait for this rank's (a bad CSV line
+        # held the job for 30 s).
+        rt.mux.report_failure(qid, None, describe_error(error))
         raise error from e
     finally:
         inputs.close()

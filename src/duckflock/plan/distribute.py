@@ -24,9 +24,10 @@ from duckflock.catalog.partitioning import (
     co_located,
 )
 from duckflock.config import Config
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.plan import skew
 from duckflock.plan.aggregates import split_aggregates
-from duckflock.plan.kinds import AggPhase, ExchangeKind, JoinKind, JoinStrategy, SetOpKind
+from duckflock.plan.kinds import AggPhase, JoinKind, JoinStrategy, SetOpKind
 from duckflock.plan.nodes import (
     AdaptiveJoin,
     Aggregate,

@@ -3,8 +3,8 @@ and its operator tree; with measured statistics (explain --analyze), the actual 
 
 from __future__ import annotations
 
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exec.scan_stats import summed
-from duckflock.plan.kinds import ExchangeKind
 from duckflock.plan.nodes import Node
 from duckflock.plan.stages import StagePlan
 from duckflock.units import human

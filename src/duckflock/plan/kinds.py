@@ -65,19 +65,6 @@ _REPLICATED_RIGHT_OK = frozenset(
 _KEEPS_LEFT = frozenset((JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI, JoinKind.ASOF, JoinKind.ASOF_LEFT))
 
 
-class ExchangeKind(StrEnum):
-    HASH = "hash"
-    RANGE = "range"  # by the bounds of a range-partitioned table
-    SORT = "sort"  # range by splitters sampled at run time (a parallel sort)
-    BROADCAST = "broadcast"
-    GATHER = "gather"
-
-    @property
-    def routes_rows(self) -> bool:
-        """Each row goes to one rank chosen by its values (a ``__target`` column)."""
-        return self in (ExchangeKind.HASH, ExchangeKind.RANGE, ExchangeKind.SORT)
-
-
 class JoinStrategy(StrEnum):
     """How distribution placed a join's inputs (shown in EXPLAIN)."""
 

@@ -9,7 +9,8 @@ import re
 from dataclasses import dataclass, field, replace
 
 from duckflock.catalog.partitioning import Partitioning
-from duckflock.plan.kinds import AggPhase, ExchangeKind, JoinKind, JoinStrategy, SetOpKind, SkewRole
+from duckflock.exchange.kinds import ExchangeKind
+from duckflock.plan.kinds import AggPhase, JoinKind, JoinStrategy, SetOpKind, SkewRole
 
 
 @dataclass(frozen=True, eq=False)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from duckflock.plan.kinds import ExchangeKind
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.plan.nodes import Exchange, ExchangeRead, Node, Project, volatile
 from duckflock.sqltext import quote_ident
 

@@ -12,8 +12,9 @@ import pyarrow as pa
 
 from duckflock.catalog import Catalog
 from duckflock.catalog.partitioning import Partitioning
+from duckflock.exchange.kinds import ExchangeKind
 from duckflock.plan import shared_stages, skew
-from duckflock.plan.kinds import ExchangeKind, SkewRole
+from duckflock.plan.kinds import SkewRole
 from duckflock.plan.nodes import (
     AdaptiveJoin,
     DriverQuery,

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from duckflock.catalog import Catalog
-from duckflock.plan.kinds import ExchangeKind, JoinKind, SkewRole
+from duckflock.exchange.kinds import ExchangeKind
+from duckflock.plan.kinds import JoinKind, SkewRole
 from duckflock.plan.nodes import (
     AdaptiveJoin,
     ExchangeRead,

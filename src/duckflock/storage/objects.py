@@ -61,6 +61,9 @@ if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
 SCHEME = "s3://"
+# Bytes handed to an object's output stream at once: an upload's writes, and the messages a rank of
+# the storage exchange buffers before it writes them as one object (transport/storage.py).
+WRITE_BYTES = 8 << 20
 _GLOB = re.compile(r"[*?\[]")
 
 
@@ -400,7 +403,7 @@ def upload(local: str | os.PathLike[str], uri: str) -> None:
     bucket, key = split(uri)
     try:
         with open(local, "rb") as src, filesystem().open_output_stream(f"{bucket}/{key}") as out:
-            shutil.copyfileobj(src, out, 8 << 20)
+            shutil.copyfileobj(src, out, WRITE_BYTES)
     except Exception as e:
         raise _failed(f"cannot write object {uri}", e) from None
 

@@ -33,7 +33,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from duckflock.exec.budget import pid_alive
+from duckflock.processes import pid_alive
 
 PREFIX = "duckflock"  # namespaces: duckflock-<tag>-<i>, tag = <pid hex>x<sequence number hex>
 BRIDGE_PREFIX = "dfb"  # bridge: dfb<tag>; root ends of the veths: dfv<tag>.<i hex>

@@ -53,7 +53,6 @@ import pyarrow.fs as pafs
 from duckflock.storage import objects
 from duckflock.transport.base import Buffer, Inbox, SendHandle, Transport, view
 
-FLUSH_BYTES = 8 << 20
 HEARTBEAT_S = 1.0
 # Peers' progress a rank reads per heartbeat, in turn, while its objects wait for deletion: at N
 # ranks every peer's is read each ceil((N - 1) / PROGRESS_READS) beats, N * PROGRESS_READS GETs a
@@ -278,7 +277,7 @@ class StorageTransport(Transport):
         rank: int,
         size: int,
         peer_timeout_s: float = 30.0,
-        flush_bytes: int = FLUSH_BYTES,
+        flush_bytes: int = objects.WRITE_BYTES,
         poll_s: tuple[float, float] | None = None,
     ):
         fs, root = open_location(location)
