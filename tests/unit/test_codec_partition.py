@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from duckflock.exchange.arrays import arrow_array
+from duckflock.arrays import arrow_array
 from duckflock.exchange.codec import decode, encode, frames_supported, from_frames, to_frames, write_options
 from duckflock.exchange.partition import split_by_target
 

@@ -172,8 +172,11 @@ def choose_splitters(
     import numpy as np
     import pyarrow as pa
 
+    # Arrays from buffers: pyarrow's conversions from numpy or Python objects import pandas.
+    from duckflock.arrays import arrow_array, numpy_view
+
     weighted = [
-        s.append_column("__w", pa.array(np.full(s.num_rows, n / s.num_rows)))
+        s.append_column("__w", arrow_array(np.full(s.num_rows, n / s.num_rows)))
         for n, s in gathered
         if s.num_rows
     ]
@@ -182,9 +185,9 @@ def choose_splitters(
         ordered = con.sql(ordered_samples("__samples", keys)).to_arrow_table()
     finally:
         con.unregister("__samples")
-    picks = quantile_picks(ordered.column("__w").to_numpy(), count)
-    splitters = ordered.drop_columns(["__w"]).take(pa.array(picks, pa.int64()))
-    return splitters.append_column("__t", pa.array(np.arange(1, count, dtype=np.int32)))
+    picks = quantile_picks(numpy_view(ordered.column("__w")), count)
+    splitters = ordered.drop_columns(["__w"]).take(arrow_array(np.asarray(picks, dtype=np.int64)))
+    return splitters.append_column("__t", arrow_array(np.arange(1, count, dtype=np.int32)))
 
 
 def range_splitters(

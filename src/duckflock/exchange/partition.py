@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from duckflock.exchange.arrays import arrow_array, fixed_width_view, numpy_view
+from duckflock.arrays import arrow_array, fixed_width_view, numpy_view
 
 # Up to this many targets, one ``targets == t`` pass per target beats an argsort.
 _SCAN_TARGETS = 4

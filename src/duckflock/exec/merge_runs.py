@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from duckflock.exchange.arrays import arrow_array, null_mask
+from duckflock.arrays import arrow_array, null_mask
 from duckflock.exec.range_sort import sort_keys
 
 # Not intervals: they order by normalized months, days and micros, not by their words.

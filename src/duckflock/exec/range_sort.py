@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from duckflock.arrays import null_mask, numpy_view
 from duckflock.catalog.placement import (
     SPLITTERS_TABLE,
     SortKey,
@@ -20,7 +21,6 @@ from duckflock.catalog.placement import (
     sort_key_sample,
     splitter_target_sql,
 )
-from duckflock.exchange.arrays import null_mask, numpy_view
 from duckflock.exec.runtime import Runtime
 
 SAMPLE_ROWS_PER_RANK = 4096

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from duckflock.arrays import arrow_array, numpy_view
 from duckflock.catalog.partitioning import Hashed, Ranged
-from duckflock.exchange.arrays import arrow_array, numpy_view
 from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exec.runtime import Runtime
 from duckflock.plan.kinds import SkewRole

@@ -16,9 +16,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from duckflock.arrays import arrow_array
 from duckflock.catalog import Catalog
 from duckflock.catalog.placement import SPLITTERS_TABLE, target_sql
-from duckflock.exchange.arrays import arrow_array
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.kinds import ExchangeKind
