@@ -48,6 +48,8 @@ def prune(root: Node) -> Node:
 def _visit(node: Node, needed: set[str]) -> Node:
     if isinstance(node, AdaptiveJoin | DriverQuery) or not _named_only(node):
         return node
+    if not needed & set(node.columns):  # count(*) reads none, but SQL selects one at least
+        needed = needed | set(node.columns[:1])
     reads = own_columns(node)
     if _reads_rows_whole(node):
         wanted = {c for child in node.children for c in child.columns}
