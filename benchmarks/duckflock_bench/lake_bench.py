@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 import duckflock
 from duckflock.catalog import Catalog
-from duckflock.exec.scan_stats import ScanStats, summed
+from duckflock.exec.reports import ScanStats, summed
 from duckflock.ingest.tpch import generate_tpch
 from duckflock.plan.sql_text import read_table_files
 from duckflock.storage import objects

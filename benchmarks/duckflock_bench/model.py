@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from duckflock.catalog import Catalog
 from duckflock.catalog.catalog import TableInfo
 from duckflock.exchange.kinds import ExchangeKind
-from duckflock.exec.stage import StageStats
+from duckflock.exec.reports import StageStats
 from duckflock.plan.kinds import AggPhase
 from duckflock.plan.nodes import Aggregate, Exchange, ExchangeRead, Filter, Project, Scan, walk
 from duckflock.plan.stages import Stage

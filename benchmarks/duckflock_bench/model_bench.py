@@ -14,7 +14,7 @@ from pathlib import Path
 import duckflock
 from duckflock.catalog.catalog import Catalog
 from duckflock.errors import DuckflockError
-from duckflock.exec.stage import StageStats
+from duckflock.exec.reports import StageStats
 from duckflock.ingest.tpch import generate_tpch
 from duckflock.testing.tpch import SEED_QUERY, query
 from duckflock_bench.calibrate import probe_s

@@ -20,7 +20,7 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable
 
-from duckflock.exec.stage import StageStats
+from duckflock.exec.reports import StageStats
 
 PHASES = ("overhead", "compute", "exchange", "wait", "final")
 EXCHANGE_PARTS = ("partition_s", "serialize_s", "send_wait_s", "recv_wait_s")

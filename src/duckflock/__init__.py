@@ -21,11 +21,11 @@ _LAZY = {
     "Session": "session",
     "Result": "session",
     "spmd": "spmd",
-    "Progress": "exec.progress",
+    "Progress": "exec.reports",
 }
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
-    from duckflock.exec.progress import Progress
+    from duckflock.exec.reports import Progress
     from duckflock.session import Result, Session, connect
     from duckflock.spmd import spmd
 

@@ -15,9 +15,7 @@ from duckflock.backends.base import Backend
 from duckflock.errors import DuckflockError
 from duckflock.exec import forked
 from duckflock.exec.cancel import Cancel
-from duckflock.exec.driver import QueryOutcome
-from duckflock.exec.progress import ProgressCallback
-from duckflock.exec.stage import StageStats
+from duckflock.exec.reports import ProgressCallback, QueryOutcome, StageStats
 from duckflock.local_duckdb import arrow_time_zone, check_exact_from_arrow, is_ctrl_c, set_time_zone
 from duckflock.plan.explain import explain_plan
 from duckflock.plan.stages import OnDriver

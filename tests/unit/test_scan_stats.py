@@ -10,7 +10,7 @@ import pytest
 from test_ingest_load import QID, run_ranks
 
 import duckflock
-from duckflock.exec.scan_stats import ScanStats, summed
+from duckflock.exec.reports import ScanStats, summed
 from duckflock.ingest.load import load_table
 from s3_support import client, moto_server, s3_env, upload_tree
 

@@ -8,8 +8,7 @@ from duckflock.errors import TransportError
 
 if TYPE_CHECKING:
     from duckflock.exec.cancel import Cancel
-    from duckflock.exec.driver import QueryOutcome
-    from duckflock.exec.progress import ProgressCallback
+    from duckflock.exec.reports import ProgressCallback, QueryOutcome
     from duckflock.plan.stages import StagePlan
 
 R = TypeVar("R")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from duckflock.exec.cancel import Cancel
-from duckflock.exec.driver import Driver, QueryOutcome
-from duckflock.exec.progress import ProgressCallback
+from duckflock.exec.driver import Driver
+from duckflock.exec.reports import ProgressCallback, QueryOutcome
 from duckflock.plan.stages import StagePlan
 
 

@@ -24,7 +24,6 @@ from duckflock.backends.base import expect_reply
 from duckflock.config import Config
 from duckflock.errors import DuckflockError, QueryCancelled, TransportError
 from duckflock.exec.cancel import Cancel
-from duckflock.exec.driver import QueryOutcome
 from duckflock.exec.messages import (
     CancelRequest,
     CloseRequest,
@@ -42,7 +41,8 @@ from duckflock.exec.messages import (
     from_json,
     to_json,
 )
-from duckflock.exec.progress import Follow, ProgressCallback
+from duckflock.exec.progress import Follow
+from duckflock.exec.reports import ProgressCallback, QueryOutcome
 from duckflock.exec.result_files import ResultWriter, is_directory
 from duckflock.local_duckdb import local_time_zone
 from duckflock.plan.stages import StagePlan

@@ -24,7 +24,6 @@ from duckflock.backends.base import expect_reply
 from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError, QueryCancelled
 from duckflock.exec.cancel import Cancel
-from duckflock.exec.driver import QueryOutcome
 from duckflock.exec.launch import job_outcome, mpiexec_job, owned_temp_dir, per_process
 from duckflock.exec.messages import (
     CancelRequest,
@@ -37,7 +36,8 @@ from duckflock.exec.messages import (
     SqlReply,
     SqlRequest,
 )
-from duckflock.exec.progress import Follow, ProgressCallback
+from duckflock.exec.progress import Follow
+from duckflock.exec.reports import ProgressCallback, QueryOutcome
 from duckflock.exec.serve import AUTHKEY_ENV, STARTUP_ERROR
 from duckflock.plan.stages import StagePlan
 

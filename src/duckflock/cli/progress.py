@@ -18,7 +18,7 @@ from rich.spinner import Spinner
 from duckflock.cli.terminal import launcher_terminal_width
 
 if TYPE_CHECKING:
-    from duckflock.exec.progress import Progress
+    from duckflock.exec.reports import Progress
 
 SHOW_AFTER_S = 0.5
 

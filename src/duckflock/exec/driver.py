@@ -7,7 +7,7 @@ import itertools
 import pickle
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -29,8 +29,9 @@ from duckflock.exec.messages import (
     SqlRequest,
     Stop,
 )
-from duckflock.exec.progress import Follower, ProgressCallback
+from duckflock.exec.progress import Follower
 from duckflock.exec.rank_query import execute_on_rank, passed_on_gather
+from duckflock.exec.reports import ProgressCallback, QueryOutcome, StageStats
 from duckflock.exec.result_files import (
     ResultWriter,
     is_directory,
@@ -39,7 +40,6 @@ from duckflock.exec.result_files import (
     prepare_directory,
 )
 from duckflock.exec.runtime import Runtime
-from duckflock.exec.stage import StageStats
 from duckflock.plan.nodes import DriverQuery, FunctionScan, Scan, walk
 from duckflock.plan.stages import StagePlan
 
@@ -48,15 +48,6 @@ _LAST_REPORTS_S = 10.0
 if TYPE_CHECKING:
     from duckflock.ingest.versions import LakeVersions
     from duckflock.sql.schema_db import SchemaDB
-
-
-@dataclass
-class QueryOutcome:
-    table: pa.Table
-    plan: StagePlan
-    stats: list[StageStats]  # every rank's, when profiled; the driver's otherwise
-    seconds: float
-    rows_written: int = 0  # rows written to the output file or directory (then ``table`` is empty)
 
 
 class Driver:

@@ -25,9 +25,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
     from duckflock.errors import DuckflockError
-    from duckflock.exec.driver import QueryOutcome
-    from duckflock.exec.progress import Progress
-    from duckflock.exec.stage import StageStats
+    from duckflock.exec.reports import Progress, QueryOutcome, StageStats
     from duckflock.plan.stages import StagePlan
 
 

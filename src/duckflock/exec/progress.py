@@ -11,34 +11,12 @@ from __future__ import annotations
 import pickle
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from duckflock.errors import DuckflockError
 from duckflock.exchange.mux import PROGRESS, Mux
-from duckflock.exec.stage import StageStats
+from duckflock.exec.reports import Progress, ProgressCallback, StageStats
 from duckflock.plan.stages import StagePlan
 from duckflock.transport.base import view
-
-
-@dataclass(frozen=True)
-class Progress:
-    """One snapshot. A stage is done when every rank that runs it has finished it; rows and bytes
-    are what finished stage runs sent into exchanges (bytes: those that crossed the network)."""
-
-    stages: int
-    done: int
-    running: int
-    rows: int
-    bytes: int
-    seconds: float
-
-    @property
-    def finished(self) -> bool:
-        return self.done == self.stages
-
-
-ProgressCallback = Callable[[Progress], None]
 
 
 def report(mux: Mux, qid: int, stats: StageStats) -> None:

@@ -23,10 +23,11 @@ from duckflock.exec.budget import Budget
 from duckflock.exec.memory import release_free_memory
 from duckflock.exec.messages import RunQuery
 from duckflock.exec.progress import report
+from duckflock.exec.reports import StageStats
 from duckflock.exec.result_files import ResultWriter, part_name
 from duckflock.exec.runtime import Runtime
 from duckflock.exec.skew import HotKeys
-from duckflock.exec.stage import Overlap, StageStats, run_stage
+from duckflock.exec.stage import Overlap, run_stage
 from duckflock.local_duckdb import is_ctrl_c
 from duckflock.plan import streaming
 from duckflock.plan.nodes import ExchangeRead

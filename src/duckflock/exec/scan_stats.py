@@ -22,61 +22,8 @@ from typing import Any
 import duckdb
 
 from duckflock.catalog.catalog import TableInfo
+from duckflock.exec.reports import ScanStats
 from duckflock.storage import objects
-from duckflock.units import human
-
-
-@dataclass
-class ScanStats:
-    """One table's scans in one stage on one rank (or summed over ranks)."""
-
-    table: str
-    objects: bool  # of an object store: "objects" and bytes fetched; else local "files"
-    files_read: int = 0
-    files_total: int = 0
-    row_groups_read: int | None = None  # None: DuckDB reported none (not Parquet, or no profile)
-    row_groups_total: int | None = None
-    bytes_fetched: int | None = None  # None: not measured (a local table beside another)
-    bytes_total: int = 0
-    reads: int | None = None  # range requests, for objects (each one a GET)
-
-    def describe(self) -> str:
-        """``lineitem: 3/12 objects, 41/160 row groups, 38.2 MB fetched of 203 MB``"""
-        kind = "objects" if self.objects else "files"
-        parts = [f"{self.files_read}/{self.files_total} {kind}"]
-        if self.row_groups_total is not None:
-            parts.append(f"{self.row_groups_read}/{self.row_groups_total} row groups")
-        verb = "fetched" if self.objects else "read"
-        got = "?" if self.bytes_fetched is None else human(self.bytes_fetched, "B")
-        requests = f" in {self.reads} reads" if self.reads is not None else ""
-        parts.append(f"{got} {verb}{requests} of {human(self.bytes_total, 'B')}")
-        return f"{self.table}: " + ", ".join(parts)
-
-    def add(self, other: ScanStats) -> None:
-        """Sum ``other`` (the same table on another rank) into this one."""
-        self.files_read += other.files_read
-        self.files_total += other.files_total
-        self.bytes_total += other.bytes_total
-        self.row_groups_read = _plus(self.row_groups_read, other.row_groups_read)
-        self.row_groups_total = _plus(self.row_groups_total, other.row_groups_total)
-        self.bytes_fetched = _plus(self.bytes_fetched, other.bytes_fetched)
-        self.reads = _plus(self.reads, other.reads)
-
-
-def _plus(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else a + b
-
-
-def summed(per_rank: Sequence[Sequence[ScanStats]]) -> list[ScanStats]:
-    """Each table's scans over all ranks, in the order they first appear."""
-    out: dict[str, ScanStats] = {}
-    for scans in per_rank:
-        for s in scans:
-            if s.table in out:
-                out[s.table].add(s)
-            else:
-                out[s.table] = ScanStats(**vars(s))
-    return list(out.values())
 
 
 @dataclass
@@ -138,7 +85,7 @@ class ScanRecorder:
         local = [n for n in seen if not self._tables[n].info.objects]
         if len(local) == 1:  # DuckDB counts the query's reads, not a table's
             t = self._tables[local[0]]
-            t.local_bytes = _plus(t.local_bytes, int(profile.get("io", {}).get("total_bytes_read", 0)))
+            t.local_bytes = (t.local_bytes or 0) + int(profile.get("io", {}).get("total_bytes_read", 0))
 
     def _scan_table(self, extra: dict[str, Any]) -> str | None:
         names = extra.get("Filename(s)", "")

@@ -22,12 +22,13 @@ from duckflock.catalog.placement import SPLITTERS_TABLE, target_sql
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.kinds import ExchangeKind
-from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
+from duckflock.exchange.shuffle import ExchangeWriter
 from duckflock.exec import adaptive, hive_prune, merge_runs, partition_runs, range_sort, skew
 from duckflock.exec.memory import release_free_memory
+from duckflock.exec.reports import StageStats
 from duckflock.exec.result_files import ResultWriter
 from duckflock.exec.runtime import Runtime
-from duckflock.exec.scan_stats import ScanRecorder, ScanStats
+from duckflock.exec.scan_stats import ScanRecorder
 from duckflock.local_duckdb import arrow_exact, drop_views, fetch_as_duckdb_returns, joins_as_written
 from duckflock.plan import streaming
 from duckflock.plan.kinds import SkewRole
@@ -55,24 +56,6 @@ from duckflock.units import human
 # racing a sleep. Read from the rank's environment (a job's ranks inherit the caller's).
 STAGE_GATE_ENV = "DUCKFLOCK_STAGE_GATE_DIR"
 _SORT_INPUT = "__sort_input"  # a sort stage's rows, materialized to sample splitters from
-
-
-@dataclass
-class StageStats:
-    sid: int
-    rank: int
-    compute_s: float = 0.0  # DuckDB producing the stage's rows (scan, join, aggregate, ...)
-    total_s: float = 0.0
-    exchange: ExchangeStats = field(default_factory=ExchangeStats)
-    fell_back: bool = False  # a measured broadcast was larger than its bound: hashed instead
-    note: str = ""  # what a measured broadcast found, for the profile
-    received: dict[int, int] = field(default_factory=dict)  # rows taken from each exchange read
-    streamed: tuple[int, ...] = ()  # exchanges read while their producer still ran (plan/streaming.py)
-    scans: tuple[ScanStats, ...] = ()  # when profiled: what its table scans read (exec/scan_stats.py)
-    operator_rows: dict[str, int] = field(default_factory=dict)  # when profiled: DuckDB's, by operator type
-
-    def set_note(self, text: str) -> None:
-        self.note = text
 
 
 def scan_source(

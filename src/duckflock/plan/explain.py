@@ -4,7 +4,7 @@ and its operator tree; with measured statistics (explain --analyze), the actual 
 from __future__ import annotations
 
 from duckflock.exchange.kinds import ExchangeKind
-from duckflock.exec.scan_stats import summed
+from duckflock.exec.reports import summed
 from duckflock.plan.nodes import Node
 from duckflock.plan.stages import StagePlan
 from duckflock.units import human
