@@ -14,8 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from duckflock.exec.launch import mpiexec_argv
-from duckflock.exec.stage import STAGE_GATE_ENV
+from duckflock.exec.hosting.launch import mpiexec_argv
+from duckflock.exec.stages.stage import STAGE_GATE_ENV
 from duckflock.testing.compare import difference
 from duckflock.testing.tables import make_table, oracle
 
@@ -82,7 +82,7 @@ def run_on_ranks(
 
 
 def stage_gate(tmp_path: Path, monkeypatch) -> Path:
-    """A closed stage gate (exec/stage.py's test hook) for the ranks this test runs from now on: in
+    """A closed stage gate (exec/stages/stage.py's test hook) for the ranks this test runs from now on: in
     this process, and in the processes it starts. Each rank announces its stages there and holds
     while ``hold`` exists."""
     gate = tmp_path / "gate"

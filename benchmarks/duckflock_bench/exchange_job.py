@@ -32,7 +32,7 @@ from duckflock.exchange.codec import write_options
 from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.partition import split_by_target
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter, read_exchange
-from duckflock.exec.runtime import Runtime, mpi_runtimes
+from duckflock.exec.resources.runtime import Runtime, mpi_runtimes
 from duckflock_bench.measure import (
     GB,
     cores,

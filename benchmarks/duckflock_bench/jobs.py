@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from duckflock.exec.launch import PER_PROCESS_ENV, mpiexec_argv
+from duckflock.exec.hosting.launch import PER_PROCESS_ENV, mpiexec_argv
 
 err = Console(stderr=True)
 

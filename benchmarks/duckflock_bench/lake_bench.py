@@ -4,7 +4,7 @@ server on loopback, started here: lake_store.py) against the same files on local
 * tpch: the 22 queries over objects vs over local files (both registered in place, so the plans
   are the same), every result checked against DuckDB; the store's own GET throughput and request
   latency measured alongside, since on loopback the store, not the network, is the ceiling.
-* pushdown: bytes fetched (exec/scan_stats.py, from a profiled run) by Q1, Q6 and Q14 against a
+* pushdown: bytes fetched (exec/stages/scan_stats.py, from a profiled run) by Q1, Q6 and Q14 against a
   scan of every column of the tables they read (no projection or filter to push), and against
   the compressed bytes of the columns they reference (Parquet footers); then Q6 over a lineitem
   written sorted by l_shipdate, whose row groups outside Q6's year DuckDB skips.

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from duckflock.config import Config
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.resources.runtime import Runtime
 from duckflock.ingest.load import load_table
 from duckflock.storage import objects
 from duckflock.testing.s3_server import environment

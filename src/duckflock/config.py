@@ -23,14 +23,14 @@ class Config:
     #: under the threshold.
     # HyPer's broadcast-vs-hash choice by bytes moved (plan/distribute.py). The side is measured
     # before it is replicated, against this bound. The default, set by the runtime from the node's
-    # limit only (exec/budget.py, so explain derives it alike), lets the copy's hash table fit on
+    # limit only (exec/resources/budget.py, so explain derives it alike), lets the copy's hash table fit on
     # every rank.
     broadcast_max_bytes: int = 0
     #: A stage that reads tables only runs once for all the ranks of a process, not once per rank,
     #: when the copies that saves (one per other rank of the process, of the scanned columns of
     #: tables read whole) hold this many bytes; a stage that only scans and filters partitioned
     #: tables, when it scans this many bytes in a process of more ranks than cores.
-    # exec/fused.py. Below, a copy per rank costs less than one DuckDB with the process's threads
+    # exec/resources/fused.py. Below, a copy per rank costs less than one DuckDB with the process's threads
     # over all its partitions: TPC-H Q21 at SF 1 on 2 ranks (supplier read whole) peaks at 324 MB run
     # once, at 185 MB run per rank (summed Pss). Above, it saves the copies: the skewed join at SF 10
     # on 2 ranks (part read whole) peaks at 1.15x DuckDB's memory run once, 1.62x run per rank; at
@@ -45,7 +45,7 @@ class Config:
     batch_rows: int = 64 * 1024
     #: Bytes buffered per target before a chunk is serialized and sent (at most: a rank with little
     #: room outside DuckDB, or with more than 2 targets, takes smaller chunks, 1 MiB at least).
-    # exec/budget.py. 1 MiB chunks held 20 MB less (summed over 2 ranks, the join at SF 1
+    # exec/resources/budget.py. 1 MiB chunks held 20 MB less (summed over 2 ranks, the join at SF 1
     # and SF 10) but took 6% longer at SF 10.
     chunk_bytes: int = 4 * 1024 * 1024
     #: Bytes a rank may have in flight (queued or sending) before the producer waits: back-pressure.
@@ -83,7 +83,7 @@ class Config:
     #: Memory one rank may hold, in bytes: DuckDB's `memory_limit` (70%), received exchange data
     #: (10%) and data in flight (5%) are parts of it. 0: this rank's share of the node's limit (its
     #: cgroup, SLURM allocation or physical memory).
-    # exec/budget.py.
+    # exec/resources/budget.py.
     memory_limit_bytes: int = 0
     #: Received exchange data a stage holds in memory before the rest spills to local Arrow IPC
     #: files (which DuckDB scans memory-mapped); 0: a fixed part of the rank's memory.
@@ -132,7 +132,7 @@ class Config:
     skew_min_rows: int = 100_000
     #: A stage may read an exchange as it arrives, running alongside the stages from its producer
     #: on, when the rank's memory leaves room for them.
-    # plan/streaming.py, exec/budget.py.
+    # plan/streaming.py, exec/resources/budget.py.
     stream_inputs: bool = True
     #: Only an exchange the planner estimates to bring a rank at least this many bytes is streamed.
     # A smaller one would wait in memory whole anyway (a stream holds up to 32 MiB,
@@ -141,7 +141,7 @@ class Config:
     #: A stage whose rows received into a table's partitioning hold more than this many bytes on a
     #: rank runs once per group of the rank's partitions, each group's rows about this size. 0:
     #: DuckDB's `memory_limit` on the rank; -1: every stage runs once.
-    # So that DuckDB's hash tables fit its memory instead of spilling (exec/partition_runs.py).
+    # So that DuckDB's hash tables fit its memory instead of spilling (exec/stages/partition_runs.py).
     partition_run_bytes: int = 0
 
     @classmethod

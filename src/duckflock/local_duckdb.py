@@ -306,7 +306,7 @@ _CLEANUP_TRIES = 50
 
 def drop_views(con: duckdb.DuckDBPyConnection, views: Sequence[str], registered: Sequence[str] = ()) -> None:
     """Drop ``views`` and unregister ``registered`` after a stage, also after a failure. A failed
-    query's connections are interrupted every 0.1 s until the rank leaves it (exec/runtime.py), and
+    query's connections are interrupted every 0.1 s until the rank leaves it (exec/resources/runtime.py), and
     an interrupt that lands inside a DROP fails it: a view left behind would refuse the next
     query's table of that name. So each one is tried again; an interrupt needs the statement to be
     running, which takes microseconds of every 0.1 s."""

@@ -13,8 +13,8 @@ import pyarrow as pa
 
 from duckflock.backends.base import Backend
 from duckflock.errors import DuckflockError
-from duckflock.exec import forked
-from duckflock.exec.cancel import Cancel
+from duckflock.exec.control.cancel import Cancel
+from duckflock.exec.hosting import forked
 from duckflock.exec.reports import ProgressCallback, QueryOutcome, StageStats
 from duckflock.local_duckdb import arrow_time_zone, check_exact_from_arrow, is_ctrl_c, set_time_zone
 from duckflock.plan.explain import explain_plan
@@ -129,7 +129,7 @@ class Session:
         running, rows and bytes moved) while it runs, possibly from another thread: keep it quick.
         With ``output`` the result is written there instead of returned: one file (.parquet, .csv,
         .arrow), streamed as it arrives; or, for a directory (trailing slash or existing), a Parquet
-        part file written by every rank (exec/result_files.py). Query parameters (``params``, as
+        part file written by every rank (exec/results/result_files.py). Query parameters (``params``, as
         DuckDB's ``sql(query, params)`` takes them) are refused: write the values into the query."""
         if params is not None:
             raise DuckflockError("query parameters are not supported: write the values into the query text")

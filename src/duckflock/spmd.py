@@ -6,9 +6,9 @@ import os
 
 from duckflock.backends.driver import DriverBackend
 from duckflock.config import Config
-from duckflock.exec.driver import Driver
-from duckflock.exec.ranks import LocalRanks
-from duckflock.exec.runtime import mpi_runtimes
+from duckflock.exec.control.driver import Driver
+from duckflock.exec.hosting.ranks import LocalRanks
+from duckflock.exec.resources.runtime import mpi_runtimes
 from duckflock.session import Session
 
 

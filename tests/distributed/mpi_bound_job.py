@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from duckflock.config import Config
-from duckflock.exec.runtime import mpi_runtimes
+from duckflock.exec.resources.runtime import mpi_runtimes
 
 
 def main() -> None:

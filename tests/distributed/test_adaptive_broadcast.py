@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import duckflock
-from duckflock.exec.budget import BROADCAST_SHARE, DUCKDB_PART
-from duckflock.exec.launch import mpiexec_path
+from duckflock.exec.hosting.launch import mpiexec_path
+from duckflock.exec.resources.budget import BROADCAST_SHARE, DUCKDB_PART
 from duckflock.units import human
 from flight_support import Workers
 from support import assert_same, make_table, oracle

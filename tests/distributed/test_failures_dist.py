@@ -18,7 +18,7 @@ import duckdb
 import pytest
 
 import duckflock
-from duckflock.exec.stage import STAGE_GATE_ENV
+from duckflock.exec.stages.stage import STAGE_GATE_ENV
 from support import BOUND_S, oracle, rank_at_gate, stage_gate, wait_until
 
 pytestmark = pytest.mark.dist
@@ -162,7 +162,7 @@ def test_failed_query_leaves_no_output_file(bad_dir, tmp_path):
 
 
 def test_cli_job_leaves_no_spill_files(bad_dir, tmp_path):
-    """The forked child of a CLI job exits without Python's teardown (exec/forked.exit_child): its
+    """The forked child of a CLI job exits without Python's teardown (exec/hosting/forked.exit_child): its
     spill directories still go, after a query whose received rows all spilled and after one that
     failed, and its output and exit code still arrive."""
     spill = tmp_path / "spill"
@@ -532,7 +532,7 @@ def test_flight_workers_of_different_versions_are_refused(bad_dir, tmp_path):
 
 
 def test_mpi_ranks_of_different_versions_are_refused(tmp_path):
-    from duckflock.exec.launch import mpiexec_path
+    from duckflock.exec.hosting.launch import mpiexec_path
 
     job = [sys.executable, str(Path(__file__).with_name("mpi_bound_job.py"))]
     older = _older_duckdb(tmp_path)[0].split("=", 1)
@@ -545,7 +545,7 @@ def test_mpi_ranks_of_different_versions_are_refused(tmp_path):
 def test_processes_with_different_ranks_per_process_are_refused(bad_dir):
     """Under srun every process reads its own setting: processes that disagree would number their
     ranks differently and make different communicators, so the job stops at once, saying so."""
-    from duckflock.exec.launch import mpiexec_path
+    from duckflock.exec.hosting.launch import mpiexec_path
 
     def part(k: int) -> list[str]:
         query = [*CLI, "sql", "--data", str(bad_dir), "SELECT count(*) FROM good"]

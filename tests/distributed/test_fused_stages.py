@@ -1,4 +1,4 @@
-"""Stages run once for all the ranks of a process (exec/fused.py) give DuckDB's answer.
+"""Stages run once for all the ranks of a process (exec/resources/fused.py) give DuckDB's answer.
 
 A stage that reads a partitioned table and one read whole by every rank, or that only scans (and
 filters) a partitioned table in a process of more ranks than cores, runs on the process's first
@@ -268,7 +268,8 @@ def test_ctrl_c_in_a_fused_stage_stops_the_ranks_waiting_for_it(data, monkeypatc
     reaches the caller's thread while rank 0 is inside it; once the cancel has reached rank 0, its
     DuckDB query starts (and is interrupted). The query raises KeyboardInterrupt at once, the
     waiting rank is told, and the next query (fused again) gives DuckDB's answer."""
-    from duckflock.exec import fused, stage
+    from duckflock.exec.resources import fused
+    from duckflock.exec.stages import stage
 
     waiting = threading.Event()
     real_wait, real_send = fused.ProcessRanks.wait, stage._send

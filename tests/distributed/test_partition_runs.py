@@ -1,4 +1,4 @@
-"""Stages run once per group of a rank's partitions (exec/partition_runs.py) give DuckDB's answer.
+"""Stages run once per group of a rank's partitions (exec/stages/partition_runs.py) give DuckDB's answer.
 
 Every eligible stage is split as finely as it can be (a one-byte allowance per run), so each query
 below runs its joins, aggregates, windows and set operations once per partition a rank holds; NULL
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import duckflock
-from duckflock.exec import partition_runs, stage
+from duckflock.exec.stages import partition_runs, stage
 from support import assert_same, make_table, oracle
 
 pytestmark = pytest.mark.dist

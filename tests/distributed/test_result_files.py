@@ -95,7 +95,7 @@ def test_a_tiny_exchange_budget_still_writes_files(data, tmp_path):
 def test_every_rank_writes_its_share_where_stages_could_run_once_per_process(
     data, tmp_path, sql, config, ranks
 ):
-    """A stage that could run once for all of a process's ranks (exec/fused.py) runs on each rank
+    """A stage that could run once for all of a process's ranks (exec/resources/fused.py) runs on each rank
     when its rows are the result's as they are: each rank's part holds that rank's rows, not the
     first rank's part all of them."""
     expected = oracle(data).sql(sql).to_arrow_table()

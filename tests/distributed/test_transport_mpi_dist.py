@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from duckflock.exec.launch import mpiexec_argv
+from duckflock.exec.hosting.launch import mpiexec_argv
 
 JOB = Path(__file__).with_name("mpi_order_job.py")
 

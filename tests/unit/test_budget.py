@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from duckflock.config import Config
-from duckflock.exec import budget
+from duckflock.exec.resources import budget
 from duckflock.local_duckdb import open_duckdb
 
 
@@ -61,7 +61,7 @@ def test_stages_at_once_fit_what_duckdb_and_exchanges_leave(
     rank_mib, ranks, batch_rows, at_once, chunk_mib, monkeypatch
 ):
     """Streaming runs several stages at once only where each one's batch and the chunks it holds
-    for every target fit (exec/budget.py); chunks (4 MiB configured) shrink where that room is tight
+    for every target fit (exec/resources/budget.py); chunks (4 MiB configured) shrink where that room is tight
     or where there are many targets."""
     monkeypatch.setattr(budget, "own_anon_bytes", lambda: 100 << 20)
     config = Config(memory_limit_bytes=rank_mib << 20, batch_rows=batch_rows, chunk_bytes=4 << 20)
@@ -137,7 +137,7 @@ def test_large_buffers_stay_mapped_after_one_is_freed():
     In a fresh process: in this one the heap may hold a free chunk that large, served first."""
     script = """
 import ctypes, sys
-from duckflock.exec import memory
+from duckflock.exec.resources import memory
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]

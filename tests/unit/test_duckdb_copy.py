@@ -1,11 +1,11 @@
-"""Result files written by DuckDB's COPY from batches as they arrive (exec/duckdb_copy.py)."""
+"""Result files written by DuckDB's COPY from batches as they arrive (exec/results/duckdb_copy.py)."""
 
 from __future__ import annotations
 
 import duckdb
 import pyarrow as pa
 
-from duckflock.exec.result_files import ResultWriter
+from duckflock.exec.results.result_files import ResultWriter
 
 
 def _batches(rows: int, n: int) -> tuple[pa.Schema, list[pa.RecordBatch], list[str]]:

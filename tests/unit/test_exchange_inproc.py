@@ -35,7 +35,7 @@ from duckflock.exchange.shuffle import (
     read_exchange,
 )
 from duckflock.exchange.spill import QuerySpill
-from duckflock.exec.rank_query import describe_error
+from duckflock.exec.control.rank_query import describe_error
 from duckflock.plan.stages import ExchangeSpec
 from duckflock.transport.base import SendHandle
 from duckflock.transport.inproc import InProcTransport

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from duckflock.errors import DuckflockError, TransportError
-from duckflock.exec.messages import PrepareSession, ResultTicket, SqlRequest, from_json, to_json
+from duckflock.exec.control.messages import PrepareSession, ResultTicket, SqlRequest, from_json, to_json
 from duckflock.transport.flight import FlightTransport
 from duckflock.transport.flight_client import WorkerClient, WorkerUnresponsive
 from duckflock.transport.flight_server import FlightServer

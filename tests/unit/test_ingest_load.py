@@ -14,7 +14,7 @@ import pytest
 from duckflock.catalog import Catalog, Hashed, Ranged, TableInfo
 from duckflock.config import Config
 from duckflock.errors import CatalogError, DuckflockError, ExecutionError
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.resources.runtime import Runtime
 from duckflock.ingest.load import load_table
 from duckflock.plan.sql_text import read_files, read_table_files
 from duckflock.transport.inproc import InProcTransport

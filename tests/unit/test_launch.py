@@ -7,7 +7,13 @@ import json
 import pytest
 
 from duckflock.errors import DuckflockError
-from duckflock.exec.launch import PER_PROCESS_ENV, describe_deaths, mpiexec_job, owned_temp_dir, per_process
+from duckflock.exec.hosting.launch import (
+    PER_PROCESS_ENV,
+    describe_deaths,
+    mpiexec_job,
+    owned_temp_dir,
+    per_process,
+)
 
 
 def test_ranks_per_process_default_to_all_in_one():
@@ -30,7 +36,7 @@ def test_job_starts_one_process_per_group_of_ranks():
 
 @pytest.mark.parametrize(("k", "named"), [(1, "rank 1 was"), (3, "the process of ranks 3-5 was")])
 def test_the_first_death_names_its_ranks(tmp_path, k, named):
-    # As exec/guard.py records them: the process index (PMI_RANK) and the signal.
+    # As exec/hosting/guard.py records them: the process index (PMI_RANK) and the signal.
     (tmp_path / "rank1.died").write_text(json.dumps({"rank": "1", "signal": 9, "time": 2.0, "pid": 7}))
     (tmp_path / "rank0.died").write_text(json.dumps({"rank": "0", "signal": 15, "time": 3.0, "pid": 8}))
     message = describe_deaths(tmp_path, k)

@@ -1,4 +1,4 @@
-"""The driver's merge of the ranks' sorted runs (exec/merge_runs.py) orders rows as single-process
+"""The driver's merge of the ranks' sorted runs (exec/stages/merge_runs.py) orders rows as single-process
 DuckDB's ORDER BY does: NULLs, NaN, infinities, duplicates, empty runs, 1-4 runs, every key type it
 takes; keys it does not take are left to DuckDB (None)."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from duckflock.exec.merge_runs import merge, merge_order
+from duckflock.exec.stages.merge_runs import merge, merge_order
 from support import assert_same
 
 # (DuckDB type, SQL of values with NULLs and duplicates) per key type the merge takes

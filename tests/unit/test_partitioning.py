@@ -466,7 +466,7 @@ def test_ranges_aligned_matches_brute_force(a, b):
 
 @given(st.lists(st.integers(0, 200), min_size=1, max_size=40, unique=True), st.integers(1, 40))
 def test_partition_groups_cover_each_partition_once(owned, runs):
-    from duckflock.exec.partition_runs import _deal
+    from duckflock.exec.stages.partition_runs import _deal
 
     runs = min(runs, len(owned))
     groups = _deal(sorted(owned), runs)
@@ -476,7 +476,7 @@ def test_partition_groups_cover_each_partition_once(owned, runs):
 
 
 def test_partition_runs_need_one_partitioning():
-    from duckflock.exec.partition_runs import _alike
+    from duckflock.exec.stages.partition_runs import _alike
 
     bounds = ((1, 5), None, (9, 12))
     assert _alike(Hashed(("a",), ("BIGINT",), 6), Hashed(("b",), ("BIGINT",), 6))

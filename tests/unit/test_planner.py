@@ -13,7 +13,7 @@ from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.catalog.placement import target_sql
 from duckflock.config import Config
 from duckflock.errors import CatalogError, DuckflockError, InternalError, NotDistributed, SqlError
-from duckflock.exec import adaptive
+from duckflock.exec.stages import adaptive
 from duckflock.plan.explain import explain_plan
 from duckflock.plan.nodes import Aggregate, ExchangeRead, Join, Node, Scan, SetOp, Sort, Window, walk
 from duckflock.plan.planner import plan_query
@@ -299,7 +299,7 @@ def test_shared_storage_reads_a_side_cheap_to_copy_on_every_rank(plan):
 
 def test_a_side_read_whole_may_use_the_memory_of_all_ranks_of_a_process(plan, catalog):
     """Over the bound for one rank's copy, within the bound of a process's ranks together: read
-    whole where the stage reading it runs once for the process (exec/fused.py), else shuffled."""
+    whole where the stage reading it runs once for the process (exec/resources/fused.py), else shuffled."""
     rows = "SELECT ua.v, tiny.name FROM ua JOIN tiny ON ua.k = tiny.k"
     join = "SELECT count(*) AS n, max(ua.v) AS v, max(tiny.name) AS name FROM ua JOIN tiny ON ua.k = tiny.k"
     tiny = catalog.table("tiny")
@@ -336,7 +336,7 @@ def test_a_stage_reading_a_table_whole_runs_once_when_the_copies_it_saves_are_la
 
 def test_a_stage_that_only_scans_runs_once_per_process_of_more_ranks_than_cores(plan):
     """A partitioned table scanned (and filtered) into a shuffle: one DuckDB reads the process's
-    partitions (exec/fused.py), from ``fuse_min_bytes`` scanned on, where the process's ranks
+    partitions (exec/resources/fused.py), from ``fuse_min_bytes`` scanned on, where the process's ranks
     outnumber its cores; a stage holding a join's or an aggregate's state runs per rank."""
     join = "SELECT ua.v, ub.w FROM ua JOIN ub ON ua.k = ub.k WHERE ua.v > 2"
     settings = {"broadcast_threshold_bytes": 64, "fuse_min_bytes": 64}

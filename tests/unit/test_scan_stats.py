@@ -1,4 +1,4 @@
-"""Scan accounting of a profiled query (exec/scan_stats.py): files pruned by hive values, row groups
+"""Scan accounting of a profiled query (exec/stages/scan_stats.py): files pruned by hive values, row groups
 DuckDB skipped by their statistics, bytes fetched; on local Parquet and on objects (moto)."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from duckflock.errors import TransportError
 
 if TYPE_CHECKING:
-    from duckflock.exec.cancel import Cancel
+    from duckflock.exec.control.cancel import Cancel
     from duckflock.exec.reports import ProgressCallback, QueryOutcome
     from duckflock.plan.stages import StagePlan
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from duckflock.exec.cancel import Cancel
-from duckflock.exec.driver import Driver
+from duckflock.exec.control.cancel import Cancel
+from duckflock.exec.control.driver import Driver
 from duckflock.exec.reports import ProgressCallback, QueryOutcome
 from duckflock.plan.stages import StagePlan
 

@@ -1,6 +1,6 @@
 """A session on running ``duckflock worker`` processes over Arrow Flight. The first worker plans each
 query and returns its result; the workers exchange data among themselves, never through this
-process. The worker's side is ``exec.worker``.
+process. The worker's side is ``exec.hosting.worker``.
 
 A call to worker 0 is made by a thread of its own while the caller's thread waits, so the caller is
 never stuck on a worker: beside the call a heartbeat goes to worker 0 every second (worker 0 knows
@@ -23,8 +23,8 @@ import pyarrow as pa
 from duckflock.backends.base import expect_reply
 from duckflock.config import Config
 from duckflock.errors import DuckflockError, QueryCancelled, TransportError
-from duckflock.exec.cancel import Cancel
-from duckflock.exec.messages import (
+from duckflock.exec.control.cancel import Cancel
+from duckflock.exec.control.messages import (
     CancelRequest,
     CloseRequest,
     ErrorReply,
@@ -41,9 +41,9 @@ from duckflock.exec.messages import (
     from_json,
     to_json,
 )
-from duckflock.exec.progress import Follow
+from duckflock.exec.control.progress import Follow
 from duckflock.exec.reports import ProgressCallback, QueryOutcome
-from duckflock.exec.result_files import ResultWriter, is_directory
+from duckflock.exec.results.result_files import ResultWriter, is_directory
 from duckflock.local_duckdb import local_time_zone
 from duckflock.plan.stages import StagePlan
 from duckflock.transport.flight_client import WorkerClient, WorkerUnresponsive

@@ -1,7 +1,7 @@
 """A background ``mpiexec`` job of warm ranks; this process is its client.
 
-Rank 0 of the job (``exec.serve``) connects back to a Unix socket of ours and answers requests
-(``exec.messages``); a result's rows come as an Arrow IPC file in shared memory, mapped here.
+Rank 0 of the job (``exec.hosting.serve``) connects back to a Unix socket of ours and answers requests
+(``exec.control.messages``); a result's rows come as an Arrow IPC file in shared memory, mapped here.
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ import pyarrow as pa
 from duckflock.backends.base import expect_reply
 from duckflock.catalog import Catalog
 from duckflock.errors import DuckflockError, QueryCancelled
-from duckflock.exec.cancel import Cancel
-from duckflock.exec.launch import job_outcome, mpiexec_job, owned_temp_dir, per_process
-from duckflock.exec.messages import (
+from duckflock.exec.control.cancel import Cancel
+from duckflock.exec.control.messages import (
     CancelRequest,
     CloseRequest,
     ErrorReply,
@@ -36,9 +35,10 @@ from duckflock.exec.messages import (
     SqlReply,
     SqlRequest,
 )
-from duckflock.exec.progress import Follow
+from duckflock.exec.control.progress import Follow
+from duckflock.exec.hosting.launch import job_outcome, mpiexec_job, owned_temp_dir, per_process
+from duckflock.exec.hosting.serve import AUTHKEY_ENV, STARTUP_ERROR
 from duckflock.exec.reports import ProgressCallback, QueryOutcome
-from duckflock.exec.serve import AUTHKEY_ENV, STARTUP_ERROR
 from duckflock.plan.stages import StagePlan
 
 _POLL_S = 0.2  # how soon a Ctrl-C is seen while waiting for the ranks
@@ -69,7 +69,7 @@ def start(
 
 class MpiJobBackend:
     kind = "MPI job"  # for messages
-    serve_module = "duckflock.exec.serve"  # what the job's processes run
+    serve_module = "duckflock.exec.hosting.serve"  # what the job's processes run
     # A process group of the job's own: a terminal's Ctrl-C then reaches only this process, whose
     # session cancels the query (a storage job; an MPI job's ranks have always taken it with us).
     _own_group = False

@@ -1,6 +1,6 @@
 """Ranks that share no network, only a directory or bucket (``transport/storage.py``): a job of
-rank processes on this machine, started by ``exec/storage_launch.py`` as mpiexec starts an MPI
-job's, served to this process as an MPI job is (``backends/mpi_job.py``, ``exec/serve.py``: a local
+rank processes on this machine, started by ``exec/hosting/storage_launch.py`` as mpiexec starts an MPI
+job's, served to this process as an MPI job is (``backends/mpi_job.py``, ``exec/hosting/serve.py``: a local
 socket to rank 0). The job's objects at the exchange URI are removed when the session ends, and
 when it could not start."""
 
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from duckflock.backends.mpi_job import Job, MpiJobBackend
-from duckflock.exec.launch import STORAGE_JOB_ENV, STORAGE_RANKS_ENV
+from duckflock.exec.hosting.launch import STORAGE_JOB_ENV, STORAGE_RANKS_ENV
 
 
 def start(
@@ -37,7 +37,7 @@ def start(
 
 class StorageJobBackend(MpiJobBackend):
     kind = "storage job"
-    serve_module = "duckflock.exec.storage_serve"
+    serve_module = "duckflock.exec.hosting.storage_serve"
     _own_group = True
 
     def __init__(self, job: Job, uri: str, name: str):
@@ -49,7 +49,7 @@ class StorageJobBackend(MpiJobBackend):
     def _command(
         cls, ranks: int, per_process: int, python_args: list[str], directory: str
     ) -> tuple[list[str], dict[str, str]]:
-        launcher = str(Path(__file__).parent.parent / "exec" / "storage_launch.py")
+        launcher = str(Path(__file__).parent.parent / "exec" / "hosting" / "storage_launch.py")
         return [sys.executable, "-I", "-S", launcher, directory, str(ranks), sys.executable, *python_args], {}
 
     def _exit_reason(self, code: int) -> str:

@@ -1,5 +1,5 @@
 """Ranks as threads of this process, linked by the in-process transport: the same planner, stages
-and exchanges without MPI. The CLI's jobs on this machine run so (in a child, exec/forked.py), as do
+and exchanges without MPI. The CLI's jobs on this machine run so (in a child, exec/hosting/forked.py), as do
 the property tests and ``connect(transport="threads")``."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 from duckflock.backends.driver import DriverBackend
 from duckflock.catalog import Catalog
 from duckflock.config import Config
-from duckflock.exec.budget import own_anon_bytes
-from duckflock.exec.driver import Driver
-from duckflock.exec.fused import ProcessRanks
-from duckflock.exec.ranks import LocalRanks
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.control.driver import Driver
+from duckflock.exec.hosting.ranks import LocalRanks
+from duckflock.exec.resources.budget import own_anon_bytes
+from duckflock.exec.resources.fused import ProcessRanks
+from duckflock.exec.resources.runtime import Runtime
 from duckflock.transport.inproc import InProcTransport
 
 

@@ -17,7 +17,7 @@ from duckflock.spmd import spmd
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from duckflock.exec.runtime import Runtime
+    from duckflock.exec.resources.runtime import Runtime
 
 
 @functools.cache
@@ -141,7 +141,7 @@ def run_worker(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
     from duckflock.cli.listen import check_listen
-    from duckflock.exec.worker import Worker
+    from duckflock.exec.hosting.worker import Worker
 
     if (args.tls_cert is None) != (args.tls_key is None):
         raise DuckflockError("--tls-cert and --tls-key go together")
@@ -177,8 +177,8 @@ def run_explain(args: argparse.Namespace) -> int:
             if db is not None:
                 code = _query(db, args)
         return code
-    from duckflock.exec.budget import with_derived_limits
-    from duckflock.exec.launch import per_process
+    from duckflock.exec.hosting.launch import per_process
+    from duckflock.exec.resources.budget import with_derived_limits
     from duckflock.plan.explain import explain_plan
     from duckflock.plan.planner import plan_query
     from duckflock.sql.passes import Step, format_trace
@@ -199,8 +199,8 @@ def run_load(args: argparse.Namespace) -> int:
     """SPMD: every rank loads its share; a failure on any rank fails all of them, and rank 0 prints
     one message naming the rank that failed. With --repartition every stale hash table is rewritten,
     each as a load of its own."""
-    from duckflock.exec.rank_query import describe_error
-    from duckflock.exec.runtime import mpi_runtimes
+    from duckflock.exec.control.rank_query import describe_error
+    from duckflock.exec.resources.runtime import mpi_runtimes
     from duckflock.ingest.load import load_table, repartition_table
 
     qid = 1

@@ -1,7 +1,7 @@
 """`duckflock` command: datagen | load | worker | serve | sql | explain | bench | demo.
 
 Queries (sql, explain --analyze) started outside an MPI job run their ranks as threads of a child
-process (exec/forked.py), or, with fewer ranks per process (DUCKFLOCK_RANKS_PER_PROCESS), re-launch
+process (exec/hosting/forked.py), or, with fewer ranks per process (DUCKFLOCK_RANKS_PER_PROCESS), re-launch
 themselves under ``mpiexec``, as ``load`` does with a process per rank; under mpiexec or srun they
 run SPMD with rank 0 as the driver.
 """
@@ -21,8 +21,8 @@ from duckflock.cli.serve import add_serve_parser
 from duckflock.cli.terminal import launch_env
 from duckflock.errors import DuckflockError
 from duckflock.errors_out import print_error, print_warning
-from duckflock.exec.forked import exit_child, fork_job, interrupted_exit_code, note_interrupt
-from duckflock.exec.launch import (
+from duckflock.exec.hosting.forked import exit_child, fork_job, interrupted_exit_code, note_interrupt
+from duckflock.exec.hosting.launch import (
     job_outcome,
     launcher_rank,
     mpiexec_job,
@@ -201,7 +201,7 @@ def relaunch(ranks: int, configured: int, argv: list[str]) -> int:
             code = proc.wait()
         except BaseException:
             _end_group(proc)
-            from duckflock.exec.budget import remove_orphaned_spill_dirs
+            from duckflock.exec.resources.budget import remove_orphaned_spill_dirs
 
             remove_orphaned_spill_dirs()  # the ranks', which were killed with the group
             raise
@@ -333,7 +333,7 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         _warn_if_oversubscribed(args.ranks)
         if per_process(args.ranks, config.ranks_per_process) < args.ranks:
             return relaunch(args.ranks, config.ranks_per_process, argv)
-        fork_job(args.ranks)  # all ranks in one child process, without MPI (exec/forked.py)
+        fork_job(args.ranks)  # all ranks in one child process, without MPI (exec/hosting/forked.py)
         from duckflock.cli.commands import run_in_threads
 
         return run_in_threads(args, config)

@@ -88,7 +88,7 @@ def print_profile(stats, console: Console | None = None, on_driver: OnDriver | N
         "recv: waiting for and receiving inputs (on the driver's last stage: collecting the result) | "
         "sent/recvd: bytes on the wire | "
         "in memory / spilled: received bytes kept in memory within the rank's budget for received data "
-        "(exec/budget.py) / written to local files past it | "
+        "(exec/resources/budget.py) / written to local files past it | "
         "scan: files (objects) read of the rank's share after hive pruning, Parquet row groups DuckDB "
         "scanned of those files' (the rest skipped by their statistics), bytes read of the share",
         highlight=False,

@@ -3,7 +3,7 @@
 The receiving thread adds batches; the stage's DuckDB query pulls them through a RecordBatchReader.
 Producers usually outpace the consumer (it may still be building a join's other side, and shares
 the rank's cores with the producer), so what waits is bounded: in memory while the query's budget
-for received data has room (exec/budget.py: its part of the rank's memory), the rest in local
+for received data has room (exec/resources/budget.py: its part of the rank's memory), the rest in local
 Arrow IPC files of ``FILE_BYTES`` each, queued behind the batches in memory and removed once read.
 Row order is not kept: only unordered exchanges are streamed.
 

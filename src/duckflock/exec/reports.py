@@ -2,7 +2,7 @@
 read), the progress snapshots a caller follows, and the outcome the driver hands back.
 
 Plain data that imports nothing else of exec/: the control messages carry it between ranks and to a
-caller (exec/messages.py), and the layers above exec/ read it.
+caller (exec/control/messages.py), and the layers above exec/ read it.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class StageStats:
     note: str = ""  # what a measured broadcast found, for the profile
     received: dict[int, int] = field(default_factory=dict)  # rows taken from each exchange read
     streamed: tuple[int, ...] = ()  # exchanges read while their producer still ran (plan/streaming.py)
-    scans: tuple[ScanStats, ...] = ()  # when profiled: what its table scans read (exec/scan_stats.py)
+    scans: tuple[ScanStats, ...] = ()  # when profiled: what its table scans read (exec/stages/scan_stats.py)
     operator_rows: dict[str, int] = field(default_factory=dict)  # when profiled: DuckDB's, by operator type
 
     def set_note(self, text: str) -> None:

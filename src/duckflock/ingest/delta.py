@@ -20,7 +20,7 @@ import duckdb
 
 from duckflock.catalog import TableInfo
 from duckflock.errors import CatalogError
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.resources.runtime import Runtime
 from duckflock.ingest.lake import (
     BY_NAME,
     DataFile,

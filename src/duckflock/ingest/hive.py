@@ -14,7 +14,7 @@ from pathlib import Path
 
 from duckflock.catalog import TableInfo
 from duckflock.errors import CatalogError
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.resources.runtime import Runtime
 from duckflock.ingest.lake import data_files, place, register
 from duckflock.ingest.load import DEFAULT_PARTITIONS, Input
 

@@ -24,7 +24,7 @@ from duckflock.catalog import PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.catalog.placement import hash_sql
 from duckflock.errors import CatalogError
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.resources.runtime import Runtime
 from duckflock.ingest.load import Input, _publish, _rel, parquet_stats
 from duckflock.ingest.shares import balanced
 from duckflock.sqltext import quote_ident

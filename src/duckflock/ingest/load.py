@@ -46,7 +46,7 @@ from duckflock.catalog import Catalog, PartitionInfo, TableInfo
 from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.catalog.placement import hash_sql, range_partition_sql, range_splitters
 from duckflock.errors import CatalogError
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.resources.runtime import Runtime
 from duckflock.ingest.object_output import OWNED, ObjectOutput, owned_objects, prefix_of, remove
 from duckflock.ingest.shares import share
 from duckflock.ingest.shuffle import shuffle_partitions

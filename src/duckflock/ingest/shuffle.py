@@ -24,8 +24,8 @@ from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.shuffle import ExchangeStats, ExchangeWriter
 from duckflock.exchange.spill import QuerySpill
-from duckflock.exec.rank_query import describe_error
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.control.rank_query import describe_error
+from duckflock.exec.resources.runtime import Runtime
 from duckflock.local_duckdb import arrow_exact
 from duckflock.plan.sql_text import copy_partitioned, read_files
 from duckflock.sqltext import quote_ident as q

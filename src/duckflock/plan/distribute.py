@@ -110,7 +110,7 @@ def distribute(
     plan: Node, catalog: Catalog, size: int, config: Config, per_process: int = 1
 ) -> tuple[Node, bool]:
     """``plan`` placed on ``size`` ranks, ``per_process`` of them in each process; and whether it
-    reads a table whole that fits the ranks' memory only once per process (exec/fused.py)."""
+    reads a table whole that fits the ranks' memory only once per process (exec/resources/fused.py)."""
     planner = _Planner(catalog, size, config, per_process)
     top = planner.place(plan)
     return planner.to_single(top).node, planner.copies_per_process
@@ -606,7 +606,7 @@ class _Planner:
         if isinstance(node, Sort) and node.limit is None and not node.offset:
             if child.bytes > self.config.range_sort_threshold_bytes:
                 return self.range_sort(node, child)
-            # The driver merges one key (exec/merge_runs.py); for several it would sort everything
+            # The driver merges one key (exec/stages/merge_runs.py); for several it would sort everything
             # again, and the ranks' sorts would be wasted.
             several_processes = self.per_process < self.size or self.config.merge_sort_in_process
             if len(node.keys) == 1 and several_processes:

@@ -20,7 +20,7 @@ def explain_plan(plan: StagePlan, stats: list | None = None) -> str:
     lines = [f"Read at: {', '.join(plan.read_at)}"] if plan.read_at else []
     for stage in plan.stages:
         where = "driver" if stage.on_driver else "all ranks"
-        if stage.once_per_process:  # exec/fused.py
+        if stage.once_per_process:  # exec/resources/fused.py
             where = "all ranks, once per process"
         if stage.output is None:
             out = "result"

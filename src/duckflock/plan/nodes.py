@@ -232,7 +232,7 @@ class Sort(Unary):
     limit: int | None = None
     offset: int = 0
     # The input is each rank's rows sorted on ``keys``, in rank order: the driver merges these runs
-    # (exec/merge_runs.py) instead of sorting, where the keys allow.
+    # (exec/stages/merge_runs.py) instead of sorting, where the keys allow.
     merge: bool = False
 
     def explain_line(self) -> str:

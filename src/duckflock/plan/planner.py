@@ -96,7 +96,8 @@ def _plan(
 def _once_per_process(
     plan: StagePlan, catalog: Catalog, config: Config, per_process: int, cores: int
 ) -> StagePlan:
-    """``plan`` with the stages that run once for all the ranks of a process marked (exec/fused.py)."""
+    """``plan`` with the stages that run once for all the ranks of a process marked
+    (exec/resources/fused.py)."""
     if per_process == 1:
         return plan
     once, scans = config.fuse_min_bytes, per_process > cores

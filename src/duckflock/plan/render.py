@@ -77,7 +77,7 @@ def _(node: Values, source: ScanSource) -> str:
 @_render.register
 def _(node: DriverQuery, source: ScanSource) -> str:
     # Each table the text names is a CTE of that name around it: DuckDB binds the text as written.
-    # (To run it, the stage makes them views instead: exec/stage.py.)
+    # (To run it, the stage makes them views instead: exec/stages/stage.py.)
     tables = ", ".join(f"{q(name)} AS {_sub(child, source)}" for name, child in node.inputs)
     with_ = f"WITH {tables} " if tables else ""
     return f"{with_}{driver_sql(node)}"
@@ -95,7 +95,7 @@ def _(node: ExchangeRead, source: ScanSource) -> str:
 
 @_render.register
 def _(node: AdaptiveJoin, source: ScanSource) -> str:
-    # Both plans give the same rows; stages resolve the choice before rendering (exec/adaptive.py).
+    # Both plans give the same rows; stages resolve the choice before rendering (exec/stages/adaptive.py).
     return _render(node.broadcast, source)
 
 

@@ -3,7 +3,7 @@
 In a join whose sides are both hashed on the keys, a key holding a large share of one side sends all
 those rows to one rank. Instead, the rows of the bigger side ("spread") whose key is hot are dealt
 over all ranks, and the other side's rows with that key are sent to every rank ("replicate"); all
-other keys are hashed as before. The hot keys are found at run time (``exec/skew.py``).
+other keys are hashed as before. The hot keys are found at run time (``exec/stages/skew.py``).
 
 Each spread row meets every matching replicated row on exactly one rank, so every matching pair is
 produced once. A spread row also sees all its matches there, so it may be the preserved side: exact
@@ -182,7 +182,7 @@ def rescannable(root: Node) -> bool:
     """Whether a stage's rows (tree ``root``) come out the same when a later stage of the query
     renders and runs ``root`` again on the same rank: it only reads this rank's tables, filters and
     computes, with nothing volatile. Then a spreading stage may leave the rows of hot keys it would
-    keep on its own rank inside DuckDB, for the join's stage to read again (exec/skew.py)."""
+    keep on its own rank inside DuckDB, for the join's stage to read again (exec/stages/skew.py)."""
     nodes = list(walk(root))
     if not all(isinstance(n, Scan | Filter | Project | FunctionScan | Values) for n in nodes):
         return False

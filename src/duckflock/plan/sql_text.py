@@ -14,7 +14,7 @@ from duckflock.sqltext import quote_ident as q
 from duckflock.sqltext import sql_literal
 
 TARGET_COLUMN = "__target"  # a routed row's receiving rank, added to the producing query
-KEY_HASH_COLUMN = "__khash"  # a row's join key hash, just before the target (exec/skew.py)
+KEY_HASH_COLUMN = "__khash"  # a row's join key hash, just before the target (exec/stages/skew.py)
 
 # ---- reading files ---------------------------------------------------------------------------------
 
@@ -109,7 +109,7 @@ def typed_empty(columns: Sequence[tuple[str, str]]) -> str:
 
 
 def with_key_hash(query: str, keys: tuple[str, ...], target: Partitioning) -> str:
-    """The query's rows with the hash of their join ``keys`` appended (exec/skew.py)."""
+    """The query's rows with the hash of their join ``keys`` appended (exec/stages/skew.py)."""
     return f"SELECT *, {join_key_hash(keys, target)} AS {KEY_HASH_COLUMN} FROM ({query})"
 
 

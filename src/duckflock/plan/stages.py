@@ -58,7 +58,7 @@ class Stage:
     # Measured broadcasts that must all have fallen back to a shuffle for this stage to run: it
     # produces an input only the shuffle plan of an AdaptiveJoin reads.
     when: tuple[int, ...] = ()
-    once_per_process: bool = False  # run once for all the ranks of a process (exec/fused.py)
+    once_per_process: bool = False  # run once for all the ranks of a process (exec/resources/fused.py)
 
     def whole_table_bytes(self, catalog: Catalog) -> float:
         """The bytes every rank reads of the tables it reads whole (replicated scans)."""
@@ -72,7 +72,7 @@ class Stage:
         self, catalog: Catalog, min_bytes: int, per_process: int, scans_once: bool, returned: int | None
     ) -> bool:
         """Whether the stage runs once for all the ``per_process`` ranks of a process
-        (exec/fused.py): it reads tables only, one partitioned, and its output is spread anew by an
+        (exec/resources/fused.py): it reads tables only, one partitioned, and its output is spread anew by an
         exchange on which the ranks need not agree while it runs; and the copies of tables read
         whole that it saves (one per other rank) hold at least ``min_bytes``, or (``scans_once``)
         it is a scan that reads at least ``min_bytes``.

@@ -11,7 +11,7 @@ when DuckDB can process the exchange as a stream and the stages can overlap:
   the probe (left) sides of hash joins (inner, left, semi, anti) whose build sides hold no joins or
   subqueries and, by the planner's estimates, are not larger than the stream, nor than DuckDB's
   memory on the rank: a build side that must spill is better split into partition runs
-  (exec/partition_runs.py), which a stage reading a stream cannot be;
+  (exec/stages/partition_runs.py), which a stage reading a stream cannot be;
 - only the producer may call a collective (a sampled sort, hot-key detection): collectives pair
   their calls by order, which stages running at once would interleave; the producer's output is
   not a measured broadcast (its outcome changes which stages run);

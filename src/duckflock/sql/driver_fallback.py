@@ -31,7 +31,7 @@ def on_driver(
     for name, qualified in _table_names(text):
         info = catalog.find(name)
         if info is not None and qualified:
-            # Each table becomes a temporary view of its name there (exec/stage.py), which a
+            # Each table becomes a temporary view of its name there (exec/stages/stage.py), which a
             # schema-qualified name does not reach.
             raise _refused(refusal, f"on the driver, name the table {info.name} without a schema")
         if info is None or any(t == info.name for t, _ in inputs):

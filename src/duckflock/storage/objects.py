@@ -12,7 +12,7 @@ The one place duckflock talks to object storage; catalog/, ingest/, exec/ and la
   row-group pruning with range reads), unless DuckDB's own httpfs is loaded. ``expect(stamps)``: an
   object opened later whose ETag or size differs is refused, naming it (replaced since it was
   registered). ``opened()``: how many objects this process opened (pruning is measured by it).
-  ``fetched(uris)``: bytes and reads so far of each of those objects (exec/scan_stats.py's deltas).
+  ``fetched(uris)``: bytes and reads so far of each of those objects (exec/stages/scan_stats.py's deltas).
 * ``prefixes(uris)``: the ``allowed_directories`` that let a confined DuckDB read those objects only.
 * ``upload(local, uri)``, ``put_bytes(uri, data)``, ``listing(prefix)``, ``delete(uri)``: results.
 

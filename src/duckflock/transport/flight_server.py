@@ -7,7 +7,7 @@ It does three things and knows nothing of queries:
     with one result or a stream of them (a query's progress snapshots, then its reply), told
     whether the caller is still there (the call's gRPC context);
   - ``do_get``: result rows, which the handler looks up by ticket.
-Every call must carry the shared token (``TokenAuth``). ``exec.worker`` is the handler.
+Every call must carry the shared token (``TokenAuth``). ``exec.hosting.worker`` is the handler.
 """
 
 from __future__ import annotations

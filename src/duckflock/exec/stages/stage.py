@@ -23,12 +23,12 @@ from duckflock.exchange.codec import write_options
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.shuffle import ExchangeWriter
-from duckflock.exec import adaptive, hive_prune, merge_runs, partition_runs, range_sort, skew
-from duckflock.exec.memory import release_free_memory
 from duckflock.exec.reports import StageStats
-from duckflock.exec.result_files import ResultWriter
-from duckflock.exec.runtime import Runtime
-from duckflock.exec.scan_stats import ScanRecorder
+from duckflock.exec.resources.memory import release_free_memory
+from duckflock.exec.resources.runtime import Runtime
+from duckflock.exec.results.result_files import ResultWriter
+from duckflock.exec.stages import adaptive, hive_prune, merge_runs, partition_runs, range_sort, skew
+from duckflock.exec.stages.scan_stats import ScanRecorder
 from duckflock.local_duckdb import arrow_exact, drop_views, fetch_as_duckdb_returns, joins_as_written
 from duckflock.plan import streaming
 from duckflock.plan.kinds import SkewRole
@@ -122,10 +122,10 @@ class _StageRun:
     registered: list[str] = field(default_factory=list)
     views: list[str] = field(default_factory=list)
     readers: list[pa.RecordBatchReader] = field(default_factory=list)  # DuckDB results it streams
-    hot: skew.HotKeys = field(default_factory=skew.HotKeys)  # the query's hot join keys (exec/skew.py)
+    hot: skew.HotKeys = field(default_factory=skew.HotKeys)  # the query's hot join keys (exec/stages/skew.py)
     overlap: Overlap | None = None
     joins_as_written: bool = False  # it reads a stream through joins: plan them as written
-    fused: bool = False  # run once for all of the process's ranks (exec/fused.py)
+    fused: bool = False  # run once for all of the process's ranks (exec/resources/fused.py)
     sent_schema: pa.Schema | None = None  # what its exchange was closed with
     recorder: ScanRecorder | None = None  # a profiled query's: what the stage's scans read
     _take: Callable[[], None] | None = None
@@ -186,7 +186,7 @@ class _StageRun:
 
     def register_input(self, xid: int, name: str, rows: pa.Table | pa.RecordBatchReader) -> None:
         """An exchange's received rows under ``name``; with the rows of hot keys this rank kept in
-        DuckDB for it (exec/skew.py), a view of both, the kept rows cast to the received types."""
+        DuckDB for it (exec/stages/skew.py), a view of both, the kept rows cast to the received types."""
         kept = self.hot.kept.get(xid)
         if kept is None:
             self.register(name, rows)
@@ -283,7 +283,7 @@ def _run_fused(
     part: ResultWriter | None,
     overlap: Overlap | None,
 ) -> StageStats:
-    """The stage once for all of this process's ranks, on its first (exec/fused.py); the others
+    """The stage once for all of this process's ranks, on its first (exec/resources/fused.py); the others
     wait for it, then end their output (or part file) with no rows."""
     process, spec = rt.process, stage.output
     assert process is not None and spec is not None
@@ -330,7 +330,7 @@ def _raise_failure(rt: Runtime, qid: int) -> None:
 def _split(
     rt: Runtime, plan: StagePlan, stage: Stage, root: Node, inputs: dict[int, pa.Table]
 ) -> partition_runs.PartitionGroups | None:
-    """Whether the stage runs once per group of this rank's partitions (exec/partition_runs.py)."""
+    """Whether the stage runs once per group of this rank's partitions (exec/stages/partition_runs.py)."""
     limit = rt.config.partition_run_bytes
     if limit == 0 and rt.budget is not None:
         limit = rt.budget.duckdb_bytes
@@ -474,7 +474,7 @@ def _send_rows(
 
 def _restart_without(run: _StageRun, spec: ExchangeSpec, sql: str) -> skew.Restart:
     """How a spreading stage's query restarts without the rows of some key hashes, which the stage
-    reading its exchange reads again itself (exec/skew.py)."""
+    reading its exchange reads again itself (exec/stages/skew.py)."""
     target = spec.target
     assert target is not None
 
@@ -559,7 +559,7 @@ def _routed(run: _StageRun, spec: ExchangeSpec, sql: str) -> str | pa.Table:
     size = run.rt.size
     if spec.kind in (ExchangeKind.HASH, ExchangeKind.RANGE):
         assert spec.target is not None
-        if skew.applies(spec):  # the key hashes name hot keys (exec/skew.py)
+        if skew.applies(spec):  # the key hashes name hot keys (exec/stages/skew.py)
             sql = with_key_hash(sql, spec.keys, spec.target)
         sql = with_target(sql, target_sql(spec.keys, spec.target, size))
         # every rank holds all rows: keep this rank's share, send no copies

@@ -9,7 +9,7 @@ scans and filters partitioned tables into an exchange, in a process of more rank
 pipeline's buffers instead of a pipeline per rank.
 
 Why the rows are the same: a plan is correct for any spread of partitions over ranks that keeps
-partition p of every input in one place (as for exec/partition_runs.py), and a process is such a
+partition p of every input in one place (as for exec/stages/partition_runs.py), and a process is such a
 place. Only for an output that an exchange spreads anew (not a rank's own share of replicated rows,
 nor a gather in rank order, nor the rows of the result as they are: each rank writes its own part
 file), for a stage whose ranks agree on nothing while it runs (measured broadcasts, hot keys, sort

@@ -8,8 +8,8 @@ import sys
 import threading
 import traceback
 
-from duckflock.exec.driver import serve
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.control.driver import serve
+from duckflock.exec.resources.runtime import Runtime
 
 
 class LocalRanks:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.resources.runtime import Runtime
 from duckflock.plan.nodes import AdaptiveJoin, ExchangeRead, Node, transform_up, walk
 from duckflock.plan.stages import Stage
 

@@ -42,8 +42,8 @@ def mpiexec_path() -> str:
 
 
 PER_PROCESS_ENV = "DUCKFLOCK_RANKS_PER_PROCESS"
-# A rank of a storage job (exec/storage_launch.py; exec/guard.py reads it too): its rank, the job's
-# rank count and its id, the name of its directory at the exchange URI.
+# A rank of a storage job (exec/hosting/storage_launch.py; exec/hosting/guard.py reads it too): its
+# rank, the job's rank count and its id, the name of its directory at the exchange URI.
 STORAGE_RANK_ENV = "DUCKFLOCK_STORAGE_RANK"
 STORAGE_RANKS_ENV = "DUCKFLOCK_STORAGE_RANKS"
 STORAGE_JOB_ENV = "DUCKFLOCK_STORAGE_JOB"
@@ -52,7 +52,7 @@ STORAGE_JOB_ENV = "DUCKFLOCK_STORAGE_JOB"
 def owned_temp_dir(kind: str) -> str:
     """A new directory for this process's job (``kind``: job, session), named with its pid, after
     removing those whose owner is gone (killed before it could remove its own)."""
-    from duckflock.exec.budget import remove_orphans
+    from duckflock.exec.resources.budget import remove_orphans
 
     remove_orphans(
         Path(tempfile.gettempdir()), f"duckflock-{kind}-*-*", rf"duckflock-{kind}-(?P<pid>\d+)-[^-]+"
@@ -83,7 +83,7 @@ def mpiexec_job(
 
 def mpiexec_argv(processes: int, python_args: list[str], job_dir: str | None = None) -> list[str]:
     """``mpiexec -n processes python <python_args>`` with this interpreter. With ``job_dir`` each
-    process runs under ``exec.guard``, which records there its death by a signal (see
+    process runs under ``exec.hosting.guard``, which records there its death by a signal (see
     ``job_outcome``)."""
     if processes < 1:
         raise DuckflockError(f"--ranks must be at least 1, got {processes}")
@@ -137,7 +137,7 @@ _CAUSES: dict[int, str] = {
 
 
 def describe_deaths(job: Path, per_process: int = 1) -> str | None:
-    """One message for the first process the OS killed in this job (``exec/guard.py`` records each),
+    """One message for the first process the OS killed in this job (``exec/hosting/guard.py`` records each),
     naming its ranks (``per_process`` in each); None when none was."""
     records = []
     for f in job.glob("rank*.died"):

@@ -38,7 +38,7 @@ class RunQuery:
     plan: StagePlan
     tables: dict
     profile: bool
-    # Every rank writes its share of the result to part files here (exec/result_files.py).
+    # Every rank writes its share of the result to part files here (exec/results/result_files.py).
     parts_dir: str | None = None
 
 

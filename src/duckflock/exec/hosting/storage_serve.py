@@ -1,6 +1,6 @@
 """A rank of a storage job (``backends/storage_job.py``): one rank per process, exchanging through
 objects at the exchange URI only; rank 0 answers the session as an MPI job's rank 0 does
-(``exec/serve.py``)."""
+(``exec/hosting/serve.py``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pyarrow as pa
 from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
-from duckflock.exec import serve
-from duckflock.exec.budget import own_anon_bytes
-from duckflock.exec.launch import STORAGE_JOB_ENV, STORAGE_RANK_ENV, STORAGE_RANKS_ENV
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.hosting import serve
+from duckflock.exec.hosting.launch import STORAGE_JOB_ENV, STORAGE_RANK_ENV, STORAGE_RANKS_ENV
+from duckflock.exec.resources.budget import own_anon_bytes
+from duckflock.exec.resources.runtime import Runtime
 
 
 def storage_runtimes(data: str, config: Config) -> list[Runtime]:

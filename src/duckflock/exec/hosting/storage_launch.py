@@ -1,6 +1,6 @@
 """The launcher of a storage job (``backends/storage_job.py``): mpiexec's part for ranks that share
 no network. ``storage_launch.py JOB_DIR RANKS PROGRAM ARGS...`` starts RANKS processes of PROGRAM,
-each under ``exec/guard.py`` (which records a death by a signal in JOB_DIR, as for an MPI job) and
+each under ``exec/hosting/guard.py`` (which records a death by a signal in JOB_DIR, as for an MPI job) and
 told its rank in DUCKFLOCK_STORAGE_RANK, and waits. When one ends in failure the others are killed
 (their guards by SIGKILL, the ranks by their parent-death signal: a SIGTERM would be recorded as
 their own death and blamed), ``rank<R>.exited`` holds its exit code, and this process exits with
@@ -15,7 +15,7 @@ import os
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-RANK_ENV = "DUCKFLOCK_STORAGE_RANK"  # exec/launch.STORAGE_RANK_ENV
+RANK_ENV = "DUCKFLOCK_STORAGE_RANK"  # exec/hosting/launch.STORAGE_RANK_ENV
 
 
 def main(argv: list[str]) -> int:

@@ -19,7 +19,7 @@ from duckflock.catalog import Catalog
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
 from duckflock.exchange.mux import QID_BITS, Mux
-from duckflock.exec.budget import (
+from duckflock.exec.resources.budget import (
     DUCKDB_MIN_BYTES,
     Budget,
     make_spill_dir,
@@ -29,8 +29,8 @@ from duckflock.exec.budget import (
     with_derived_limits,
     with_share,
 )
-from duckflock.exec.fused import ProcessRanks
-from duckflock.exec.memory import map_large_buffers
+from duckflock.exec.resources.fused import ProcessRanks
+from duckflock.exec.resources.memory import map_large_buffers
 from duckflock.local_duckdb import local_time_zone, memory_limit, open_duckdb
 from duckflock.transport.base import Transport
 
@@ -92,7 +92,7 @@ class Runtime:
     ranks_on_node: int
     # A second DuckDB with more cores: rank 0's, with every core of the node, for the driver-only
     # final stage (the node's other ranks wait idle then); also the one a process's first rank
-    # runs its fused stages on (exec/fused.py; on a first rank other than 0, with the cores of the
+    # runs its fused stages on (exec/resources/fused.py; on a first rank other than 0, with the cores of the
     # process's ranks). A second instance instead of SET threads up and down on the first:
     # changing the thread count costs more per query than the extra core saves (measured on the
     # seed query's final sort at SF 1: 119 ms switching, 78 ms on an instance that keeps both
@@ -102,10 +102,10 @@ class Runtime:
     driver_threads: int = 0
     budget: Budget | None = None
     spill_dir: Path | None = None  # this rank's own, on node-local storage; removed by close()
-    # The ranks of this process, where it runs several: the stages run once for all (exec/fused.py).
+    # The ranks of this process, where it runs several: the stages run once for all (exec/resources/fused.py).
     process: ProcessRanks | None = None
-    queries_running: int = 0  # this rank's part of a query under way (exec/rank_query.py)
-    profile: bool = False  # the query is profiled: its stages account their scans (exec/scan_stats.py)
+    queries_running: int = 0  # this rank's part of a query under way (exec/control/rank_query.py)
+    profile: bool = False  # the query is profiled: its stages account their scans (exec/stages/scan_stats.py)
     _driver_con: list[duckdb.DuckDBPyConnection] = field(default_factory=list)
     _opening: threading.Lock = field(default_factory=threading.Lock)  # fused stages may run at once
     # Connections of stages running alongside another on this rank (plan/streaming.py), shared
@@ -131,7 +131,7 @@ class Runtime:
         held_bytes: int | None = None,
         process: ProcessRanks | None = None,
     ) -> Runtime:
-        """``held_bytes``: what the rank holds already (exec/budget.Budget.of_rank); ``process``:
+        """``held_bytes``: what the rank holds already (exec/resources/budget.Budget.of_rank); ``process``:
         the ranks of this process, when it runs several."""
         map_large_buffers()
         cores = len(os.sched_getaffinity(0))
@@ -203,7 +203,7 @@ class Runtime:
 
     @contextmanager
     def fused_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A connection for a stage run once for all of this process's ranks (exec/fused.py), of
+        """A connection for a stage run once for all of this process's ranks (exec/resources/fused.py), of
         its own (several may run at once, plan/streaming.py; interrupted with the rank's), to the
         DuckDB with more cores. While fused stages run, that DuckDB may use the memory of all
         the process's ranks: theirs wait for the fused stage, or run a stage reading its stream."""
@@ -241,14 +241,15 @@ class Runtime:
             con.close()
 
     def writer_settings(self, threads: int) -> tuple[int, Path | None, str, int]:
-        """How the DuckDB writing a result file runs here (exec/result_files.ResultWriter): ``threads``,
-        this rank's spill directory, the session's zone, and a memory_limit out of the rank's budget
-        (it runs next to the DuckDB producing the rows: the part received exchange data has)."""
+        """How the DuckDB writing a result file runs here (exec/results/result_files.ResultWriter):
+        ``threads``, this rank's spill directory, the session's zone, and a memory_limit out of the
+        rank's budget (it runs next to the DuckDB producing the rows: the part received exchange data
+        has)."""
         memory = max(self.budget.exchange_bytes, DUCKDB_MIN_BYTES) if self.budget is not None else 0
         return threads, self.spill_dir, self.config.time_zone, memory
 
     def begin_query(self, qid: int) -> None:
-        """This rank enters query ``qid`` (exec/rank_query.py); a failure told before is acted on."""
+        """This rank enters query ``qid`` (exec/control/rank_query.py); a failure told before is acted on."""
         self._interrupts.begin(qid)
         if self.mux.failure(qid) is not None:
             self.query_failed(qid % (1 << QID_BITS))
@@ -281,7 +282,7 @@ class Runtime:
 def mpi_runtimes(data: str | os.PathLike[str] | None, config: Config) -> list[Runtime]:
     """The runtimes of this process's ranks inside an MPI job (mpiexec or srun), each with the
     catalog of ``data`` (None: none): ``config.ranks_per_process`` of them, 1 where it is 0. The
-    first is the process's own; ``exec.ranks.LocalRanks`` runs the others in threads."""
+    first is the process's own; ``exec.hosting.ranks.LocalRanks`` runs the others in threads."""
     from mpi4py import MPI
 
     from duckflock.transport.node import NodeTransport

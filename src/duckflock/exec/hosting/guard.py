@@ -8,11 +8,11 @@ exit status. Two uses:
 - ``guard.py JOB_DIR PROGRAM ARGS...``: each process of an MPI job runs under one (mpiexec starts
   it). On death by a signal it writes ``<job dir>/rank<R>.died`` (R: the MPI process's rank, signal,
   time) for the launcher, which then reports one duckflock message naming the rank (or the ranks
-  that process ran as threads), the signal and the likely cause (``exec.launch.describe_deaths``).
+  that process ran as threads), the signal and the likely cause (``exec.hosting.launch.describe_deaths``).
 - ``guard.py --wait CHILD RANKS``: the CLI becomes this after forking the child that runs all the
-  job's ranks as threads (``exec/forked.py``), and reports a death itself.
+  job's ranks as threads (``exec/hosting/forked.py``), and reports a death itself.
 
-``python -I -S .../exec/guard.py ...`` — run by path and without ``site``, so that it imports
+``python -I -S .../exec/hosting/guard.py ...`` — run by path and without ``site``, so that it imports
 neither duckflock nor DuckDB while it waits. It imports as little as it can (4 MB instead of 6 MB
 of its own memory): ``_signal``, not ``signal`` (which loads ``enum``), and fork/exec/waitpid, not
 ``subprocess``.
@@ -73,15 +73,18 @@ def _wait_for(child: int, ranks: int) -> int:
     import site
 
     site.main()
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    from duckflock.exec.forked import after_failure
+    src = os.path.abspath(__file__)  # src/duckflock/exec/hosting/guard.py
+    for _ in range(4):
+        src = os.path.dirname(src)
+    sys.path.insert(0, src)
+    from duckflock.exec.hosting.forked import after_failure
 
     after_failure(ranks, -code if code < 0 else None)
     return code if code > 0 else 128 - code
 
 
 def _exit_code(child: int) -> int:
-    """Wait for ``child``, handing it the signals this process gets (blocked, when exec/forked.py
+    """Wait for ``child``, handing it the signals this process gets (blocked, when exec/hosting/forked.py
     started this process, until they are); its exit code (-N: signal N)."""
     for sig in FORWARDED:
         _signal.signal(sig, lambda s, _f: _send(child, s))

@@ -1,5 +1,5 @@
 """An MPI job serving one Python session (``backends.mpi_job``): rank 0 takes requests from the
-client over a local socket (multiprocessing.connection, authenticated; ``exec.messages``) and
+client over a local socket (multiprocessing.connection, authenticated; ``exec.control.messages``) and
 answers them; other ranks serve rank 0.
 
 Results travel as an Arrow IPC file in shared memory (/dev/shm when present): the client maps it,
@@ -24,10 +24,9 @@ import pyarrow as pa
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
 from duckflock.exchange import pickling
-from duckflock.exec.cancel import Cancel
-from duckflock.exec.driver import Driver
-from duckflock.exec.launch import launcher_rank
-from duckflock.exec.messages import (
+from duckflock.exec.control.cancel import Cancel
+from duckflock.exec.control.driver import Driver
+from duckflock.exec.control.messages import (
     CancelRequest,
     CloseRequest,
     ErrorReply,
@@ -37,8 +36,9 @@ from duckflock.exec.messages import (
     SqlReply,
     SqlRequest,
 )
-from duckflock.exec.ranks import LocalRanks
-from duckflock.exec.runtime import Runtime, mpi_runtimes
+from duckflock.exec.hosting.launch import launcher_rank
+from duckflock.exec.hosting.ranks import LocalRanks
+from duckflock.exec.resources.runtime import Runtime, mpi_runtimes
 
 AUTHKEY_ENV = "DUCKFLOCK_SESSION_KEY"
 STARTUP_ERROR = "startup-error-"  # + the process's MPI rank: why it could not start, next to the socket
@@ -56,7 +56,7 @@ def write_result_file(table: pa.Table) -> str:
 
 
 def main(runtimes: Callable[[str, Config], list[Runtime]] = mpi_runtimes) -> None:
-    """``runtimes``: this process's ranks (an MPI job's; exec/storage_serve.py: a storage job's)."""
+    """``runtimes``: this process's ranks (an MPI job's; exec/hosting/storage_serve.py: a storage job's)."""
     p = argparse.ArgumentParser()
     p.add_argument("--data", required=True)
     p.add_argument("--address", required=True)

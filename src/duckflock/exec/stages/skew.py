@@ -29,7 +29,7 @@ import pyarrow as pa
 from duckflock.arrays import arrow_array, numpy_view
 from duckflock.catalog.partitioning import Hashed, Ranged
 from duckflock.exchange.kinds import ExchangeKind
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.resources.runtime import Runtime
 from duckflock.plan.kinds import SkewRole
 from duckflock.plan.sql_text import KEY_HASH_COLUMN
 from duckflock.plan.stages import ExchangeSpec

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from duckflock.arrays import arrow_array, null_mask
-from duckflock.exec.range_sort import sort_keys
+from duckflock.exec.stages.range_sort import sort_keys
 
 # Not intervals: they order by normalized months, days and micros, not by their words.
 _TIME_TYPES = (pa.types.is_date, pa.types.is_timestamp, pa.types.is_time, pa.types.is_duration)

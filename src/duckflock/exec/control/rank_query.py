@@ -18,16 +18,16 @@ from duckflock.errors import DuckflockError, ExecutionError, duckdb_message
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.spill import QuerySpill
-from duckflock.exec import adaptive
-from duckflock.exec.budget import Budget
-from duckflock.exec.memory import release_free_memory
-from duckflock.exec.messages import RunQuery
-from duckflock.exec.progress import report
+from duckflock.exec.control.messages import RunQuery
+from duckflock.exec.control.progress import report
 from duckflock.exec.reports import StageStats
-from duckflock.exec.result_files import ResultWriter, part_name
-from duckflock.exec.runtime import Runtime
-from duckflock.exec.skew import HotKeys
-from duckflock.exec.stage import Overlap, run_stage
+from duckflock.exec.resources.budget import Budget
+from duckflock.exec.resources.memory import release_free_memory
+from duckflock.exec.resources.runtime import Runtime
+from duckflock.exec.results.result_files import ResultWriter, part_name
+from duckflock.exec.stages import adaptive
+from duckflock.exec.stages.skew import HotKeys
+from duckflock.exec.stages.stage import Overlap, run_stage
 from duckflock.local_duckdb import is_ctrl_c
 from duckflock.plan import streaming
 from duckflock.plan.nodes import ExchangeRead
@@ -226,7 +226,9 @@ class _RankQuery:
                     xid = self.streams.get(stage.sid)
                     if xid is not None:  # the stream on the side DuckDB probes with
                         stage = dataclasses.replace(stage, root=streaming.probe_first(stage.root, xid))
-                    own = k == 0 or (stage.once_per_process and self.rt.process is not None)  # exec/fused.py
+                    # The first stage, and one run once per process (exec/resources/fused.py):
+                    # the rank's connection.
+                    own = k == 0 or (stage.once_per_process and self.rt.process is not None)
                     con = self.rt.con if own else connections.enter_context(self.rt.side_connection())
                     as_written = xid is not None and streaming.fixed_join_order(stage)
                     after = before.started if before else None

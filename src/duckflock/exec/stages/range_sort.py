@@ -21,7 +21,7 @@ from duckflock.catalog.placement import (
     sort_key_sample,
     splitter_target_sql,
 )
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.resources.runtime import Runtime
 
 SAMPLE_ROWS_PER_RANK = 4096
 _FAST_TYPES = (

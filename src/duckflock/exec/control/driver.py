@@ -17,9 +17,8 @@ from duckflock.catalog import Catalog
 from duckflock.errors import ExecutionError, QueryCancelled
 from duckflock.exchange import pickling
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
-from duckflock.exec.cancel import Cancel
-from duckflock.exec.duckdb_copy import column_count_problem
-from duckflock.exec.messages import (
+from duckflock.exec.control.cancel import Cancel
+from duckflock.exec.control.messages import (
     PlanReply,
     PlanRequest,
     ProgressReply,
@@ -29,17 +28,18 @@ from duckflock.exec.messages import (
     SqlRequest,
     Stop,
 )
-from duckflock.exec.progress import Follower
-from duckflock.exec.rank_query import execute_on_rank, passed_on_gather
+from duckflock.exec.control.progress import Follower
+from duckflock.exec.control.rank_query import execute_on_rank, passed_on_gather
 from duckflock.exec.reports import ProgressCallback, QueryOutcome, StageStats
-from duckflock.exec.result_files import (
+from duckflock.exec.resources.runtime import Runtime
+from duckflock.exec.results.duckdb_copy import column_count_problem
+from duckflock.exec.results.result_files import (
     ResultWriter,
     is_directory,
     mark_complete,
     part_name,
     prepare_directory,
 )
-from duckflock.exec.runtime import Runtime
 from duckflock.plan.nodes import DriverQuery, FunctionScan, Scan, walk
 from duckflock.plan.stages import StagePlan
 
@@ -126,7 +126,7 @@ class Driver:
     ) -> QueryOutcome:
         """Run a query on every rank. ``progress`` is called with snapshots while it runs, from a
         thread of the driver's, the last one with every stage done. With ``output`` its result goes
-        to that file, or to part files in that directory (exec/result_files.py), and the outcome's
+        to that file, or to part files in that directory (exec/results/result_files.py), and the outcome's
         table is empty. ``cancel``, set from another thread, fails the query on every rank (which
         interrupts their DuckDB) and this raises QueryCancelled."""
         cancel = cancel or Cancel()

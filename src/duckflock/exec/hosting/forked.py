@@ -1,7 +1,7 @@
 """A job whose ranks all run as threads of one process here, in a child of the command that started
-it: the command becomes a small waiter (``exec/guard.py --wait``) that reports the child's death by
+it: the command becomes a small waiter (``exec/hosting/guard.py --wait``) that reports the child's death by
 a signal (the OOM killer's SIGKILL above all) in one message naming its ranks, as the launcher of an
-MPI job does for its processes (``exec/launch.describe_deaths``). Such a job needs no MPI: its ranks
+MPI job does for its processes (``exec/hosting/launch.describe_deaths``). Such a job needs no MPI: its ranks
 exchange in memory.
 
 The waiter holds 6 MB (Pss), against 20 MB for mpiexec, its proxy, a guard and a launcher, and
@@ -28,8 +28,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from duckflock.exec.guard import FORWARDED, die_with
-from duckflock.exec.launch import killed_message, ranks_of
+from duckflock.exec.hosting.guard import FORWARDED, die_with
+from duckflock.exec.hosting.launch import killed_message, ranks_of
 
 _interruptible = False  # a query runs: the session turns a KeyboardInterrupt into a clean stop
 _interrupted_by: int | None = None  # the first signal's number
@@ -113,7 +113,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def after_failure(ranks: int, sig: int | None) -> None:
     """In the waiter, once the child failed: remove its spill directories, which it could not
     when it exited at once or was killed, and name the signal that killed it (``sig``)."""
-    from duckflock.exec.budget import remove_orphaned_spill_dirs
+    from duckflock.exec.resources.budget import remove_orphaned_spill_dirs
 
     remove_orphaned_spill_dirs()
     if sig is not None:

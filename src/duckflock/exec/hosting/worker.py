@@ -34,10 +34,9 @@ from duckflock.errors import DuckflockError, QueryCancelled, TransportError
 from duckflock.exchange import pickling
 from duckflock.exchange.codec import write_options
 from duckflock.exchange.mux import CONTROL
-from duckflock.exec.budget import rank_share_bytes, with_share
-from duckflock.exec.cancel import Cancel
-from duckflock.exec.driver import Driver, serve
-from duckflock.exec.messages import (
+from duckflock.exec.control.cancel import Cancel
+from duckflock.exec.control.driver import Driver, serve
+from duckflock.exec.control.messages import (
     CancelRequest,
     CloseRequest,
     ErrorReply,
@@ -56,7 +55,8 @@ from duckflock.exec.messages import (
     from_json,
     to_json,
 )
-from duckflock.exec.runtime import Runtime
+from duckflock.exec.resources.budget import rank_share_bytes, with_share
+from duckflock.exec.resources.runtime import Runtime
 from duckflock.transport.base import Inbox
 from duckflock.transport.flight import FlightTransport
 from duckflock.transport.flight_server import FlightServer

@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from duckflock.errors import DuckflockError
-from duckflock.exec.duckdb_copy import DuckdbCopy
+from duckflock.exec.results.duckdb_copy import DuckdbCopy
 from duckflock.storage import objects
 
 SUFFIXES = (".parquet", ".csv", ".arrow")
@@ -105,7 +105,7 @@ def _prepare_objects(prefix: str) -> Path:
 
 class ResultWriter:
     """One result file, written batch by batch with the result's column names and types: Parquet
-    and CSV by DuckDB's COPY (exec/duckdb_copy.py), Arrow IPC as DuckDB's .arrow() gives it."""
+    and CSV by DuckDB's COPY (exec/results/duckdb_copy.py), Arrow IPC as DuckDB's .arrow() gives it."""
 
     def __init__(
         self,
