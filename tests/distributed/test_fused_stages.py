@@ -269,10 +269,10 @@ def test_ctrl_c_in_a_fused_stage_stops_the_ranks_waiting_for_it(data, monkeypatc
     DuckDB query starts (and is interrupted). The query raises KeyboardInterrupt at once, the
     waiting rank is told, and the next query (fused again) gives DuckDB's answer."""
     from duckflock.exec.resources import fused
-    from duckflock.exec.stages import stage
+    from duckflock.exec.stages import output
 
     waiting = threading.Event()
-    real_wait, real_send = fused.ProcessRanks.wait, stage._send
+    real_wait, real_send = fused.ProcessRanks.wait, output.send
 
     def observed_wait(self, *args):
         waiting.set()
@@ -288,7 +288,7 @@ def test_ctrl_c_in_a_fused_stage_stops_the_ranks_waiting_for_it(data, monkeypatc
 
     interrupted_send.done = False
     monkeypatch.setattr(fused.ProcessRanks, "wait", observed_wait)
-    monkeypatch.setattr(stage, "_send", interrupted_send)
+    monkeypatch.setattr(output, "send", interrupted_send)
     sql = QUERIES["gather of an aggregate"][0]
     with duckflock.connect(str(data), ranks=2, transport="threads", config=FUSE) as db:
         t0 = time.monotonic()

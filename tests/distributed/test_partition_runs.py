@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import duckflock
-from duckflock.exec.stages import partition_runs, stage
+from duckflock.exec.stages import output, partition_runs
 from support import assert_same, make_table, oracle
 
 pytestmark = pytest.mark.dist
@@ -169,9 +169,9 @@ def test_run_failing_with_its_result_open_leaves_the_session_usable(data, monkey
             raise duckflock.DuckflockError("injected: the writer failed mid-run")
         return real_write(run, writer, out, reader, t0)
 
-    real_read_group, real_write = partition_runs.PartitionGroups.read_group, stage._write
+    real_read_group, real_write = partition_runs.PartitionGroups.read_group, output._write
     monkeypatch.setattr(partition_runs.PartitionGroups, "read_group", read_group)
-    monkeypatch.setattr(stage, "_write", write)
+    monkeypatch.setattr(output, "_write", write)
     ref = oracle(data)
     sql = QUERIES["join into hash partitions"][0]
     # Batches of a few rows: the failing run's result holds more than the batch taken.
@@ -179,7 +179,7 @@ def test_run_failing_with_its_result_open_leaves_the_session_usable(data, monkey
         with pytest.raises(duckflock.DuckflockError, match="injected"):
             db.sql(sql)
         assert runs, "no stage ran in groups"
-        monkeypatch.setattr(stage, "_write", real_write)
+        monkeypatch.setattr(output, "_write", real_write)
         for name in ("join into hash partitions", "range, aggregate"):
             sql = QUERIES[name][0]
             assert_same(db.sql(sql).arrow(), ref.sql(sql).to_arrow_table())

@@ -26,8 +26,9 @@ from duckflock.exec.resources.memory import release_free_memory
 from duckflock.exec.resources.runtime import Runtime
 from duckflock.exec.results.result_files import ResultWriter, part_name
 from duckflock.exec.stages import adaptive
+from duckflock.exec.stages.run import Overlap
 from duckflock.exec.stages.skew import HotKeys
-from duckflock.exec.stages.stage import Overlap, run_stage
+from duckflock.exec.stages.stage import run_stage
 from duckflock.local_duckdb import is_ctrl_c
 from duckflock.plan import streaming
 from duckflock.plan.nodes import ExchangeRead
