@@ -1,7 +1,6 @@
 """Arrow arrays as numpy views and back without ``Array.to_numpy`` or ``pa.array``: pyarrow's
-conversions import pandas on first use, where it is installed, to check what they were given (a
-third of a second and 40 MB in every rank process, measured), which would land in the first
-exchange of every rank."""
+conversions import pandas on first use, where it is installed, to check what they were given (time
+and memory in every rank process), which would land in the first exchange of every rank."""
 
 from __future__ import annotations
 

@@ -23,46 +23,42 @@ class Config:
     #: under the threshold.
     # HyPer's broadcast-vs-hash choice by bytes moved (plan/distribute.py). The side is measured
     # before it is replicated, against this bound. The default, set by the runtime from the node's
-    # limit only (exec/resources/budget.py, so explain derives it alike), lets the copy's hash table fit on
-    # every rank.
+    # limit only (exec/resources/budget.py, so explain derives it alike), lets the copy's hash
+    # table fit on every rank.
     broadcast_max_bytes: int = 0
     #: A stage that reads tables only runs once for all the ranks of a process, not once per rank,
     #: when the copies that saves (one per other rank of the process, of the scanned columns of
     #: tables read whole) hold this many bytes; a stage that only scans and filters partitioned
     #: tables, when it scans this many bytes in a process of more ranks than cores.
-    # exec/resources/fused.py. Below, a copy per rank costs less than one DuckDB with the process's threads
-    # over all its partitions: TPC-H Q21 at SF 1 on 2 ranks (supplier read whole) peaks at 324 MB run
-    # once, at 185 MB run per rank (summed Pss). Above, it saves the copies: the skewed join at SF 10
-    # on 2 ranks (part read whole) peaks at 1.15x DuckDB's memory run once, 1.62x run per rank; at
-    # SF 1 on 4 ranks (3 copies of part's 8.6 MB) at 1.38x run once, 1.85x per rank. Time at TPC-H
-    # SF 1: 2 ranks gained nothing from running stages reading 4 MB whole once (the geometric mean
-    # of the time ratios 3% higher).
+    # exec/resources/fused.py. Below, a copy per rank costs less than one DuckDB with the process's
+    # threads over all its partitions (whose hash tables and buffers then sit in one place, at
+    # once), and running small stages once saves no time. Above, the copies it saves dominate the
+    # process's memory.
     fuse_min_bytes: int = 16 * 1024 * 1024
     #: Rows per record batch pulled from DuckDB.
     # Enough to amortise Python's per-batch work, few enough that a batch and its pieces split by
-    # target stay small (64Ki instead of 256Ki rows: the issue's join at SF 1 on 2 ranks peaks at 576
-    # instead of 667 MB, summed Pss; TPC-H SF 1 and that join at SF 10 took no longer).
+    # target stay small: larger batches raised the ranks' peak memory and saved no time.
     batch_rows: int = 64 * 1024
     #: Bytes buffered per target before a chunk is serialized and sent (at most: a rank with little
     #: room outside DuckDB, or with more than 2 targets, takes smaller chunks, 1 MiB at least).
-    # exec/resources/budget.py. 1 MiB chunks held 20 MB less (summed over 2 ranks, the issue's join at SF 1
-    # and SF 10) but took 6% longer at SF 10.
+    # exec/resources/budget.py. Smaller chunks hold a little less memory but cost time per message
+    # on large exchanges.
     chunk_bytes: int = 4 * 1024 * 1024
     #: Bytes a rank may have in flight (queued or sending) before the producer waits: back-pressure.
     max_inflight_bytes: int = 64 * 1024 * 1024
     #: A full `ORDER BY` (no `LIMIT`) over more than this many estimated bytes is sorted in
     #: parallel: range-partitioned by sampled splitters, sorted per rank, concatenated in order on
     #: the driver. Below it the rows are gathered and the driver sorts them.
-    # One data movement instead of two (measured: the seed join at SF 1 on 2 ranks, 1.27x DuckDB vs
-    # 1.74x range-sorted).
+    # One data movement instead of two: below the threshold, sampling splitters and moving the rows
+    # again costs more than the driver's sort.
     range_sort_threshold_bytes: int = 256 * 1024 * 1024
     #: Below the range-sort threshold, where all ranks are threads of the driver's process: true
     #: merges the ranks' sorted runs on the driver; false sorts the gathered rows with the driver's
     #: DuckDB on every core of the node.
     # Where ranks run in several processes (maybe on several nodes, whose driver would sort
     # everything alone), every rank sorts its rows and the driver merges the sorted runs. In one
-    # process DuckDB's sort measured faster (the seed join at SF 1 on 2 ranks in an MPI job of one
-    # process: 1.34-1.54x DuckDB's time vs 1.88-2.26x merged; as threads 1.02-1.28x vs 1.18-1.24x).
+    # process the driver's DuckDB, with every core of the node, sorts the gathered rows faster than
+    # the ranks sort and the driver merges.
     merge_sort_in_process: bool = False
     #: Arrow IPC body compression on the wire: `none`, `lz4` or `zstd`.
     compression: str = "none"
@@ -75,10 +71,9 @@ class Config:
     #: Ranks in one process, as threads. A job that duckflock starts on this machine puts this many
     #: ranks in each process (0: all in one); inside an MPI job (`srun`, your own `mpiexec`) each of
     #: its processes runs this many ranks (0: one).
-    # They share its interpreter and libraries (about 47 MB per process before any query) and hand
-    # each other their exchanges in memory; MPI links processes (measured, SF 1 on 2 ranks, summed
-    # peak Pss against DuckDB's: the issue's join 1.60x instead of 1.94x, Q9 1.26x instead of 1.62x,
-    # the skewed join 1.58x instead of 2.10x).
+    # They share its interpreter and libraries (loaded once per process, before any query) and hand
+    # each other their exchanges in memory, so a job's peak memory is lower than with a process per
+    # rank; MPI links processes.
     ranks_per_process: int = 0
     #: Memory one rank may hold, in bytes: DuckDB's `memory_limit` (70%), received exchange data
     #: (10%) and data in flight (5%) are parts of it. 0: this rank's share of the node's limit (its

@@ -1,5 +1,5 @@
 """The one error line duckflock prints. rich is imported when it prints: the launcher process, and
-every rank but rank 0, print nothing in a run that goes well (rich is 4.5 MB of each)."""
+every rank but rank 0, print nothing in a run that goes well, and are spared rich's memory."""
 
 from __future__ import annotations
 

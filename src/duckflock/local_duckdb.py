@@ -50,9 +50,8 @@ def open_duckdb(
         # Row order is only promised where the query says ORDER BY; dropping it saves work.
         "preserve_insertion_order": False,
         # DuckDB's thresholds are for one instance doing all of a node's work; each of the node's
-        # ranks does its share, and keeps freed memory until it reaches the same share of them.
-        # The issue's join at SF 1, no cgroup: summed Pss 462 -> 451 MiB on 4 ranks, 450 -> 443
-        # on 2 (4 runs each, same time).
+        # ranks does its share, and keeps freed memory until it reaches the same share of them: the
+        # ranks together then hold no more freed memory than one instance would, in the same time.
         "allocator_flush_threshold": f"{_FLUSH_BYTES // max(1, ranks_on_node)}B",
         "allocator_bulk_deallocation_flush_threshold": f"{_BULK_FLUSH_BYTES // max(1, ranks_on_node)}B",
     }
@@ -68,8 +67,8 @@ def open_duckdb(
     con.execute("SET arrow_lossless_conversion = true")
     # DuckDB pushes a grouping below a join when its estimates say the grouping shrinks the join's
     # input; a stage's small exchange input (whose size DuckDB knows exactly) then waits for a
-    # grouping of the whole other side. TPC-H Q18's last join at SF 10: 1.43 s with it, 0.18 s
-    # without (one rank's half of lineitem joined with 624 orders).
+    # grouping of the whole other side (TPC-H Q18's last join: a few hundred orders waited for the
+    # grouping of a rank's whole share of lineitem).
     con.execute("SET disabled_optimizers = 'partial_aggregate_pushdown'")
     duckdb_avg.register(con)  # a split AVG's last step
     if object_prefixes is not None:

@@ -199,8 +199,8 @@ def range_splitters(
     The splitters are ordered by value but kept as the text DuckDB gave each on the rank that read
     it, and cast back to the key's type in the partition SQL: as loads always placed rows. That text
     casts back to the same value for every type a range load takes, where a value's Arrow form may
-    not (an INTERVAL past 2,562,047 hours wraps around); and an inline CASE places rows about three
-    times faster than splitters read from a registered table (at 128 partitions)."""
+    not (an INTERVAL past 2,562,047 hours wraps around); and an inline CASE places rows faster than
+    splitters read from a registered table."""
     rows, sample = 0, None
     if source is not None:
         k = q(key)

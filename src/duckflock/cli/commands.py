@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 @functools.cache
 def _out() -> Console:
     """The console results are printed on. rich is imported only by the rank that prints (rank 0):
-    4.5 MB of every other rank's memory."""
+    every other rank is spared its memory."""
     from duckflock.cli.output import stdout_console
 
     return stdout_console()

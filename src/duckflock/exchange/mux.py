@@ -36,7 +36,7 @@ _IDLE_WAIT_S = 0.05
 
 def _poll_sleep(quiet: float) -> float:
     """How long a multiplexer that must poll for arrivals (MPI) sleeps after ``quiet`` seconds
-    without traffic. Each wake-up costs 40-60 us of CPU (measured on a 2-core VM), so the sleeps
+    without traffic. Each wake-up costs CPU that the rank's DuckDB could use, so the sleeps
     grow with the quiet time: an arrival waits at most a quarter of the quiet before it, and 1 ms
     while the rank is busy with queries; after a second of quiet, 5 ms (200 wake-ups a second)."""
     return 0.005 if quiet > 1.0 else min(0.001, max(0.00002, quiet / 4))
@@ -274,7 +274,7 @@ class Mux:
                 idle_since = time.monotonic()
             elif self._inflight or transport.busy():
                 # Transfers in progress advance only while we poll: poll often, but sleep
-                # between polls so DuckDB keeps the core (measured: spinning halves its speed).
+                # between polls so DuckDB keeps the core (a spinning poller competes with it).
                 time.sleep(self.busy_poll_s)
             elif self._told_of_arrivals:
                 self._wake.wait(_IDLE_WAIT_S)

@@ -64,7 +64,7 @@ def shuffle_partitions(
         error = CatalogError(f"loading {inputs_named} failed: {e}") if isinstance(e, duckdb.Error) else e
         # Told to every rank (unless one failed first) before this one waits for its receivers
         # below: they wait for rows from the other ranks, which wait for this rank's (a bad CSV line
-        # held the job for 30 s).
+        # on one rank would hold the others waiting).
         rt.mux.report_failure(qid, None, describe_error(error))
         raise error from e
     finally:

@@ -53,17 +53,15 @@ from duckflock.sqltext import quote_ident as q
 
 # How far over the broadcast threshold a filtered side's estimate may be and still be broadcast
 # (measured, or read whole from shared storage when what it scans is at most twice that): estimates
-# take every filter to keep half the rows, LIKE '%green%' keeps 5% of TPC-H's parts. At SF 10 Q9's
-# filtered part is estimated at 40 MB and is 4 MB: broadcast, lineitem stays where it is instead
-# of being shuffled whole.
+# take every filter to keep half the rows, while a selective one (LIKE '%green%' on TPC-H's parts)
+# keeps a few percent: an order of magnitude below the estimate. Broadcast then, the large side
+# stays where it is instead of being shuffled whole; a side that turns out larger is hashed instead.
 FILTERED_SLACK = 4
 
 # A side over the broadcast threshold is broadcast only where its copies on all ranks weigh at most
 # 1/COPY_MARGIN of the other side: every rank builds the whole hash table (work and memory repeated
-# on each) and estimates err. Measured at SF 10 on 2 ranks: copying partsupp (1.1 GB estimated) next to
-# lineitem (2.7 GB) in the issue's join was slower than shuffling lineitem (1.65x DuckDB vs 1.47x)
-# and doubled the ranks' memory; copying it in Q9 (0.26 GB next to 7 GB estimated) took as long as
-# the shuffle and 0.55x the memory; the skewed join's part (64 MB next to 2.4 GB) took 0.6x the time.
+# on each) and estimates err. A copy near the other side's size is slower than shuffling that side
+# and multiplies the ranks' memory; a copy well below it saves the shuffle's time and memory.
 COPY_MARGIN = 2
 
 # DuckDB's LIMIT is a BIGINT: a rank's top-k of LIMIT + OFFSET rows is capped here.

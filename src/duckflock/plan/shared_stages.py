@@ -1,6 +1,6 @@
 """Stages that compute the same rows run once: a CTE read twice, or a subquery written twice
-(TPC-H Q15's revenue view: the lineitem scan and its partial aggregate ran twice, 2.1x DuckDB at
-SF 10). Their exchange is received once and read by each stage that needs it.
+(TPC-H Q15's revenue view: the lineitem scan and its partial aggregate would run twice). Their
+exchange is received once and read by each stage that needs it.
 
 Two exchanges are the same when their subtrees are, up to the names the planner made up for
 columns (``__a3``, ``__px5``: each copy of a subtree gets its own): the key below renames those in

@@ -49,8 +49,8 @@ _SPREADABLE: dict[JoinKind, tuple[Side, ...]] = {
 }
 
 # The most a staying side may weigh, next to the moved one, to be sent through an exchange for the
-# sake of its hot keys: TPC-H's partsupp (0.45x lineitem) held whole as Arrow doubled the issue's
-# join's memory at SF 10 (2.07x DuckDB's instead of 1.37x); part (0.03x) is cheap to send.
+# sake of its hot keys: a staying side near the moved one's size, held whole as Arrow on the
+# receiving ranks, multiplies the join's memory; a small one is cheap to send.
 STAYING_SHARE = 1 / 8
 
 # The side each shuffle strategy hashes (both for a shuffle of both sides).

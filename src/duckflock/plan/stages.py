@@ -93,12 +93,10 @@ class Stage:
         if whole > 0 and whole * (per_process - 1) >= min_bytes:
             return True
         # A scan and nothing more, in a process of more ranks than cores: one DuckDB reading the
-        # process's partitions holds one pipeline's buffers, where each rank's copy holds its own
-        # (the join of the memory benchmark at SF 1 on 4 ranks and 2 cores: 556 -> 488 MiB, in the
-        # same time). With a core per rank, one thread splitting all rows by target is slower
-        # than each rank splitting its own (TPC-H SF 1 on 2 ranks: 1.30x -> 1.38x DuckDB's time,
-        # summed), and saves nothing measurable. Stages holding state (joins, aggregates) gain
-        # nothing either: their ranks' states add up the same.
+        # process's partitions holds one pipeline's buffers, where each rank's copy holds its own,
+        # in the same time. With a core per rank, one thread splitting all rows by target is slower
+        # than each rank splitting its own, and saves no memory worth it. Stages holding state
+        # (joins, aggregates) gain nothing either: their ranks' states add up the same.
         if not scans_once or not all(isinstance(n, (Scan, Filter, Project)) for n in walk(self.root)):
             return False
         return self._scanned_bytes(catalog, whole_only=False) >= min_bytes

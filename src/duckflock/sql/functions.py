@@ -35,7 +35,7 @@ class FunctionRow(NamedTuple):
 
 
 def function_rows(con: duckdb.DuckDBPyConnection) -> list[FunctionRow]:
-    """DuckDB's function catalog, read in one query (each costs 25 ms: the planner's start-up)."""
+    """DuckDB's function catalog, read in one query (each query adds to the planner's start-up)."""
     rows = con.execute(
         "SELECT DISTINCT function_name, function_type, alias_of, stability, macro_definition "
         "FROM duckdb_functions()"

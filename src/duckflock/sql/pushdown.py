@@ -12,7 +12,7 @@ identity during the call, under a lock (concurrent planners share the module).
 A WHERE condition holding a subquery stays in the WHERE: moved into a join's ON (TPC-H Q15's
 ``total_revenue = (SELECT max(...))`` over ``supplier, revenue``), the planner, which evaluates
 subqueries only in filters and projections, refused the query on any data too large for the
-driver (TPC-H at SF 1).
+driver.
 """
 
 from __future__ import annotations

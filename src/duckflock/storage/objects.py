@@ -18,21 +18,12 @@ The one place duckflock talks to object storage; catalog/, ingest/, exec/ and la
 
 How it reaches S3: pyarrow's ``S3FileSystem`` (the AWS SDK; pyarrow is a core dependency) behind a
 small fsspec adapter whose files read by position (``read_at``), so DuckDB's threads never share a
-file offset; fsspec is the ``[s3]`` extra. Chosen by measurement against moto's server on this
-machine (a 29 MB Parquet object, 600k rows, 10 row groups; DuckDB's external file cache off, a new
-connection per query; medians of 3, two runs on a shared 2-core machine; s3fs 2026.9.0, obstore
-0.12.1, pyarrow 26, DuckDB 2.0):
-
-    adapter                      whole object   DuckDB: 5 columns   1 column   filtered (1/20 row groups)
-    pyarrow S3 + read_at (this)  162-350 MB/s   0.34-0.44 s         0.16-0.22 s  0.09-0.15 s
-    obstore + get_range          295-626 MB/s   0.28-0.40 s         0.19-0.25 s  0.11-0.15 s
-    s3fs (no cache)               53-174 MB/s   0.42-1.31 s         0.42-0.76 s  0.39-0.84 s
-    s3fs (default read-ahead)     64-140 MB/s   0.99-2.02 s         1.08-1.27 s  0.98-1.48 s
-    local file                         -        0.08-0.13 s         0.01-0.03 s  0.01-0.06 s
-
-pyarrow and obstore tie where DuckDB reads (moto is the bottleneck); pyarrow's SDK also reads
-``AWS_PROFILE`` and shared credentials files, obstore's does not. fsspec's own ``ArrowFSWrapper`` and
-obstore's ``FsspecStore`` returned short or interleaved reads to DuckDB (corrupt pages).
+file offset; fsspec is the ``[s3]`` extra. Chosen against obstore and s3fs, reading Parquet
+objects through DuckDB from moto's server: s3fs was several times slower (with or without its
+read-ahead), while pyarrow and obstore tie where DuckDB reads (the server is the bottleneck);
+pyarrow's SDK also reads ``AWS_PROFILE`` and shared credentials files, obstore's does not. fsspec's
+own ``ArrowFSWrapper`` and obstore's ``FsspecStore`` returned short or interleaved reads to DuckDB
+(corrupt pages).
 
 Configuration, as the AWS tools read it: ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
 ``AWS_SESSION_TOKEN``, ``AWS_PROFILE`` with ``~/.aws/credentials`` and ``~/.aws/config`` (the SDK's
@@ -283,10 +274,9 @@ def prefixes(uris: Iterable[str]) -> list[str]:
 
 # DuckDB's Parquet reader coalesces the ranges it prefetches when the gap between them is under
 # this; a request to a store costs about as much as a few hundred KB more of its body. Left to
-# DuckDB (its cost model), TPC-H at SF 1 on 2 ranks made 136 range requests for Q1 (a filter
-# column read apart from the columns beside it) and 318 for Q9; with 1 MB, 76 and 206 (DuckDB
-# alone over the same objects: 73 and 200). Q6 over one process's DuckDB: 193 -> 73, fetching 8%
-# more bytes (columns between the ones it reads).
+# DuckDB (its cost model), a filter column is read apart from the columns beside it, and the ranks
+# made far more range requests than single-process DuckDB over the same objects; with this gap
+# they make about as many, for a few percent more bytes (columns between the ones read).
 PREFETCH_GAP = 1 << 20
 
 _expected: dict[str, Stamp] = {}
@@ -356,9 +346,7 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"SET GLOBAL parquet_prefetch_column_gap = {PREFETCH_GAP}")  # its cursors too
     # DuckDB's external file cache copies every read of a remote file into blocks of its buffer
     # pool, and the adapter cannot give it a version to keep them by across queries (it gets no
-    # ETag through fsspec), so it pays the copy for nothing: one DuckDB thread over 12 SF 10
-    # lineitem objects (4 of 16 columns) spent 0.52-0.53 CPU-s with it, 0.44-0.49 without
-    # (local files: 0.20-0.24).
+    # ETag through fsspec), so it pays the copy in CPU for nothing.
     con.execute("SET GLOBAL enable_external_file_cache = false")
 
 

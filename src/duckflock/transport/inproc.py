@@ -44,6 +44,6 @@ class InProcTransport(Transport):
 def _handed(data: Buffer) -> Buffer:
     """What the receiver gets: Arrow buffers and bytes themselves, which the sender never changes
     once sent (the receiver's batches reference them, as they do a message a rank sends itself); a
-    copy of anything else, which the sender may reuse. Copying every message cost a memcpy per byte
-    exchanged and, at SF 1 on 4 ranks, 25 MB of the issue's join's summed peak (about 580 MiB)."""
+    copy of anything else, which the sender may reuse. Copying every message would cost a memcpy per
+    byte exchanged and a second copy of the messages waiting to be read."""
     return data if isinstance(data, (bytes, pa.Buffer)) else bytes(memoryview(data).cast("B"))

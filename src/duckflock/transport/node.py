@@ -3,8 +3,8 @@ job's other processes.
 
 A process hosts ``k`` ranks as threads (global rank = process * k + local index). They share one
 interpreter and its libraries, which a rank process otherwise pays for alone: Python, NumPy,
-Arrow, DuckDB and MPI hold about 47 MB in every process before any query runs, the planner about
-30 MB more on rank 0. Messages between the process's own ranks are handed over in memory
+Arrow, DuckDB and MPI hold tens of MB in every process before any query runs, the planner more on
+rank 0. Messages between the process's own ranks are handed over in memory
 (``InProcTransport``); those to other processes go over MPI.
 
 MPI cannot tell threads apart: a probe on a shared communicator matches whichever thread's message

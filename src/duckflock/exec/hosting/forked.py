@@ -1,12 +1,12 @@
 """A job whose ranks all run as threads of one process here, in a child of the command that started
-it: the command becomes a small waiter (``exec/hosting/guard.py --wait``) that reports the child's death by
-a signal (the OOM killer's SIGKILL above all) in one message naming its ranks, as the launcher of an
-MPI job does for its processes (``exec/hosting/launch.describe_deaths``). Such a job needs no MPI: its ranks
-exchange in memory.
+it: the command becomes a small waiter (``exec/hosting/guard.py --wait``) that reports the child's
+death by a signal (the OOM killer's SIGKILL above all) in one message naming its ranks, as the
+launcher of an MPI job does for its processes (``exec/hosting/launch.describe_deaths``). Such a job
+needs no MPI: its ranks exchange in memory.
 
-The waiter holds 6 MB (Pss), against 20 MB for mpiexec, its proxy, a guard and a launcher, and
-13 MB for the forked command itself waiting (the child's writes to Python's pages make them its
-own). The child has a process group of its own: a terminal's Ctrl-C reaches the waiter alone, which
+The waiter holds less memory than mpiexec, its proxy, a guard and a launcher together, and less than
+the forked command itself would waiting (the child's writes to Python's pages make them its own).
+The child has a process group of its own: a terminal's Ctrl-C reaches the waiter alone, which
 hands it on (were both to receive it, the child would be interrupted twice at once; so would it by
 a SIGTERM that `timeout` sends to its process group).
 
@@ -65,8 +65,8 @@ def fork_job(ranks: int) -> None:
 
 def exit_child(code: int) -> None:
     """In the child, once its job is over: run the exit handlers (spill directories), flush, and
-    exit without the interpreter's teardown of every module and object, which takes 0.13 s with
-    DuckDB, Arrow and sqlglot loaded (a tenth of a small query's time) and leaves nothing behind.
+    exit without the interpreter's teardown of every module and object, which with DuckDB, Arrow
+    and sqlglot loaded is a noticeable part of a small query's time and leaves nothing behind.
     Elsewhere it returns."""
     if not _in_child:
         return

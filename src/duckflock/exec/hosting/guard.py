@@ -13,8 +13,8 @@ exit status. Two uses:
   job's ranks as threads (``exec/hosting/forked.py``), and reports a death itself.
 
 ``python -I -S .../exec/hosting/guard.py ...`` — run by path and without ``site``, so that it imports
-neither duckflock nor DuckDB while it waits. It imports as little as it can (4 MB instead of 6 MB
-of its own memory): ``_signal``, not ``signal`` (which loads ``enum``), and fork/exec/waitpid, not
+neither duckflock nor DuckDB while it waits. It imports as little as it can, to hold little memory
+of its own: ``_signal``, not ``signal`` (which loads ``enum``), and fork/exec/waitpid, not
 ``subprocess``.
 """
 

@@ -88,7 +88,7 @@ def mpiexec_argv(processes: int, python_args: list[str], job_dir: str | None = N
     if processes < 1:
         raise DuckflockError(f"--ranks must be at least 1, got {processes}")
     # The guard runs by file path, not ``-m``: that would import the duckflock package (DuckDB,
-    # Arrow, ...) into a process that only waits, 60 MB per rank.
+    # Arrow, ...) into a process that only waits, once per rank.
     guard_py = str(Path(__file__).with_name("guard.py"))
     guard = ["-I", "-S", guard_py, job_dir, sys.executable] if job_dir else []
     return [mpiexec_path(), "-n", str(processes), sys.executable, *guard, *python_args]

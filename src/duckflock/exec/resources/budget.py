@@ -31,23 +31,21 @@ from duckflock.processes import pid_alive
 # Of a rank's share: DuckDB's memory_limit, received exchange data, bytes in flight; the rest is for
 # Python, Arrow buffers being split and sent, and DuckDB's own overshoot. DuckDB gets the most: a
 # join that spills in DuckDB is slow, while received data spills to IPC files DuckDB streams from
-# anyway. In a 1.5 GiB node the issue's join at SF 10 on 2 ranks took 35.9 s with 0.6/0.2 and 28.7 s
-# with 0.7/0.1 (DuckDB alone: 28.8 s; one interleaved A/B of 3 runs each), and peaked lower (674
-# against about 800 MiB).
+# anyway. In a tight node a larger exchange part made a large join slower and its peak higher, since
+# DuckDB then spilled what it would otherwise have held.
 DUCKDB_PART = 0.7
 EXCHANGE_PART = 0.1
 INFLIGHT_PART = 0.05
 # What one running stage holds outside DuckDB's limit: the batch DuckDB just gave (``batch_rows``
 # rows of about BATCH_BYTES_PER_ROW: 55 for lineitem with l_comment) and, for each rank it sends
 # to, the rows split off for that rank and not sent yet (up to a chunk). Where the room for stages
-# is tight, chunks shrink (to 1 MiB at least: 3% slower than 4 MiB for the skewed join at SF 10 on
-# 4 ranks) so that CHUNKS_IN_ROOM of them per target fit: a 4-rank job in a 1.5 GiB node, 32 MB of
-# room, then runs the 3 stages of a streamed join at once instead of 1.
+# is tight, chunks shrink (to MIN_CHUNK_BYTES at least: smaller chunks cost a little time per
+# message) so that CHUNKS_IN_ROOM of them per target fit, and a small node then runs the stages of a
+# streamed join at once instead of one at a time.
 # However much room there is, chunks are at most SPLIT_BYTES / targets (but 1 MiB at least): what a
 # rank holds for its targets, and what a streamed input holds of its senders' messages (a few per
-# sender), would otherwise grow with the job's rank count as fast as with 4 MiB chunks (the issue's
-# join at SF 1 on 4 ranks, no cgroup: 640 MiB summed Pss with 4 MiB chunks, 580 with 2 MiB, in the
-# same time).
+# sender), would otherwise grow with the job's rank count; smaller chunks held less in the same
+# time.
 BATCH_BYTES_PER_ROW = 64
 CHUNKS_IN_ROOM = 8
 MIN_CHUNK_BYTES = 1 << 20
@@ -79,7 +77,7 @@ class Budget:
         """``held_bytes``: what the rank already holds (default: its process's anonymous memory;
         ranks that are threads of one process each hold their share of it)."""
         total = rank_share_bytes(config, ranks_on_node)
-        # What the process already holds (Python, DuckDB, Arrow and MPI loaded: 70-100 MB) is spent.
+        # What the process already holds (Python, DuckDB, Arrow and MPI loaded) is spent.
         held = own_anon_bytes() if held_bytes is None else held_bytes
         free = max(total - held, total // 4)
         room = int(free * REST_PART)

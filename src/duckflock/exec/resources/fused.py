@@ -1,12 +1,12 @@
 """A stage run once for all the ranks of a process, not once per rank.
 
 Ranks that are threads of one process each built their own hash table of a table every rank reads
-whole (a broadcast read from shared storage): the skewed join at SF 10 on 2 ranks held part twice,
-1.6x DuckDB's memory. A stage that reads tables only, one of them whole, now runs once, on the
-process's first rank, over the partitions of all its ranks, with their cores and memory; its other
-ranks send no rows, only the end of their output (or an empty part file). So does a stage that only
-scans and filters partitioned tables into an exchange, in a process of more ranks than cores: one
-pipeline's buffers instead of a pipeline per rank.
+whole (a broadcast read from shared storage): the process held that table once per rank. A stage
+that reads tables only, one of them whole, now runs once, on the process's first rank, over the
+partitions of all its ranks, with their cores and memory; its other ranks send no rows, only the end
+of their output (or an empty part file). So does a stage that only scans and filters partitioned
+tables into an exchange, in a process of more ranks than cores: one pipeline's buffers instead of a
+pipeline per rank.
 
 Why the rows are the same: a plan is correct for any spread of partitions over ranks that keeps
 partition p of every input in one place (as for exec/stages/partition_runs.py), and a process is such a

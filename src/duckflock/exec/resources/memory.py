@@ -3,17 +3,16 @@
 DuckDB and numpy allocate through glibc malloc, whose freed chunks mostly sit inside the heap where
 they are not trimmed from its top; they stay resident, so the next stage's peak sits on top of the
 last one's. Trimming costs time too: the next stage faults the pages in again (slow on VMs). So we
-trim only when a stage left a lot of free heap behind. Measured on the seed query at SF 5 with
-2 ranks: the sum of the ranks' peak RSS falls from 2.0x to 1.7x single-process DuckDB's.
+trim only when a stage left a lot of free heap behind, which lowers the ranks' summed peak where
+stages follow one another.
 
 Large buffers are another matter. glibc serves a request of at least its mmap threshold (128 KiB at
 first) with a mapping of its own, unmapped when freed, but raises the threshold to the size of each
 such chunk freed, up to 32 MiB. The exchanges' buffers (DuckDB's Arrow batches, the rows gathered
-per target) are 0.1-4 MB each and freed within moments, so after the first few they come from the
-heap, where the freed ones stay resident around those still held. A fixed threshold keeps them
-mapped: the issue's join at SF 1 with no cgroup peaked at 438 instead of 450 MiB summed Pss on 2
-ranks, 448 instead of 473 on 4 (3 runs each); DuckDB alone allocates its own memory through
-jemalloc and held the same either way.
+per target) are up to a few MB each and freed within moments, so after the first few they come from
+the heap, where the freed ones stay resident around those still held. A fixed threshold keeps them
+mapped, and each is returned to the system when freed; DuckDB allocates its own memory through
+jemalloc and is not affected.
 """
 
 from __future__ import annotations

@@ -92,11 +92,10 @@ class Runtime:
     ranks_on_node: int
     # A second DuckDB with more cores: rank 0's, with every core of the node, for the driver-only
     # final stage (the node's other ranks wait idle then); also the one a process's first rank
-    # runs its fused stages on (exec/resources/fused.py; on a first rank other than 0, with the cores of the
-    # process's ranks). A second instance instead of SET threads up and down on the first:
-    # changing the thread count costs more per query than the extra core saves (measured on the
-    # seed query's final sort at SF 1: 119 ms switching, 78 ms on an instance that keeps both
-    # threads). Its threads sleep while the other stages run. Opened by the first stage that
+    # runs its fused stages on (exec/resources/fused.py; on a first rank other than 0, with the
+    # cores of the process's ranks). A second instance instead of SET threads up and down on the
+    # first: changing the thread count costs more per query than the extra cores save on a short
+    # final stage. Its threads sleep while the other stages run. Opened by the first stage that
     # needs it (0 threads: never), so a rank that has none does not pay for it; a list, shared by
     # the copies of this Runtime a query makes (dataclasses.replace), like the lock opening it.
     driver_threads: int = 0

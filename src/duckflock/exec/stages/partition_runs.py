@@ -2,10 +2,9 @@
 
 A rank holds several partitions of a partitioned input (partition p lives on rank p % ranks). When
 the rows a stage received into such a partitioning are larger than DuckDB's memory limit, its hash
-tables spill and its joins and aggregates run externally, several times slower (the issue's join at
-SF 10 on 4 ranks in a 1.5 GiB node: 40 s of a 60 s query). Run instead once per group of
-partitions, each run reading only that group's table files and received rows, the hash tables of a
-run fit.
+tables spill and its joins and aggregates run externally, several times slower, and the spilling
+takes most of the query's time. Run instead once per group of partitions, each run reading only
+that group's table files and received rows, the hash tables of a run fit.
 
 Why the runs' rows together are the stage's rows: a plan is correct for any number of ranks, and so
 for any spread of partitions over ranks that keeps partition p of every input in one place; a group
@@ -116,8 +115,8 @@ def split(
     owned = partitions_of_rank(target.count, rank, size)
     # Only the received rows count: their size is measured, a scan's is not (its filters, and
     # which side DuckDB builds on, are unknown here). Splitting a stage that reads only tables
-    # costs more than it saves when its hash tables fit anyway (TPC-H Q21 at SF 10, 4 ranks in a
-    # 1.5 GiB node: 8.1-9.9 s split, 5.2-6.5 s not); a small received side is what DuckDB builds on.
+    # costs more than it saves when its hash tables fit anyway (each run scans its tables again);
+    # a small received side is what DuckDB builds on.
     total = sum(inputs[xid].nbytes for xid in filters)
     runs = min(len(owned), math.ceil(total / limit))
     if runs < 2:

@@ -14,8 +14,8 @@ usual.
 Rows kept where they are produced need not leave DuckDB at all when the spreading stage only scans,
 filters and computes (``plan/skew.rescannable``): its query restarts without them, and the join's
 stage reads them again itself, beside the rows it receives. They then cost neither an Arrow export,
-a split nor memory between the stages: on TPC-H SF 10 with half of lineitem on one key, that is half
-of every rank's rows.
+a split nor memory between the stages: with half of a table's rows on one key, that is half of
+every rank's rows.
 """
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ def _register_tables(
 def _drains(run: StageRun, plan: StagePlan, root: Node, xid: int, streams: list[int]) -> bool:
     """Whether the stage takes input ``xid`` as a stream that lets go of each batch once DuckDB has
     read it, so that the hash table DuckDB builds of it does not sit next to a whole copy of its
-    rows (the skewed join at SF 10 on 2 ranks: 2 x 90 MB of part). DuckDB then knows no row count
+    rows (a broadcast build side is held by every rank). DuckDB then knows no row count
     (it estimates one row, and builds on it): only where that changes no plan, for an input read
     once, either in a stage whose joins run as written (it streams an input through them), or as
     the broadcast side of the stage's only join, with no other input a stream."""
