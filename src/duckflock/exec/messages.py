@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from duckflock.exec.driver import QueryOutcome
     from duckflock.exec.progress import Progress
     from duckflock.exec.stage import StageStats
+    from duckflock.flightsql.parts import PartInfo, PartServing
     from duckflock.plan.stages import StagePlan
 
 
@@ -42,6 +43,8 @@ class RunQuery:
     profile: bool
     # Every rank writes its share of the result to part files here (exec/result_files.py).
     parts_dir: str | None = None
+    # Every rank serves its share of the result itself (flightsql/parts.py).
+    serve_parts: PartServing | None = None
 
 
 @dataclass(frozen=True)
@@ -51,10 +54,11 @@ class Stop:
 
 @dataclass(frozen=True)
 class RankStats:
-    """Rank -> driver, when a query is profiled: what each of its stages did."""
+    """Rank -> driver, when a query is profiled or writes parts: what each of its stages did."""
 
     rank: int
     stats: list[StageStats]
+    part: PartInfo | None = None  # the rank's part of the result it serves (RunQuery.serve_parts)
 
 
 # ---- caller <-> a session's first rank (session backends) -------------------------------------
@@ -65,6 +69,7 @@ class SqlRequest:
     session: str = ""  # the Flight session it belongs to (an MPI job serves one caller only)
     progress: bool = False  # send ProgressReply snapshots while the query runs, before the reply
     output: str | None = None  # write the result there (a file, or a directory of parts), not return it
+    serve_parts: PartServing | None = None  # each rank serves its part of an unordered result
 
 
 @dataclass(frozen=True)

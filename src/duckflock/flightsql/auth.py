@@ -5,7 +5,9 @@ and JDBC clients do when given a username and password).
 Every call carries ``authorization: Basic <base64 user:password>`` (answered with a new token in the
 ``authorization: Bearer`` response header) or ``authorization: Bearer <token>``. The token a call
 carried is its caller's identity: the results and prepared statements it creates are that caller's
-alone."""
+alone. A result's parts served by the ranks themselves (parts.py) belong to the caller's principal
+instead (``Credentials.principal``): a login to a rank is a new connection, with a token of its own.
+"""
 
 from __future__ import annotations
 
@@ -45,6 +47,13 @@ class Credentials:
         raise flight.FlightUnauthenticatedError(
             "duckflock serve: invalid or missing credentials (a bearer token, or username and password)"
         )
+
+    def principal(self, identity: str) -> str:
+        """Who ``identity`` (a caller's, as ``caller`` gave it) is, the same on every server holding
+        these credentials: the token's holder, or the user a password login was."""
+        if self.token is not None and hmac.compare_digest(identity.encode(), self.token.encode()):
+            return "token"
+        return f"user {self.username}"
 
     def _bearer_ok(self, given: str) -> bool:
         if self.token is not None and hmac.compare_digest(given.encode(), self.token.encode()):
