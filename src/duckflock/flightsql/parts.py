@@ -51,18 +51,23 @@ class PartServing:
     token: str | None = None
     username: str | None = None
     password: str | None = None
+    signing_key: str = ""  # hex: serve's, which signs the tokens of password logins (auth.py)
     tls_cert: str | None = None  # PEM, with tls_key: serve grpc+tls://
     tls_key: str | None = None
 
     def credentials(self) -> Credentials | None:
         if self.token is None and self.username is None:
             return None
-        return Credentials(self.token, self.username, self.password)
+        key = bytes.fromhex(self.signing_key)
+        return Credentials(self.token, self.username, self.password, key, issued_elsewhere=True)
 
     @property
     def server_settings(self) -> tuple:
         """What a rank's server is started with: a query with others needs another server."""
-        return (self.secret, self.host, self.token, self.username, self.password, self.tls_cert, self.tls_key)
+        return (
+            *(self.secret, self.host, self.token, self.username, self.password),
+            *(self.signing_key, self.tls_cert, self.tls_key),
+        )
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,7 @@ class FlightSqlServer(flight.FlightServerBase):
             token=credentials.token if credentials else None,
             username=credentials.username if credentials else None,
             password=credentials.password if credentials else None,
+            signing_key=credentials.signing_key.hex() if credentials else "",
             tls_cert=tls[0].decode() if tls else None,
             tls_key=tls[1].decode() if tls else None,
         )
