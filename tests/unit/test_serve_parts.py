@@ -13,7 +13,7 @@ from adbc_driver_flightsql import DatabaseOptions
 
 from duckflock.config import Config
 from duckflock.flightsql.auth import Credentials
-from serve_support import CALL_TIMEOUT_S, fetch, self_signed, serving, statement
+from serve_support import CALL_TIMEOUT_S, fetch, logged_in, self_signed, serving, statement
 from support import assert_same, oracle, wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -86,38 +86,33 @@ def test_ordered_limited_and_small_results_come_from_one_endpoint(tpch_dir, temp
 def test_a_ticket_replayed_by_another_principal_is_refused(tpch_dir, temp_dir):
     token = "t" * 24
     with serving(tpch_dir, credentials=Credentials(token, "ana", "s3cret-pass!"), config=IN_PARTS) as server:
-        client = client_of(server)
-        as_ana = flight.FlightCallOptions(
-            headers=[client.authenticate_basic_token("ana", "s3cret-pass!", OPTIONS)], timeout=CALL_TIMEOUT_S
-        )
-        bearer = [(b"authorization", f"Bearer {token}".encode())]
-        as_token = flight.FlightCallOptions(headers=bearer, timeout=CALL_TIMEOUT_S)
+        uri = f"grpc://127.0.0.1:{server.port}"
+        client, as_ana = logged_in(uri, "ana", "s3cret-pass!")
         info = client.get_flight_info(statement(LARGE), as_ana)
         endpoint = info.endpoints[0]
         rank = flight.FlightClient(endpoint.locations[0])
         with pytest.raises(flight.FlightUnauthenticatedError, match="invalid or missing credentials"):
             rank.do_get(endpoint.ticket, OPTIONS).read_all()  # no credentials at all
+        as_token = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
         with pytest.raises(flight.FlightUnauthorizedError, match="issued to another principal than 'token'"):
             rank.do_get(endpoint.ticket, as_token).read_all()
         forged = flight.Ticket(endpoint.ticket.ticket[:-1] + bytes([endpoint.ticket.ticket[-1] ^ 1]))
-        rank_login = flight.FlightCallOptions(
-            headers=[rank.authenticate_basic_token("ana", "s3cret-pass!", OPTIONS)], timeout=CALL_TIMEOUT_S
-        )
         with pytest.raises(flight.FlightUnauthorizedError, match="issued to another principal"):
-            rank.do_get(forged, rank_login).read_all()
-        # Ana, logged in to each rank anew (as ADBC's driver does at each location), gets its part.
-        parts = []
-        for e in info.endpoints:
-            at = flight.FlightClient(e.locations[0])
-            login = at.authenticate_basic_token("ana", "s3cret-pass!", OPTIONS)
-            parts.append(at.do_get(e.ticket, flight.FlightCallOptions(headers=[login])).read_all())
+            rank.do_get(forged, as_ana).read_all()
+        # Ana gets her parts with the token the server gave her (as ADBC's driver does), or logged in
+        # to a rank anew (as the JDBC driver does).
+        _, rank_login = logged_in(info.endpoints[1].locations[0].uri.decode(), "ana", "s3cret-pass!")
+        parts = [rank.do_get(endpoint.ticket, as_ana).read_all()]
+        parts.append(
+            flight.FlightClient(info.endpoints[1].locations[0])
+            .do_get(info.endpoints[1].ticket, rank_login)
+            .read_all()
+        )
         expected = oracle(tpch_dir).sql(LARGE).to_arrow_table()
         assert_same(pa.concat_tables(parts), expected)
-        uri = f"grpc://127.0.0.1:{server.port}"
         assert_same(fetch(uri, LARGE, username="ana", password="s3cret-pass!"), expected)
-        assert_same(
-            fetch(uri, LARGE, **{DatabaseOptions.AUTHORIZATION_HEADER.value: f"Bearer {token}"}), expected
-        )
+        bearer = {DatabaseOptions.AUTHORIZATION_HEADER.value: f"Bearer {token}"}
+        assert_same(fetch(uri, LARGE, **bearer), expected)
 
 
 def test_an_abandoned_result_is_removed_after_the_time_out_and_at_the_stop(tpch_dir, temp_dir):
