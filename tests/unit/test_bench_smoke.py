@@ -203,7 +203,11 @@ def test_bench_serve_smoke(tmp_path):
     assert not results["errors"] and [q["correct"] for q in results["queries"]] == [True]
     large = results["large"]
     assert positive(large["memcpy_gbps"])
-    assert set(large["ways"]) == {"per-rank endpoints", "one endpoint"}
+    assert set(large["ways"]) == {
+        "per-rank endpoints",
+        "per-rank endpoints, a reader per part",
+        "one endpoint",
+    }
     for way in large["ways"].values():
         assert way["correct"] is True and way["rows"] >= 200_000
         assert all(positive(way[k]) for k in ("bytes", "execute_s", "fetch_s", "fetch_gbps"))
