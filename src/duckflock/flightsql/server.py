@@ -4,13 +4,14 @@ A query (CommandStatementQuery, or a prepared statement's CommandPreparedStateme
 session's ranks when the client asks for its FlightInfo; its rows are held, for that caller only,
 until the client fetches them with DoGet (the ticket names them) or ``idle_timeout_s`` passes
 (results.py: a large one on disk); a prepared statement until the client closes it or leaves it
-unused that long.
+unused that long. A large unordered result is not held here: it stays on the ranks, and its
+FlightInfo names an endpoint per rank, each serving its part (parts.py).
 Metadata commands (GetTables, GetSqlInfo, ...) are answered from the catalog the same way.
 
 Refusals are gRPC statuses the client shows: INVALID_ARGUMENT for an SQL error, a statement that
 writes, or a malformed message (with duckflock's message); UNIMPLEMENTED for a command or action
 this server does not offer; NOT_FOUND for a ticket or prepared statement it does not hold for the
-caller. Nothing a client sends is unpickled or evaluated: commands are protobuf messages, parameters
+caller (PERMISSION_DENIED from a rank, for a ticket of a part another principal asked for). Nothing a client sends is unpickled or evaluated: commands are protobuf messages, parameters
 Arrow data, queries SQL text that duckflock plans (it runs only SELECT, DESCRIBE and SHOW TABLES).
 """
 
