@@ -48,11 +48,14 @@ def test_serve_over_threads_with_a_token_from_the_environment(tpch_dir, tmp_path
 @pytest.mark.dist
 def test_serve_over_mpi_ranks_with_a_password(tpch_dir, tmp_path):
     options = ["--ranks", "2", "--transport", "mpi", "--user", "ana"]
-    with serve_command(tpch_dir, tmp_path, options, env={PASSWORD_ENV: "pass-word", **IN_PARTS}) as (uri, _):
+    temp = tmp_path / "ranks"  # the ranks' temp directories, where their parts wait
+    env = {PASSWORD_ENV: "pass-word", "DUCKFLOCK_TEMP_DIR": str(temp), **IN_PARTS}
+    with serve_command(tpch_dir, tmp_path, options, env=env) as (uri, _):
         _check(uri, tpch_dir, username="ana", password="pass-word")
         client = flight.FlightClient(uri.replace("grpc://", "grpc+tcp://"))
         login = client.authenticate_basic_token("ana", "pass-word")
         _check_parts(uri, tpch_dir, 2, [login], username="ana", password="pass-word")
+        assert len(list(temp.rglob("result-*.arrow"))) == 2  # _check_parts's FlightInfo, not fetched
         with pytest.raises(Exception, match="UNAUTHENTICATED"):
             fetch(uri, SQL, username="ana", password="wrong")
         # A client that gives up: its query stops on every MPI rank, and the next one is answered.
@@ -61,6 +64,7 @@ def test_serve_over_mpi_ranks_with_a_password(tpch_dir, tmp_path):
         with pytest.raises(flight.FlightTimedOutError):
             client.get_flight_info(statement(ENDLESS), flight.FlightCallOptions(headers=[login], timeout=2))
         _check(uri, tpch_dir, username="ana", password="pass-word")
+    assert list(temp.rglob("result-*.arrow")) == []  # the stop removed them
 
 
 @pytest.mark.parametrize(
