@@ -12,6 +12,7 @@ import pytest
 from adbc_driver_flightsql import DatabaseOptions
 
 from duckflock.config import Config
+from duckflock.flightsql import protocol
 from duckflock.flightsql.auth import Credentials
 from serve_support import CALL_TIMEOUT_S, fetch, logged_in, self_signed, serving, statement
 from support import assert_same, oracle, wait_until
@@ -139,3 +140,25 @@ def test_parts_over_tls_with_the_servers_certificate(tpch_dir, temp_dir, tmp_pat
         uri = f"grpc+tls://127.0.0.1:{server.port}"
         got = fetch(uri, LARGE, **{DatabaseOptions.TLS_ROOT_CERTS.value: cert.decode()})
         assert_same(got, oracle(tpch_dir).sql(LARGE).to_arrow_table())
+
+
+def test_cancel_flight_info_deletes_the_parts_on_the_ranks(tpch_dir, temp_dir):
+    with serving(
+        tpch_dir, credentials=Credentials("t" * 24, "ana", "s3cret-pass!"), config=IN_PARTS
+    ) as server:
+        client, as_ana = logged_in(f"grpc://127.0.0.1:{server.port}", "ana", "s3cret-pass!")
+        info = client.get_flight_info(statement(LARGE), as_ana)
+        request = protocol.new("CancelFlightInfoRequest", info=info.serialize()).SerializeToString()
+
+        def cancel(options: flight.FlightCallOptions) -> int:
+            (answer,) = client.do_action(flight.Action("CancelFlightInfo", request), options)
+            return protocol.parse("CancelFlightInfoResult", answer.body.to_pybytes()).status
+
+        as_token = flight.FlightCallOptions(headers=[(b"authorization", b"Bearer " + b"t" * 24)])
+        assert cancel(as_token) == 0  # another principal's: nothing dropped
+        assert len(part_files(temp_dir)) == 2
+        assert cancel(as_ana) == 1  # CANCEL_STATUS_CANCELLED
+        assert part_files(temp_dir) == []
+        endpoint = info.endpoints[0]
+        with pytest.raises(KeyError, match="fetched to its end already, cancelled, or timed out"):
+            flight.FlightClient(endpoint.locations[0]).do_get(endpoint.ticket, as_ana).read_all()

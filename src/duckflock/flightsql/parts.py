@@ -34,8 +34,10 @@ from duckflock.flightsql.auth import AuthMiddleware, Credentials, NoHandshake
 PREFIX = "duckflock serve: "
 _MAGIC = b"duckflock-part1"
 _HANDLE_BYTES = 16
+_MAC_BYTES = 32  # SHA-256's
+DROP = "drop-part"
 _WILDCARDS = ("0.0.0.0", "::", "")
-_GONE = f"{PREFIX}no result part for this ticket (fetched to its end already, or timed out)"
+_GONE = f"{PREFIX}no result part for this ticket (fetched to its end already, cancelled, or timed out)"
 ANYONE = "anyone"  # the principal where the server takes every caller (loopback, no credentials)
 
 
@@ -88,6 +90,16 @@ def ticket(serving: PartServing, rank: int, principal: str) -> bytes:
     """The ticket of ``rank``'s part of ``serving``'s query, for ``principal`` only."""
     body = _MAGIC + bytes.fromhex(serving.handle) + rank.to_bytes(4, "big")
     return body + _mac(serving.secret, body, principal)
+
+
+def is_part_ticket(raw: bytes) -> bool:
+    return raw.startswith(_MAGIC) and len(raw) == len(_MAGIC) + _HANDLE_BYTES + 4 + _MAC_BYTES
+
+
+def signed_for(secret: str, raw: bytes, principal: str) -> bool:
+    """Whether the part's ticket ``raw`` was issued to ``principal`` by the holder of ``secret``."""
+    body, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
+    return hmac.compare_digest(mac, _mac(secret, body, principal))
 
 
 def _mac(secret: str, body: bytes, principal: str) -> bytes:
@@ -143,17 +155,7 @@ class PartServer(flight.FlightServerBase):
             return [p.path for p in self._parts.values()]
 
     def do_get(self, context, ticket: flight.Ticket) -> flight.FlightDataStream:
-        raw = ticket.ticket
-        body, mac = raw[:-32], raw[-32:]
-        if not body.startswith(_MAGIC) or len(body) != len(_MAGIC) + _HANDLE_BYTES + 4:
-            raise pa.ArrowInvalid(f"{PREFIX}this is not a ticket of a result's part")
-        middleware = context.get_middleware("auth")
-        principal = principal_of(self.credentials, middleware.identity if middleware else "")
-        if not hmac.compare_digest(mac, _mac(self._secret, body, principal)):
-            raise flight.FlightUnauthorizedError(
-                f"{PREFIX}this ticket was issued to another principal than {principal!r} "
-                "(or by another server): fetch a result with the credentials that asked for it"
-            )
+        body = self._checked(context, ticket.ticket)
         with self._lock:
             part = self._parts.get(body)
         if part is None:
@@ -163,6 +165,33 @@ class PartServer(flight.FlightServerBase):
         except FileNotFoundError:  # fetched to its end meanwhile, or timed out
             raise KeyError(_GONE) from None
         return flight.GeneratorStream(part.schema, self._stream(body, part, reader))
+
+    def do_action(self, context, action: flight.Action) -> list[flight.Result]:
+        """``drop-part``: the part a ticket names is deleted unfetched (CancelFlightInfo)."""
+        if action.type != DROP:
+            raise NotImplementedError(f"{PREFIX}a rank's server offers no action {action.type!r}")
+        body = self._checked(context, action.body.to_pybytes())
+        with self._lock:
+            part = self._parts.get(body)
+        if part is not None:
+            self._drop(body, part)
+        return [flight.Result(b"1" if part is not None else b"0")]
+
+    def list_actions(self, context) -> list[flight.ActionType]:
+        return [flight.ActionType(DROP, "delete a result's part before it is fetched")]
+
+    def _checked(self, context, raw: bytes) -> bytes:
+        """The key of the part a ticket names, once it is known signed for the caller's principal."""
+        if not is_part_ticket(raw):
+            raise pa.ArrowInvalid(f"{PREFIX}this is not a ticket of a result's part")
+        middleware = context.get_middleware("auth")
+        principal = principal_of(self.credentials, middleware.identity if middleware else "")
+        if not signed_for(self._secret, raw, principal):
+            raise flight.FlightUnauthorizedError(
+                f"{PREFIX}this ticket was issued to another principal than {principal!r} "
+                "(or by another server): fetch a result with the credentials that asked for it"
+            )
+        return raw[:-_MAC_BYTES]
 
     def _stream(
         self, body: bytes, part: _Part, reader: pa.ipc.RecordBatchFileReader
@@ -225,24 +254,38 @@ def fetch(parts: list[PartInfo], serving: PartServing, tls_root: bytes | None) -
     result is served from one endpoint)."""
     tables = []
     for part in parts:
-        client = flight.FlightClient(part.location, tls_root_certs=tls_root)
-        try:
-            options, principal = _login(client, serving)
+        with _as_server(part.location, serving, tls_root) as (client, options, principal):
             reader = client.do_get(flight.Ticket(ticket(serving, part.rank, principal)), options)
             tables.append(reader.read_all())
-        finally:
-            client.close()
     return pa.concat_tables(tables)
 
 
-def _login(client: flight.FlightClient, serving: PartServing) -> tuple[flight.FlightCallOptions, str]:
-    if serving.token is not None:
-        headers = [(b"authorization", f"Bearer {serving.token}".encode())]
-        return flight.FlightCallOptions(headers=headers), "token"
-    if serving.username is not None and serving.password is not None:
-        header = client.authenticate_basic_token(serving.username, serving.password)
-        return flight.FlightCallOptions(headers=[header]), f"user {serving.username}"
-    return flight.FlightCallOptions(), ANYONE
+def drop(location: str, raw: bytes, serving: PartServing, tls_root: bytes | None) -> bool:
+    """Delete the part the ticket ``raw`` names at ``location`` unfetched (``serving``: the serve
+    process's, which signs a ticket of the same part for itself); whether it was there."""
+    with _as_server(location, serving, tls_root) as (client, options, principal):
+        body = raw[:-_MAC_BYTES]
+        action = flight.Action(DROP, body + _mac(serving.secret, body, principal))
+        return [r.body.to_pybytes() for r in client.do_action(action, options)] == [b"1"]
+
+
+@contextlib.contextmanager
+def _as_server(
+    location: str, serving: PartServing, tls_root: bytes | None
+) -> Iterator[tuple[flight.FlightClient, flight.FlightCallOptions, str]]:
+    """A client of a rank's server, logged in with the serve process's credentials; its principal."""
+    client = flight.FlightClient(location, tls_root_certs=tls_root)
+    try:
+        if serving.token is not None:
+            headers = [(b"authorization", f"Bearer {serving.token}".encode())]
+            yield client, flight.FlightCallOptions(headers=headers), "token"
+        elif serving.username is not None and serving.password is not None:
+            header = client.authenticate_basic_token(serving.username, serving.password)
+            yield client, flight.FlightCallOptions(headers=[header]), f"user {serving.username}"
+        else:
+            yield client, flight.FlightCallOptions(), ANYONE
+    finally:
+        client.close()
 
 
 def _bracketed(host: str) -> str:

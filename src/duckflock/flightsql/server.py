@@ -11,8 +11,9 @@ Metadata commands (GetTables, GetSqlInfo, ...) are answered from the catalog the
 Refusals are gRPC statuses the client shows: INVALID_ARGUMENT for an SQL error, a statement that
 writes, or a malformed message (with duckflock's message); UNIMPLEMENTED for a command or action
 this server does not offer; NOT_FOUND for a ticket or prepared statement it does not hold for the
-caller (PERMISSION_DENIED from a rank, for a ticket of a part another principal asked for). Nothing a client sends is unpickled or evaluated: commands are protobuf messages, parameters
-Arrow data, queries SQL text that duckflock plans (it runs only SELECT, DESCRIBE and SHOW TABLES).
+caller (PERMISSION_DENIED from a rank, for a ticket of a part another principal asked for).
+Nothing a client sends is unpickled or evaluated: commands are protobuf messages, parameters Arrow
+data, queries SQL text that duckflock plans (it runs only SELECT, DESCRIBE and SHOW TABLES).
 """
 
 from __future__ import annotations
@@ -348,10 +349,15 @@ class FlightSqlServer(flight.FlightServerBase):
         except (protocol.BadMessage, pa.ArrowException):
             raise pa.ArrowInvalid(f"{PREFIX}not a CancelFlightInfoRequest") from None
         dropped = False
+        principal = parts.principal_of(self.credentials, caller)
         for endpoint in info.endpoints:
-            if endpoint.locations:  # a rank's part, which its time-out removes
+            raw = endpoint.ticket.ticket
+            if parts.is_part_ticket(raw) and endpoint.locations:  # a rank's part
+                if parts.signed_for(self._serving.secret, raw, principal):
+                    location = endpoint.locations[0].uri.decode()
+                    dropped |= parts.drop(location, raw, self._serving, self._tls_root)
                 continue
-            name, ticket = _unpacked(endpoint.ticket.ticket)
+            name, ticket = _unpacked(raw)
             if name == "TicketStatementQuery":
                 dropped |= self.results.drop(caller, ticket.statement_handle)
         status = CANCEL_STATUS["cancelled" if dropped else "unspecified"]
