@@ -162,3 +162,14 @@ def test_cancel_flight_info_deletes_the_parts_on_the_ranks(tpch_dir, temp_dir):
         endpoint = info.endpoints[0]
         with pytest.raises(KeyError, match="fetched to its end already, cancelled, or timed out"):
             flight.FlightClient(endpoint.locations[0]).do_get(endpoint.ticket, as_ana).read_all()
+
+
+def test_a_failed_querys_parts_are_deleted_on_every_rank(tpch_dir, temp_dir):
+    (top,) = oracle(tpch_dir).sql("SELECT max(l_orderkey) FROM lineitem").fetchall()[0]
+    # Fails on the rank holding that order only: the other may have written and served its part.
+    # Without the drop, the part was left on each of 3 runs here (the other rank had finished).
+    failing = f"SELECT CAST(CASE WHEN l_orderkey = {top} THEN 'x' ELSE '1' END AS INTEGER) AS v FROM lineitem"
+    with serving(tpch_dir, config=IN_PARTS) as server:
+        with pytest.raises(pa.ArrowInvalid, match="Could not convert string 'x'"):
+            client_of(server).get_flight_info(statement(failing), OPTIONS)
+        wait_until(lambda: part_files(temp_dir) == [], "a failed query's part was left")

@@ -3,6 +3,7 @@ runs its own share, finishes the result and (when profiling) collects every rank
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import pickle
 import time
@@ -20,6 +21,7 @@ from duckflock.exchange.mux import COLLECTIVE, CONTROL
 from duckflock.exec.cancel import Cancel
 from duckflock.exec.duckdb_copy import column_count_problem
 from duckflock.exec.messages import (
+    DropParts,
     PlanReply,
     PlanRequest,
     ProgressReply,
@@ -197,6 +199,13 @@ class Driver:
             table = _as_duckdb_returns(table, plan)
             if parts_dir:
                 mark_complete(Path(parts_dir))
+        except BaseException:
+            if serve_parts is not None:  # ranks that had finished serve their parts: for no one
+                # Best effort (a lost rank's parts go with it): the query's own error is raised.
+                with contextlib.suppress(Exception):
+                    self._broadcast(DropParts(serve_parts.handle))
+                drop_parts(self.rt, serve_parts.handle)
+            raise
         finally:
             if result_file is not None:
                 result_file.abort()
@@ -269,9 +278,18 @@ class Driver:
         return self.rt.size
 
     def broadcast_stop(self) -> None:
+        self._broadcast(Stop())
+
+    def _broadcast(self, message: Stop | DropParts) -> None:
         for r in range(1, self.rt.size):
-            self.rt.mux.send_obj(r, 0, CONTROL, Stop())
+            self.rt.mux.send_obj(r, 0, CONTROL, message)
         self.rt.mux.flush(0)
+
+
+def drop_parts(rt: Runtime, handle: str) -> None:
+    """Delete this rank's parts of the query ``handle`` names."""
+    for server in rt.part_servers:
+        server.drop_query(handle)
 
 
 def _reports(cmd: RunQuery) -> bool:
@@ -303,6 +321,9 @@ def serve(rt: Runtime) -> None:
         _, cmd = rt.mux.recv_obj(0, CONTROL)
         if isinstance(cmd, Stop):
             return
+        if isinstance(cmd, DropParts):
+            drop_parts(rt, cmd.handle)
+            continue
         if not isinstance(cmd, RunQuery):
             raise TypeError(f"unexpected control message {cmd!r}")
         try:

@@ -1,8 +1,8 @@
 """Every message of the control paths, as a frozen dataclass with named fields.
 
 Two conversations carry them:
-  - driver <-> ranks, pickled on the multiplexer (``exchange.mux``): ``RunQuery`` and ``Stop`` on
-    the CONTROL channel, ``RankStats`` back to the driver on the query's COLLECTIVE channel;
+  - driver <-> ranks, pickled on the multiplexer (``exchange.mux``): ``RunQuery``, ``DropParts`` and
+    ``Stop`` on the CONTROL channel, ``RankStats`` back to the driver on the query's COLLECTIVE channel;
   - caller <-> a session's first rank, through a session backend (``backends/``): the requests
     ``SqlRequest``, ``PlanRequest``, ``CancelRequest``, ``CloseRequest`` (over Flight also
     ``Heartbeat``) and the replies
@@ -45,6 +45,14 @@ class RunQuery:
     parts_dir: str | None = None
     # Every rank serves its share of the result itself (flightsql/parts.py).
     serve_parts: PartServing | None = None
+
+
+@dataclass(frozen=True)
+class DropParts:
+    """Driver -> every rank, after a query serving its result in parts failed: delete the parts
+    of it that ranks hold already (``PartServing.handle``)."""
+
+    handle: str
 
 
 @dataclass(frozen=True)

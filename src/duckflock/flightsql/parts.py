@@ -166,6 +166,14 @@ class PartServer(flight.FlightServerBase):
             raise KeyError(_GONE) from None
         return flight.GeneratorStream(part.schema, self._stream(body, part, reader))
 
+    def drop_query(self, handle: str) -> None:
+        """Delete every part of the query ``handle`` names (it failed)."""
+        prefix = _MAGIC + bytes.fromhex(handle)
+        with self._lock:
+            held = [(b, p) for b, p in self._parts.items() if b.startswith(prefix)]
+        for body, part in held:
+            self._drop(body, part)
+
     def do_action(self, context, action: flight.Action) -> list[flight.Result]:
         """``drop-part``: the part a ticket names is deleted unfetched (CancelFlightInfo)."""
         if action.type != DROP:
