@@ -89,6 +89,16 @@ def statement(sql: str) -> flight.FlightDescriptor:
     )
 
 
+def logged_in(
+    location: str, user: str, password: str
+) -> tuple[flight.FlightClient, flight.FlightCallOptions]:
+    """A pyarrow Flight client of ``location`` (a server or a rank's), logged in with a password,
+    and the call options that carry its token."""
+    client = flight.FlightClient(location.replace("grpc://", "grpc+tcp://"))
+    token = client.authenticate_basic_token(user, password, flight.FlightCallOptions(timeout=CALL_TIMEOUT_S))
+    return client, flight.FlightCallOptions(headers=[token], timeout=CALL_TIMEOUT_S)
+
+
 def connect(uri: str, **options: str):
     """An ADBC connection (DB-API) to ``uri``; ``options``: the driver's database options."""
     timeouts = {

@@ -4,6 +4,7 @@ by ADBC's Flight SQL driver, as a client program would) vs the same session in-p
 order, so that noise on this machine hits them alike; every ADBC result is checked against
 single-process DuckDB. Reported per query and summed (the goal: ADBC within 1.1x of in-process);
 timings are never judged. Exit code non-zero only when a query failed or gave a wrong result.
+Then a large result read from an endpoint per rank vs one endpoint (serve_large.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from duckflock_bench.flight_common import ensure_data, first_line, header
 from duckflock_bench.jobs import write_json
 from duckflock_bench.measure import machine_info, median, parse_list, timed, versions
 from duckflock_bench.report import print_markdown
+from duckflock_bench.serve_large import markdown as large_markdown
+from duckflock_bench.serve_large import measure as measure_large
 
 SERVE_TARGET = 1.1  # the issue's goal for the 22 summed
 
@@ -32,9 +35,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     data = ensure_data(Path(args.data_root), args.sf)
-    only = parse_list(args.queries, int) if args.queries else sorted(queries())
+    only = [] if args.large_only else parse_list(args.queries, int) if args.queries else sorted(queries())
     ref = oracle(data)
     rows, errors = [], []
+    large = None
     with open_session(str(data), args.ranks) as session:
         server = FlightSqlServer("grpc+tcp://127.0.0.1:0", session)
         try:
@@ -54,12 +58,15 @@ def run(args: argparse.Namespace) -> int:
                     print(f"Q{n} done", flush=True)
         finally:
             server.stop()
-    results = _summary(args, rows, errors)
+        if args.large_rows > 0:
+            large = measure_large(session, data, args.large_rows, max(1, args.large_runs))
+    results = {**_summary(args, rows, errors), "large": large}
     write_json(out / "results.json", results)
     markdown = _markdown(results)
     (out / "results.md").write_text(markdown)
     print_markdown(markdown)
-    return 1 if errors or not all(r["correct"] for r in rows) else 0
+    large_ok = large is None or all(w["correct"] for w in large["ways"].values())
+    return 1 if errors or not large_ok or not all(r["correct"] for r in rows) else 0
 
 
 def _measure(n: int, sql: str, runs: int, session, through_adbc, ref) -> dict:
@@ -103,9 +110,21 @@ def _summary(args: argparse.Namespace, rows: list[dict], errors: list[str]) -> d
 
 def _markdown(r: dict) -> str:
     lines = [
-        f"# duckflock serve: TPC-H SF {r['sf']} through ADBC vs in-process, {r['ranks']} ranks (threads)",
+        f"# duckflock serve: TPC-H SF {r['sf']} through ADBC, {r['ranks']} ranks (threads)",
         "",
         *header(r["machine"], r["versions"]),
+    ]
+    if r["queries"]:
+        lines += _tpch_markdown(r)
+    lines += [f"- error: {e}" for e in r["errors"]]
+    if r["large"] is not None:
+        lines += large_markdown(r["large"], r["ranks"])
+    return "\n".join(lines) + "\n"
+
+
+def _tpch_markdown(r: dict) -> list[str]:
+    lines = [
+        "The 22 queries through ADBC vs in-process. "
         f"Median of {r['runs']} runs after a warm-up; every ADBC result checked against DuckDB.",
         "",
         "| query | in-process s | ADBC s | ratio | rows | correct |",
@@ -122,5 +141,4 @@ def _markdown(r: dict) -> str:
         f"Sum: in-process {r['in_process_total_s']:.3f} s, ADBC {r['adbc_total_s']:.3f} s: "
         f"**{r['ratio']:.3f}x** (goal at most {r['target']}x).",
     ]
-    lines += [f"- error: {e}" for e in r["errors"]]
-    return "\n".join(lines) + "\n"
+    return lines

@@ -138,6 +138,15 @@ class Config:
     #: DuckDB's `memory_limit` on the rank; -1: every stage runs once.
     # So that DuckDB's hash tables fit its memory instead of spilling (exec/stages/partition_runs.py).
     partition_run_bytes: int = 0
+    #: `duckflock serve`: an unordered result (no `ORDER BY`, no `LIMIT`) of at least this many
+    #: bytes comes from an endpoint per rank, each rank serving its part from its temp directory;
+    #: a smaller one from the server's own endpoint. -1: always from the server's.
+    # flightsql/parts.py. Below, a client's extra connections (one per rank, each logging in) cost
+    # more than reading through one endpoint saves.
+    serve_parts_min_bytes: int = 64 << 20
+    #: `duckflock serve`: seconds a rank keeps its part of a result that no client fetches to its end
+    #: before deleting it.
+    serve_part_timeout_s: float = 600.0
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Config:
@@ -172,7 +181,7 @@ class Config:
 
 _COMPRESSIONS = ("none", "lz4", "zstd")
 # Fields that must be positive, and those that may be 0 (its meaning above) but not negative.
-_POSITIVE = ("batch_rows", "chunk_bytes", "max_inflight_bytes", "peer_timeout_s")
+_POSITIVE = ("batch_rows", "chunk_bytes", "max_inflight_bytes", "peer_timeout_s", "serve_part_timeout_s")
 _NOT_NEGATIVE = (
     "broadcast_threshold_bytes", "range_sort_threshold_bytes", "threads", "memory_limit_bytes",
     "exchange_memory_bytes", "max_temp_bytes", "busy_poll_s", "gil_switch_interval_s",

@@ -24,6 +24,8 @@ from duckflock.sqltext import quote_ident as q
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from duckflock.flightsql.parts import PartServing
+
 T = TypeVar("T")
 
 
@@ -124,13 +126,16 @@ class Session:
         profile: bool = False,
         progress: ProgressCallback | None = None,
         output: str | None = None,
+        serve_parts: PartServing | None = None,
     ) -> Result:
         """Run a query. ``progress`` is called with ``duckflock.Progress`` snapshots (stages done and
         running, rows and bytes moved) while it runs, possibly from another thread: keep it quick.
         With ``output`` the result is written there instead of returned: one file (.parquet, .csv,
         .arrow), streamed as it arrives; or, for a directory (trailing slash or existing), a Parquet
         part file written by every rank (exec/results/result_files.py). Query parameters (``params``, as
-        DuckDB's ``sql(query, params)`` takes them) are refused: write the values into the query."""
+        DuckDB's ``sql(query, params)`` takes them) are refused: write the values into the query.
+        ``serve_parts`` (for ``duckflock serve``): an unordered result stays on the ranks, each
+        serving its part (``Result.outcome.parts``; flightsql/parts.py)."""
         if params is not None:
             raise DuckflockError("query parameters are not supported: write the values into the query text")
         with self._turn:
@@ -138,7 +143,12 @@ class Session:
             return Result(
                 self._call(
                     lambda cancel: self._backend.run(
-                        query, profile=profile, progress=progress, output=output, cancel=cancel
+                        query,
+                        profile=profile,
+                        progress=progress,
+                        output=output,
+                        cancel=cancel,
+                        serve_parts=serve_parts,
                     )
                 )
             )

@@ -193,3 +193,21 @@ def test_bench_model_smoke(tmp_path):
     for name in ("model_validation.png", "model_speedup.png", "model_phases.png"):
         assert (docs / name).stat().st_size > 0
     assert (out / "validation.md").is_file() and (out / "projection.md").is_file()
+
+
+def test_bench_serve_smoke(tmp_path):
+    out = tmp_path / "serve"
+    args = ["serve", "--sf", "0.01", "--queries", "6", "--runs", "1", "--large-rows", "200000"]
+    bench(*args, "--large-runs", "1", "--data-root", str(tmp_path / "data"), "--out", str(out), cwd=tmp_path)
+    results = json.loads((out / "results.json").read_text())
+    assert not results["errors"] and [q["correct"] for q in results["queries"]] == [True]
+    large = results["large"]
+    assert positive(large["memcpy_gbps"])
+    assert set(large["ways"]) == {
+        "per-rank endpoints",
+        "per-rank endpoints, a reader per part",
+        "one endpoint",
+    }
+    for way in large["ways"].values():
+        assert way["correct"] is True and way["rows"] >= 200_000
+        assert all(positive(way[k]) for k in ("bytes", "execute_s", "fetch_s", "fetch_gbps"))

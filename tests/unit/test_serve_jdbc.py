@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from duckflock.config import Config
 from duckflock.flightsql.auth import Credentials
 from maven_support import maven_jars, tail
-from serve_support import served
-from support import oracle
+from serve_support import logged_in, served, statement
+from support import oracle, wait_until
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -25,14 +26,26 @@ RUN_TIMEOUT_S = 300  # a JVM compiling the program and starting the driver on tw
     shutil.which("java") is None or shutil.which("mvn") is None,
     reason="the JDBC client test needs Java 17 and Maven on PATH",
 )
-def test_jdbc_client_metadata_prepared_statement_and_a_large_result(tpch_dir):
+def test_jdbc_client_metadata_prepared_statement_and_a_large_result(tpch_dir, tmp_path, monkeypatch):
+    """The large result comes from an endpoint per rank, which the driver reads, each location
+    logged in to anew: every part is fetched to its end (then removed)."""
     jars = maven_jars(HERE / "pom.xml", "flightsql-jdbc", "Apache Arrow's Flight SQL JDBC driver")
-    with served(tpch_dir, credentials=Credentials(None, "bi-tool", "its password")) as uri:
+    monkeypatch.setenv("DUCKFLOCK_TEMP_DIR", str(tmp_path))  # the ranks' parts are made here
+    credentials = Credentials(None, "bi-tool", "its password")
+    with served(tpch_dir, credentials=credentials, config=Config(serve_parts_min_bytes=0)) as uri:
+        client, login = logged_in(uri, "bi-tool", "its password")
+        info = client.get_flight_info(statement("SELECT l_orderkey, l_extendedprice FROM lineitem"), login)
+        assert len(info.endpoints) == 2 and all(e.locations for e in info.endpoints)  # as the driver's
         url = f"jdbc:arrow-flight-sql://{uri.removeprefix('grpc://')}/?useEncryption=false"
         argv = ["java", "--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", f"{jars}/*"]
         argv += [str(HERE / "JdbcClient.java"), url, "bi-tool", "its password"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    assert done.returncode == 0, tail(done.stdout + done.stderr, 30)
+        assert done.returncode == 0, tail(done.stdout + done.stderr, 30)
+        assert len(list(tmp_path.rglob("result-*.arrow"))) == 2  # the FlightInfo's above, never fetched
+        for e in info.endpoints:  # the driver's are gone: it read every part to its end
+            at, login = logged_in(e.locations[0].uri.decode(), "bi-tool", "its password")
+            at.do_get(e.ticket, login).read_all()
+        wait_until(lambda: not list(tmp_path.rglob("result-*.arrow")), "a part left after its fetch")
     got = dict(line.split("\t", 1) for line in done.stdout.splitlines())
     ref = oracle(tpch_dir)
 

@@ -9,6 +9,7 @@ from duckflock.errors import TransportError
 if TYPE_CHECKING:
     from duckflock.exec.control.cancel import Cancel
     from duckflock.exec.reports import ProgressCallback, QueryOutcome
+    from duckflock.flightsql.parts import PartServing
     from duckflock.plan.stages import StagePlan
 
 R = TypeVar("R")
@@ -35,6 +36,7 @@ class Backend(Protocol):
         progress: ProgressCallback | None = None,
         output: str | None = None,
         cancel: Cancel | None = None,
+        serve_parts: PartServing | None = None,
     ) -> QueryOutcome:
         """Run ``query`` on every rank; raises a DuckflockError naming the cause when it fails.
         ``cancel`` may be set from another thread while it runs: the query then stops on every
@@ -42,7 +44,8 @@ class Backend(Protocol):
         ``progress`` is called with snapshots while it runs (possibly from another thread); an
         exception it raises fails the call once the query is over, not the session. With
         ``output`` the result is written there (a file, or part files in a directory) and the
-        outcome's table is empty."""
+        outcome's table is empty. With ``serve_parts`` an unordered result stays on the ranks, each
+        serving its part (flightsql/parts.py; ``QueryOutcome.parts``)."""
         ...
 
     def plan(self, query: str) -> StagePlan:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from duckflock.exec.control.cancel import Cancel
 from duckflock.exec.control.driver import Driver
 from duckflock.exec.reports import ProgressCallback, QueryOutcome
 from duckflock.plan.stages import StagePlan
+
+if TYPE_CHECKING:
+    from duckflock.flightsql.parts import PartServing
 
 
 class DriverBackend:
@@ -23,8 +28,11 @@ class DriverBackend:
         progress: ProgressCallback | None = None,
         output: str | None = None,
         cancel: Cancel | None = None,
+        serve_parts: PartServing | None = None,
     ) -> QueryOutcome:
-        return self.driver.run(query, profile=profile, progress=progress, output=output, cancel=cancel)
+        return self.driver.run(
+            query, profile=profile, progress=progress, output=output, cancel=cancel, serve_parts=serve_parts
+        )
 
     def plan(self, query: str) -> StagePlan:
         return self.driver.plan(query)

@@ -17,6 +17,7 @@ import queue
 import secrets
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -48,6 +49,9 @@ from duckflock.local_duckdb import local_time_zone
 from duckflock.plan.stages import StagePlan
 from duckflock.transport.flight_client import WorkerClient, WorkerUnresponsive
 from duckflock.versions import SAME_EVERYWHERE, check_same
+
+if TYPE_CHECKING:
+    from duckflock.flightsql.parts import PartServing
 
 _BEAT_S = 1.0  # worker 0 hears from the caller this often while a call runs
 _POLL_S = 0.2  # how often the waiting caller looks at the heartbeats and a cancel
@@ -154,12 +158,15 @@ class FlightBackend:
         progress: ProgressCallback | None = None,
         output: str | None = None,
         cancel: Cancel | None = None,
+        serve_parts: PartServing | None = None,
     ) -> QueryOutcome:
         """An ``output`` file is written here, from the result as it streams in."""
         if output is not None and is_directory(output):
             # Parts would land on the workers' hosts, outside the data directory they confine to.
             raise DuckflockError("with workers, --output takes a file, not a directory")
-        request = SqlRequest(query, profile, session=self.sid, progress=progress is not None)
+        request = SqlRequest(
+            query, profile, session=self.sid, progress=progress is not None, serve_parts=serve_parts
+        )
         reply = self._ask("sql", request, progress, cancel)
         reply = expect_reply(SqlReply, reply, f"worker 0 at {self.locations[0]}")
         ticket = to_json(ResultTicket(self.sid, reply.rows))

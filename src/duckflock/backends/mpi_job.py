@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -40,6 +41,9 @@ from duckflock.exec.hosting.launch import job_outcome, mpiexec_job, owned_temp_d
 from duckflock.exec.hosting.serve import AUTHKEY_ENV, STARTUP_ERROR
 from duckflock.exec.reports import ProgressCallback, QueryOutcome
 from duckflock.plan.stages import StagePlan
+
+if TYPE_CHECKING:
+    from duckflock.flightsql.parts import PartServing
 
 _POLL_S = 0.2  # how soon a Ctrl-C is seen while waiting for the ranks
 # How long a cancelled query's reply may take before the job is stopped instead: the ranks stop
@@ -225,10 +229,13 @@ class MpiJobBackend:
         progress: ProgressCallback | None = None,
         output: str | None = None,
         cancel: Cancel | None = None,
+        serve_parts: PartServing | None = None,
     ) -> QueryOutcome:
         if output is not None:
             output = _absolute(output)  # the ranks may run in another directory
-        request = SqlRequest(query, profile, progress=progress is not None, output=output)
+        request = SqlRequest(
+            query, profile, progress=progress is not None, output=output, serve_parts=serve_parts
+        )
         reply = expect_reply(SqlReply, self._call(request, progress, cancel), "rank 0")
         try:
             with pa.memory_map(reply.rows) as source:

@@ -110,6 +110,14 @@ def _add_serve(bsub: argparse._SubParsersAction) -> None:
     bv.add_argument("--ranks", type=int, default=2, help="ranks, as threads (default 2)")
     bv.add_argument("--runs", type=int, default=3, help="timed runs per query and way (median reported)")
     bv.add_argument("--queries", default=None, help="only these query numbers, comma separated")
+    bv.add_argument(
+        "--large-rows",
+        type=int,
+        default=50_000_000,
+        help="rows of the large result read from an endpoint per rank vs one (default 50M; 0: none)",
+    )
+    bv.add_argument("--large-runs", type=int, default=2, help="timed runs of the large result per way")
+    bv.add_argument("--large-only", action="store_true", help="only the large result, no TPC-H queries")
     bv.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
     bv.add_argument("--out", default="bench-results/serve", help="output directory")
 

@@ -17,6 +17,7 @@ from duckflock.units import human
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from duckflock.flightsql.parts import PartInfo
     from duckflock.plan.stages import StagePlan
 
 
@@ -98,6 +99,8 @@ class QueryOutcome:
     stats: list[StageStats]  # every rank's, when profiled; the driver's otherwise
     seconds: float
     rows_written: int = 0  # rows written to the output file or directory (then ``table`` is empty)
+    # The result's parts, each served by the rank holding it (then ``table`` is empty).
+    parts: list[PartInfo] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

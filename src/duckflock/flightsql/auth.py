@@ -5,12 +5,15 @@ and JDBC clients do when given a username and password).
 Every call carries ``authorization: Basic <base64 user:password>`` (answered with a new token in the
 ``authorization: Bearer`` response header) or ``authorization: Bearer <token>``. The token a call
 carried is its caller's identity: the results and prepared statements it creates are that caller's
-alone."""
+alone. A result's parts served by the ranks themselves (parts.py) belong to the caller's principal
+instead (``Credentials.principal``): a login to a rank is a new connection, with a token of its own.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import secrets
 import threading
@@ -24,10 +27,23 @@ ISSUED_TOKEN_LIFETIME_S = 24 * 3600.0  # a password login's token, from its last
 class Credentials:
     """What the server accepts: ``token`` and/or ``username`` with ``password``."""
 
-    def __init__(self, token: str | None, username: str | None, password: str | None):
+    def __init__(
+        self,
+        token: str | None,
+        username: str | None,
+        password: str | None,
+        signing_key: bytes | None = None,
+        issued_elsewhere: bool = False,
+    ):
+        """A login's token is signed with ``signing_key`` (a new one when None): with
+        ``issued_elsewhere`` (a rank serving its parts of a result, parts.py) a token signed with it
+        is taken as the server that issued it would take it, since a client hands the token it was
+        given to every location of a result (ADBC's driver does)."""
         self.token = token
         self.username = username
         self.password = password
+        self.signing_key = signing_key or secrets.token_bytes(32)
+        self._issued_elsewhere = issued_elsewhere
         self._issued: dict[str, float] = {}  # a password login's token -> when it was last used
         self._lock = threading.Lock()
 
@@ -38,7 +54,8 @@ class Credentials:
         if scheme.lower() == "bearer" and self._bearer_ok(value.strip()):
             return value.strip(), False
         if scheme.lower() == "basic" and self._password_ok(value.strip()):
-            token = secrets.token_urlsafe(32)
+            nonce = secrets.token_urlsafe(32)
+            token = f"{nonce}.{self._signature(nonce)}"
             with self._lock:
                 self._issued[token] = time.monotonic()
             return token, True
@@ -46,9 +63,22 @@ class Credentials:
             "duckflock serve: invalid or missing credentials (a bearer token, or username and password)"
         )
 
+    def principal(self, identity: str) -> str:
+        """Who ``identity`` (a caller's, as ``caller`` gave it) is, the same on every server holding
+        these credentials: the token's holder, or the user a password login was."""
+        if self.token is not None and hmac.compare_digest(identity.encode(), self.token.encode()):
+            return "token"
+        return f"user {self.username}"
+
+    def _signature(self, nonce: str) -> str:
+        return hmac.new(self.signing_key, nonce.encode(), hashlib.sha256).hexdigest()
+
     def _bearer_ok(self, given: str) -> bool:
         if self.token is not None and hmac.compare_digest(given.encode(), self.token.encode()):
             return True
+        if self._issued_elsewhere and self.username is not None:
+            nonce, _, signature = given.partition(".")
+            return hmac.compare_digest(signature.encode(), self._signature(nonce).encode())
         now = time.monotonic()
         with self._lock:
             for token, used in list(self._issued.items()):

@@ -4,14 +4,16 @@ A query (CommandStatementQuery, or a prepared statement's CommandPreparedStateme
 session's ranks when the client asks for its FlightInfo; its rows are held, for that caller only,
 until the client fetches them with DoGet (the ticket names them) or ``idle_timeout_s`` passes
 (results.py: a large one on disk); a prepared statement until the client closes it or leaves it
-unused that long.
+unused that long. A large unordered result is not held here: it stays on the ranks, and its
+FlightInfo names an endpoint per rank, each serving its part (parts.py).
 Metadata commands (GetTables, GetSqlInfo, ...) are answered from the catalog the same way.
 
 Refusals are gRPC statuses the client shows: INVALID_ARGUMENT for an SQL error, a statement that
 writes, or a malformed message (with duckflock's message); UNIMPLEMENTED for a command or action
 this server does not offer; NOT_FOUND for a ticket or prepared statement it does not hold for the
-caller. Nothing a client sends is unpickled or evaluated: commands are protobuf messages, parameters
-Arrow data, queries SQL text that duckflock plans (it runs only SELECT, DESCRIBE and SHOW TABLES).
+caller (PERMISSION_DENIED from a rank, for a ticket of a part another principal asked for).
+Nothing a client sends is unpickled or evaluated: commands are protobuf messages, parameters Arrow
+data, queries SQL text that duckflock plans (it runs only SELECT, DESCRIBE and SHOW TABLES).
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from duckflock.config import Config
 from duckflock.errors import DuckflockError, QueryCancelled
-from duckflock.flightsql import metadata, params, protocol, sql_info
+from duckflock.flightsql import metadata, params, parts, protocol, sql_info
 from duckflock.flightsql.auth import AuthMiddleware, CallerMiddleware, Credentials, NoHandshake
 from duckflock.flightsql.results import SPILL_BYTES, ResultStore
 from duckflock.session import Result, Session
@@ -58,6 +62,15 @@ class _Call:
     gone: Callable[[], bool]  # whether the client has gone: cancelled, timed out, disconnected
 
 
+@dataclass(frozen=True)
+class _Parts:
+    """A result left on the ranks, each serving its part."""
+
+    schema: pa.Schema
+    held: list[parts.PartInfo]
+    serving: parts.PartServing
+
+
 @dataclass
 class _Prepared:
     owner: str
@@ -75,7 +88,10 @@ class FlightSqlServer(flight.FlightServerBase):
         tls: tuple[bytes, bytes] | None = None,
         idle_timeout_s: float = 600.0,
         spill_bytes: int = SPILL_BYTES,
+        config: Config | None = None,
     ):
+        """``config``: its ``serve_parts_min_bytes`` and ``serve_part_timeout_s`` (parts.py);
+        the environment's when None."""
         kwargs: dict[str, object] = {}
         if tls is not None:
             kwargs["tls_certificates"] = [flight.CertKeyPair(cert=tls[0], key=tls[1])]
@@ -89,8 +105,24 @@ class FlightSqlServer(flight.FlightServerBase):
         self._query_turn = threading.Lock()
         self._stopping = threading.Event()
         self.results = ResultStore(idle_timeout_s, spill_bytes)
+        config = config or Config.from_env()
+        self.credentials = credentials
+        self.parts_min_bytes = config.serve_parts_min_bytes
+        self._tls_root = tls[0] if tls is not None else None  # to fetch a small result's parts
+        self._serving = parts.PartServing(
+            handle="",
+            secret=secrets.token_hex(32),
+            host=urlparse(location).hostname or "127.0.0.1",
+            timeout_s=config.serve_part_timeout_s,
+            token=credentials.token if credentials else None,
+            username=credentials.username if credentials else None,
+            password=credentials.password if credentials else None,
+            signing_key=credentials.signing_key.hex() if credentials else "",
+            tls_cert=tls[0].decode() if tls else None,
+            tls_key=tls[1].decode() if tls else None,
+        )
         self._prepared: dict[bytes, _Prepared] = {}
-        self._answers: dict[str, Callable[[_Call, Any], pa.Table]] = {
+        self._answers: dict[str, Callable[[_Call, Any], pa.Table | _Parts]] = {
             "CommandStatementQuery": lambda call, m: self._run([m.query], call),
             "CommandPreparedStatementQuery": self._run_prepared,
             "CommandGetSqlInfo": lambda _, m: sql_info.sql_info(m.info),
@@ -114,10 +146,22 @@ class FlightSqlServer(flight.FlightServerBase):
         caller = _caller(context)
         name, message = self._command(descriptor)
         table = _refusing(lambda: self._answers[name](_Call(caller, context.is_cancelled), message))
+        if isinstance(table, _Parts):
+            return self._endpoints(table, caller, descriptor)
         handle = self.results.put(caller, table)
         ticket = flight.Ticket(protocol.pack(protocol.new("TicketStatementQuery", statement_handle=handle)))
         endpoint = flight.FlightEndpoint(ticket, [])
         return flight.FlightInfo(table.schema, descriptor, [endpoint], table.num_rows, -1)
+
+    def _endpoints(self, held: _Parts, caller: str, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+        """One endpoint per rank holding a part: its own location, a ticket for this principal."""
+        principal = parts.principal_of(self.credentials, caller)
+        endpoints = [
+            flight.FlightEndpoint(parts.ticket(held.serving, p.rank, principal), [p.location])
+            for p in held.held
+        ]
+        rows, nbytes = sum(p.rows for p in held.held), sum(p.nbytes for p in held.held)
+        return flight.FlightInfo(held.schema, descriptor, endpoints, rows, nbytes)
 
     def get_schema(self, context, descriptor):
         caller = _caller(context)
@@ -131,7 +175,7 @@ class FlightSqlServer(flight.FlightServerBase):
             return flight.SchemaResult(schema)
         # A metadata command's schema is fixed; its answer is cheap: take the schema from it.
         answer = _refusing(lambda: self._answers[name](_Call(caller, context.is_cancelled), message))
-        return flight.SchemaResult(answer.schema)
+        return flight.SchemaResult(answer.schema)  # a table: only a query's result comes in parts
 
     def do_get(self, context, ticket):
         caller = _caller(context)
@@ -208,8 +252,11 @@ class FlightSqlServer(flight.FlightServerBase):
             raise NotImplementedError(f"{PREFIX}the Flight SQL command {name} is not supported")
         return name, message
 
-    def _run(self, queries: list[str], call: _Call) -> pa.Table:
-        """The result of each query (one per row of a prepared statement's parameters), appended."""
+    def _run(self, queries: list[str], call: _Call) -> pa.Table | _Parts:
+        """The result of each query (one per row of a prepared statement's parameters), appended;
+        one query's large unordered result left in parts on the ranks."""
+        if len(queries) == 1 and self.parts_min_bytes >= 0:
+            return self._run_in_parts(queries[0], call)
         tables = []
         for query in queries:
             result = self._run_one(query, call.gone)
@@ -217,7 +264,23 @@ class FlightSqlServer(flight.FlightServerBase):
             tables.append(table.cast(metadata.with_type_names(table.schema, types)))
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
-    def _run_one(self, query: str, gone: Callable[[], bool]) -> Result:
+    def _run_in_parts(self, query: str, call: _Call) -> pa.Table | _Parts:
+        """``query``'s result; where the ranks hold it in parts (unordered, no LIMIT) and it is
+        large, left there. A small one is fetched from the ranks, to come from one endpoint."""
+        serving = replace(self._serving, handle=secrets.token_hex(16))
+        result = self._run_one(query, call.gone, serving)
+        plan = result.outcome.plan
+        schema = metadata.with_type_names(plan.output_schema, plan.output_types)
+        held = result.outcome.parts
+        if not held:
+            return result.arrow().cast(schema)
+        if sum(p.nbytes for p in held) >= self.parts_min_bytes:
+            return _Parts(schema, held, serving)
+        return parts.fetch(held, serving, self._tls_root).cast(schema)
+
+    def _run_one(
+        self, query: str, gone: Callable[[], bool], serving: parts.PartServing | None = None
+    ) -> Result:
         """``query`` on the session, stopped on every rank once ``gone()`` (its client has gone, so
         its ranks are free for others'). Queries run one at a time here, so that what the watch
         interrupts is this query; the watch has ended before the next one starts."""
@@ -236,7 +299,7 @@ class FlightSqlServer(flight.FlightServerBase):
             watcher = threading.Thread(target=watch, name="duckflock-serve-watch", daemon=True)
             watcher.start()
             try:
-                return self.session.sql(query)
+                return self.session.sql(query, serve_parts=serving)
             except QueryCancelled:
                 if self._stopping.is_set():
                     raise flight.FlightUnavailableError(f"{PREFIX}the server is stopping") from None
@@ -286,8 +349,15 @@ class FlightSqlServer(flight.FlightServerBase):
         except (protocol.BadMessage, pa.ArrowException):
             raise pa.ArrowInvalid(f"{PREFIX}not a CancelFlightInfoRequest") from None
         dropped = False
+        principal = parts.principal_of(self.credentials, caller)
         for endpoint in info.endpoints:
-            name, ticket = _unpacked(endpoint.ticket.ticket)
+            raw = endpoint.ticket.ticket
+            if parts.is_part_ticket(raw) and endpoint.locations:  # a rank's part
+                if parts.signed_for(self._serving.secret, raw, principal):
+                    location = endpoint.locations[0].uri.decode()
+                    dropped |= parts.drop(location, raw, self._serving, self._tls_root)
+                continue
+            name, ticket = _unpacked(raw)
             if name == "TicketStatementQuery":
                 dropped |= self.results.drop(caller, ticket.statement_handle)
         status = CANCEL_STATUS["cancelled" if dropped else "unspecified"]

@@ -3,6 +3,7 @@ runs its own share, finishes the result and (when profiling) collects every rank
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import pickle
 import time
@@ -19,6 +20,7 @@ from duckflock.exchange import pickling
 from duckflock.exchange.mux import COLLECTIVE, CONTROL
 from duckflock.exec.control.cancel import Cancel
 from duckflock.exec.control.messages import (
+    DropParts,
     PlanReply,
     PlanRequest,
     ProgressReply,
@@ -29,7 +31,7 @@ from duckflock.exec.control.messages import (
     Stop,
 )
 from duckflock.exec.control.progress import Follower
-from duckflock.exec.control.rank_query import execute_on_rank, passed_on_gather
+from duckflock.exec.control.rank_query import execute_on_rank, passed_on_gather, served_in_parts
 from duckflock.exec.reports import ProgressCallback, QueryOutcome, StageStats
 from duckflock.exec.resources.runtime import Runtime
 from duckflock.exec.results.duckdb_copy import column_count_problem
@@ -46,6 +48,7 @@ from duckflock.plan.stages import StagePlan
 _LAST_REPORTS_S = 10.0
 
 if TYPE_CHECKING:
+    from duckflock.flightsql.parts import PartInfo, PartServing
     from duckflock.ingest.versions import LakeVersions
     from duckflock.sql.schema_db import SchemaDB
 
@@ -123,15 +126,18 @@ class Driver:
         progress: ProgressCallback | None = None,
         output: str | None = None,
         cancel: Cancel | None = None,
+        serve_parts: PartServing | None = None,
     ) -> QueryOutcome:
         """Run a query on every rank. ``progress`` is called with snapshots while it runs, from a
         thread of the driver's, the last one with every stage done. With ``output`` its result goes
-        to that file, or to part files in that directory (exec/results/result_files.py), and the outcome's
-        table is empty. ``cancel``, set from another thread, fails the query on every rank (which
+        to that file, or to part files in that directory (exec/results/result_files.py), and the
+        outcome's table is empty. With ``serve_parts`` an unordered result all ranks produce stays on them,
+        each rank serving its part (flightsql/parts.py): the outcome names the parts, its table is
+        empty. ``cancel``, set from another thread, fails the query on every rank (which
         interrupts their DuckDB) and this raises QueryCancelled."""
         cancel = cancel or Cancel()
         try:
-            return self._run(sql, profile, progress, output, cancel)
+            return self._run(sql, profile, progress, output, cancel, serve_parts)
         except Exception as e:
             if cancel.reason is not None and not isinstance(e, QueryCancelled):
                 raise QueryCancelled(cancel.reason) from None  # whatever the stop made fail
@@ -144,6 +150,7 @@ class Driver:
         progress: ProgressCallback | None,
         output: str | None,
         cancel: Cancel,
+        serve_parts: PartServing | None = None,
     ) -> QueryOutcome:
         t0 = time.perf_counter()
         plan, catalog = self._plan(sql)
@@ -154,12 +161,16 @@ class Driver:
         how = self.rt.writer_settings(max(self.rt.threads, self.rt.driver_threads))  # rank 0's cores
         schema, types = plan.output_schema, plan.output_types
         result_file = ResultWriter(output, schema, types, *how) if output and not parts_dir else None
-        cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile, parts_dir)
+        if output or not served_in_parts(plan):
+            serve_parts = None
+        cmd = RunQuery(qid, plan, {t: catalog.table(t) for t in used}, profile, parts_dir, serve_parts)
         follower = Follower(self.rt.mux, qid, plan, self.rt.size, progress) if progress else None
         try:
             with cancel.hooked(lambda reason: self.rt.mux.fail(qid, None, reason)):
-                table, stats = self._execute(cmd, result_file, follower)
+                table, stats, parts = self._execute(cmd, result_file, follower)
             written = 0
+            if serve_parts is not None:
+                table = pa.Table.from_batches([], plan.output_schema)
             if parts_dir and table is None:  # every rank wrote its part in the gather's producer
                 direct = passed_on_gather(plan)
                 written = sum(s.exchange.rows_out for s in stats if s.sid == direct)
@@ -177,18 +188,25 @@ class Driver:
             table = _as_duckdb_returns(table, plan)
             if parts_dir:
                 mark_complete(Path(parts_dir))
+        except BaseException:
+            if serve_parts is not None:  # ranks that had finished serve their parts: for no one
+                # Best effort (a lost rank's parts go with it): the query's own error is raised.
+                with contextlib.suppress(Exception):
+                    self._broadcast(DropParts(serve_parts.handle))
+                drop_parts(self.rt, serve_parts.handle)
+            raise
         finally:
             if result_file is not None:
                 result_file.abort()
         if not profile:
             stats = [s for s in stats if s.rank == self.rt.rank]
-        return QueryOutcome(table, plan, stats, time.perf_counter() - t0, written)
+        return QueryOutcome(table, plan, stats, time.perf_counter() - t0, written, parts)
 
     def _execute(
         self, cmd: RunQuery, result_file: ResultWriter | None, follower: Follower | None
-    ) -> tuple[pa.Table | None, list[StageStats]]:
+    ) -> tuple[pa.Table | None, list[StageStats], list[PartInfo]]:
         """Send the query to every rank, run the driver's part, and collect the ranks' statistics
-        when they are needed."""
+        (and the parts they serve) when they are needed."""
         mux = self.rt.mux
         ran = False
         try:
@@ -199,11 +217,13 @@ class Driver:
                 raise ExecutionError(0, None, f"the query cannot be sent to the ranks: {e}") from None
             for r in range(1, self.rt.size):
                 mux.send(r, 0, CONTROL, payload)
-            table, stats = execute_on_rank(self.rt, cmd, result_file)
-            if cmd.profile or cmd.parts_dir:  # with parts: the ranks have written theirs once they answer
+            table, stats, own = execute_on_rank(self.rt, cmd, result_file)
+            parts = [own] if own is not None else []
+            if _reports(cmd):  # with parts: the ranks have written theirs once they answer
                 for _ in range(1, self.rt.size):
                     reply = cast(RankStats, mux.recv_obj(cmd.qid, COLLECTIVE)[1])
                     stats.extend(reply.stats)
+                    parts += [reply.part] if reply.part is not None else []
             ran = True
         finally:
             if follower is not None:
@@ -212,7 +232,7 @@ class Driver:
             mux.finish(cmd.qid)
         if follower is not None and follower.error is not None:
             raise follower.error
-        return table, stats
+        return table, stats, sorted(parts, key=lambda p: p.rank)
 
     def answer(
         self,
@@ -231,7 +251,12 @@ class Driver:
         if request.progress and send_progress is not None:
             progress = lambda p: send_progress(ProgressReply(p))  # noqa: E731
         outcome = self.run(
-            request.query, profile=request.profile, progress=progress, output=request.output, cancel=cancel
+            request.query,
+            profile=request.profile,
+            progress=progress,
+            output=request.output,
+            cancel=cancel,
+            serve_parts=request.serve_parts,
         )
         rows = keep_rows(outcome.table)
         outcome.table = outcome.table.slice(0, 0)  # the rows travel on their own
@@ -242,9 +267,23 @@ class Driver:
         return self.rt.size
 
     def broadcast_stop(self) -> None:
+        self._broadcast(Stop())
+
+    def _broadcast(self, message: Stop | DropParts) -> None:
         for r in range(1, self.rt.size):
-            self.rt.mux.send_obj(r, 0, CONTROL, Stop())
+            self.rt.mux.send_obj(r, 0, CONTROL, message)
         self.rt.mux.flush(0)
+
+
+def drop_parts(rt: Runtime, handle: str) -> None:
+    """Delete this rank's parts of the query ``handle`` names."""
+    for server in rt.part_servers:
+        server.drop_query(handle)
+
+
+def _reports(cmd: RunQuery) -> bool:
+    """Whether every rank answers the driver with a RankStats once its part is done."""
+    return cmd.profile or cmd.parts_dir is not None or cmd.serve_parts is not None
 
 
 def _check_columns(table: pa.Table, plan: StagePlan) -> None:
@@ -271,12 +310,15 @@ def serve(rt: Runtime) -> None:
         _, cmd = rt.mux.recv_obj(0, CONTROL)
         if isinstance(cmd, Stop):
             return
+        if isinstance(cmd, DropParts):
+            drop_parts(rt, cmd.handle)
+            continue
         if not isinstance(cmd, RunQuery):
             raise TypeError(f"unexpected control message {cmd!r}")
         try:
-            _, stats = execute_on_rank(rt, cmd)
-            if cmd.profile or cmd.parts_dir:
-                rt.mux.send_obj(0, cmd.qid, COLLECTIVE, RankStats(rt.rank, stats))
+            _, stats, part = execute_on_rank(rt, cmd)
+            if _reports(cmd):
+                rt.mux.send_obj(0, cmd.qid, COLLECTIVE, RankStats(rt.rank, stats, part))
         except ExecutionError:
             pass  # the driver reports it; this rank is ready for the next query
         finally:

@@ -1,8 +1,8 @@
 """Every message of the control paths, as a frozen dataclass with named fields.
 
 Two conversations carry them:
-  - driver <-> ranks, pickled on the multiplexer (``exchange.mux``): ``RunQuery`` and ``Stop`` on
-    the CONTROL channel, ``RankStats`` back to the driver on the query's COLLECTIVE channel;
+  - driver <-> ranks, pickled on the multiplexer (``exchange.mux``): ``RunQuery``, ``DropParts`` and
+    ``Stop`` on the CONTROL channel, ``RankStats`` back to the driver on the query's COLLECTIVE channel;
   - caller <-> a session's first rank, through a session backend (``backends/``): the requests
     ``SqlRequest``, ``PlanRequest``, ``CancelRequest``, ``CloseRequest`` (over Flight also
     ``Heartbeat``) and the replies
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from duckflock.errors import DuckflockError
     from duckflock.exec.reports import Progress, QueryOutcome, StageStats
+    from duckflock.flightsql.parts import PartInfo, PartServing
     from duckflock.plan.stages import StagePlan
 
 
@@ -40,6 +41,16 @@ class RunQuery:
     profile: bool
     # Every rank writes its share of the result to part files here (exec/results/result_files.py).
     parts_dir: str | None = None
+    # Every rank serves its share of the result itself (flightsql/parts.py).
+    serve_parts: PartServing | None = None
+
+
+@dataclass(frozen=True)
+class DropParts:
+    """Driver -> every rank, after a query serving its result in parts failed: delete the parts
+    of it that ranks hold already (``PartServing.handle``)."""
+
+    handle: str
 
 
 @dataclass(frozen=True)
@@ -49,10 +60,11 @@ class Stop:
 
 @dataclass(frozen=True)
 class RankStats:
-    """Rank -> driver, when a query is profiled: what each of its stages did."""
+    """Rank -> driver, when a query is profiled or writes parts: what each of its stages did."""
 
     rank: int
     stats: list[StageStats]
+    part: PartInfo | None = None  # the rank's part of the result it serves (RunQuery.serve_parts)
 
 
 # ---- caller <-> a session's first rank (session backends) -------------------------------------
@@ -63,6 +75,7 @@ class SqlRequest:
     session: str = ""  # the Flight session it belongs to (an MPI job serves one caller only)
     progress: bool = False  # send ProgressReply snapshots while the query runs, before the reply
     output: str | None = None  # write the result there (a file, or a directory of parts), not return it
+    serve_parts: PartServing | None = None  # each rank serves its part of an unordered result
 
 
 @dataclass(frozen=True)

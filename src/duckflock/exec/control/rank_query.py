@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import tempfile
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -34,6 +36,15 @@ from duckflock.plan import streaming
 from duckflock.plan.nodes import ExchangeRead
 from duckflock.plan.stages import Stage, StagePlan
 
+if TYPE_CHECKING:
+    from duckflock.flightsql.parts import PartInfo, PartServing
+
+
+def served_in_parts(plan: StagePlan) -> bool:
+    """Whether the ranks may serve the result in parts: all produce it, in no order."""
+    direct = passed_on_gather(plan)
+    return direct is not None and not plan.exchange(direct).ordered
+
 
 def passed_on_gather(plan: StagePlan) -> int | None:
     """The gather whose rows the final stage returns as they are, when all ranks produce them: the
@@ -46,11 +57,12 @@ def passed_on_gather(plan: StagePlan) -> int | None:
 
 def execute_on_rank(
     rt: Runtime, cmd: RunQuery, result_file: ResultWriter | None = None
-) -> tuple[pa.Table | None, list[StageStats]]:
+) -> tuple[pa.Table | None, list[StageStats], PartInfo | None]:
     """This rank's part of a query. A failure here is reported to every rank before raising.
 
     With ``cmd.parts_dir`` the ranks write the gathered rows to part files and return no result;
-    with ``result_file`` (the driver) those rows stream into it as they arrive."""
+    with ``result_file`` (the driver) those rows stream into it as they arrive. With
+    ``cmd.serve_parts`` each rank serves its part itself, and says where (the last item)."""
     rt.queries_running += 1
     rt.begin_query(cmd.qid)
     try:
@@ -79,7 +91,7 @@ def execute_on_rank(
         rt.queries_running -= 1
         if rt.process is not None:
             rt.process.ended(cmd.qid)
-    return query.result, query.stats
+    return query.result, query.stats, query.served
 
 
 class _RankQuery:
@@ -102,8 +114,13 @@ class _RankQuery:
         self.direct = passed_on_gather(self.plan)
         self.part: ResultWriter | None = None  # opened by run(): its failure is the query's
         self.part_path: Path | None = None
+        self.served: PartInfo | None = None  # this rank's part, served by itself (cmd.serve_parts)
         if cmd.parts_dir is not None and self.direct is not None:
             self.part_path = Path(cmd.parts_dir) / part_name(rt.rank)
+        elif cmd.serve_parts is not None and self.direct is not None:
+            where = rt.spill_dir or Path(tempfile.gettempdir())
+            self.part_path = where / f"result-{cmd.serve_parts.handle}-r{rt.rank}.arrow"
+        if self.direct is not None and self.part_path is not None:
             self.started.add(self.direct)  # written to files instead of gathered
         self.streamed = result_file.write if result_file is not None and self.direct is not None else None
         self.streams, self.groups = self._plan_streams()
@@ -171,6 +188,10 @@ class _RankQuery:
     def run(self) -> None:
         if self.part_path is not None:
             schema, types = self.plan.output_schema, self.plan.output_types
+            if self.cmd.serve_parts is not None:  # as serve's FlightInfo gives it
+                from duckflock.flightsql.metadata import with_type_names
+
+                schema = with_type_names(schema, types)
             self.part = ResultWriter(self.part_path, schema, types, *self.rt.writer_settings(self.rt.threads))
         self.start_inputs()  # from the start, so rows sent while earlier stages run are taken in
         stages = self.plan.stages
@@ -184,8 +205,22 @@ class _RankQuery:
                 i += 1
         if self.part is not None:
             self.part.commit()
-            self.part = None
+            rows, self.part = self.part.rows, None
+            if self.cmd.serve_parts is not None:
+                self.served = self._serve_part(self.cmd.serve_parts, rows)
         self.rt.mux.flush(self.cmd.qid)
+
+    def _serve_part(self, serving: PartServing, rows: int) -> PartInfo | None:
+        """This rank's part, served by its own Flight server; None when it holds no rows."""
+        assert self.part_path is not None
+        if rows == 0:
+            self.part_path.unlink(missing_ok=True)
+            return None
+        from duckflock.flightsql import parts
+
+        host = parts.listen_host(serving, getattr(self.rt.transport, "peers", None), self.rt.rank)
+        server = parts.server_for(self.rt.part_servers, serving, host)
+        return server.add(serving, self.rt.rank, self.part_path, rows)
 
     def run_one(self, stage: Stage) -> None:
         if not adaptive.runs(stage, self.shuffled) or (self.part is not None and stage.output is None):

@@ -248,6 +248,10 @@ class Worker:
         if isinstance(request, SqlRequest) and request.output is not None:
             # Results travel to the caller, which writes them; a worker writes no files it is told to.
             raise DuckflockError("a worker does not write results to files; the caller does")
+        if isinstance(request, SqlRequest) and isinstance(request.serve_parts, dict):  # JSON's
+            from duckflock.flightsql.parts import PartServing
+
+            request = replace(request, serve_parts=PartServing(**request.serve_parts))
         return self._answer_watching(s, request, caller_gone)
 
     def _answer(

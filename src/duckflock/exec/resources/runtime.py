@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -33,6 +34,9 @@ from duckflock.exec.resources.fused import ProcessRanks
 from duckflock.exec.resources.memory import map_large_buffers
 from duckflock.local_duckdb import local_time_zone, memory_limit, open_duckdb
 from duckflock.transport.base import Transport
+
+if TYPE_CHECKING:
+    from duckflock.flightsql.parts import PartServer
 
 _REINTERRUPT_S = 0.1
 
@@ -111,6 +115,9 @@ class Runtime:
     # by the copies of this Runtime like ``_driver_con``: a failure interrupts them too.
     _side_cons: list[duckdb.DuckDBPyConnection] = field(default_factory=list)
     _interrupts: _Interrupts = field(default_factory=_Interrupts)
+    # The rank's Flight server of its parts of results (flightsql/parts.py), started by the first
+    # query that serves one; shared by the copies of this Runtime.
+    part_servers: list[PartServer] = field(default_factory=list)
 
     @property
     def rank(self) -> int:
@@ -269,6 +276,8 @@ class Runtime:
                 con.interrupt()
 
     def close(self) -> None:
+        for server in self.part_servers:
+            server.close()
         self.mux.close()
         self.transport.close()
         self.con.close()
