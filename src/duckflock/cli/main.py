@@ -139,6 +139,14 @@ def _add_query(s: argparse.ArgumentParser, name: str) -> None:
         help="with --workers: every worker can read every file (small tables are then read, not broadcast)",
     )
     s.add_argument("query", help="the SELECT statement")
+    s.add_argument(
+        "--at",
+        action="append",
+        default=[],
+        metavar="TABLE=VERSION",
+        help="read a Delta/Iceberg table at a version or snapshot id, or at a timestamp "
+        "(t='2025-05-01 12:00:00'), as VERSION AS OF does; repeatable",
+    )
     if name == "explain":
         s.add_argument("--analyze", action="store_true", help="run the query; show actual rows, bytes, times")
         s.add_argument(
@@ -301,6 +309,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from duckflock.cli.serve import run_serve
 
         return run_serve(args)
+    if args.command in ("sql", "explain") and args.at:
+        from duckflock.sql.time_travel import pin, versions_given
+
+        args.query = pin(args.query, versions_given(args.at))
     if args.command == "explain" and args.verbose and (args.analyze or args.workers):
         raise DuckflockError(
             "explain --verbose shows how this process plans the query: not with --analyze or --workers"

@@ -14,6 +14,7 @@ import duckdb
 import pyarrow as pa
 
 from duckflock.catalog import Catalog, TableInfo
+from duckflock.catalog.catalog import shown
 from duckflock.errors import DuckflockError, ExecutionError, duckdb_message
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.kinds import ExchangeKind
@@ -306,7 +307,8 @@ def _lake_file(cause: str, tables: dict[str, TableInfo]) -> str:
         for f in (f for p in info.partitions for f in p.files) if info.source else ():
             if f in cause:
                 kind = "Delta version" if info.source["format"] == "delta" else "Iceberg snapshot"
-                return f"\n(a data file of table {info.name!r} at {kind} {at}: removed or rewritten since?)"
+                table = shown(info.name)
+                return f"\n(a data file of table {table!r} at {kind} {at}: removed or rewritten since?)"
     return ""
 
 

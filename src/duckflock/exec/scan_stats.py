@@ -21,7 +21,7 @@ from typing import Any
 
 import duckdb
 
-from duckflock.catalog.catalog import TableInfo
+from duckflock.catalog.catalog import TableInfo, shown
 from duckflock.storage import objects
 from duckflock.units import human
 
@@ -50,7 +50,7 @@ class ScanStats:
         got = "?" if self.bytes_fetched is None else human(self.bytes_fetched, "B")
         requests = f" in {self.reads} reads" if self.reads is not None else ""
         parts.append(f"{got} {verb}{requests} of {human(self.bytes_total, 'B')}")
-        return f"{self.table}: " + ", ".join(parts)
+        return f"{shown(self.table)}: " + ", ".join(parts)
 
     def add(self, other: ScanStats) -> None:
         """Sum ``other`` (the same table on another rank) into this one."""
