@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     _add_datagen(sub)
     _add_load(sub)
+    _add_vacuum(sub)
     _add_worker(sub)
     add_serve_parser(sub)
     for name, text in (("sql", "run a query"), ("explain", "show the distributed plan of a query")):
@@ -97,6 +98,20 @@ def _add_load(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="rewrite the hash-partitioned tables placed by another DuckDB's hash (or only --table) "
         "with this DuckDB's, so they join co-located again",
+    )
+
+
+def _add_vacuum(sub: argparse._SubParsersAction) -> None:
+    v = sub.add_parser("vacuum", help="remove objects and staging files of killed loads that no table names")
+    v.add_argument("--data", required=True, help="data directory")
+    v.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    v.add_argument(
+        "--older-than",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="leave anything younger alone, and count a load on another host as running until its "
+        "lease is this old (default 3600)",
     )
 
 
@@ -301,10 +316,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         generate_tpch(args.sf, args.out, parts=args.parts, jobs=args.jobs, progress=True)
         return 0
-    if args.command == "worker":
-        from duckflock.cli.commands import run_worker
+    if args.command in ("vacuum", "worker"):
+        from duckflock.cli.commands import run_vacuum, run_worker
 
-        return run_worker(args)
+        return (run_vacuum if args.command == "vacuum" else run_worker)(args)
     if args.command == "serve":
         from duckflock.cli.serve import run_serve
 

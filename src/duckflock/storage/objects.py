@@ -236,6 +236,15 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
 
 def listing(prefix: str) -> list[tuple[str, int]]:
     """(URI, size) of every object under ``prefix`` (``s3://bucket/dir/``), in key order."""
+    return [(SCHEME + i.path, i.size) for i in _infos(prefix)]
+
+
+def listing_times(prefix: str) -> list[tuple[str, float]]:
+    """(URI, last modified in seconds since the epoch) of every object under ``prefix``."""
+    return [(SCHEME + i.path, i.mtime.timestamp() if i.mtime else 0.0) for i in _infos(prefix)]
+
+
+def _infos(prefix: str) -> list[pafs.FileInfo]:
     import pyarrow.fs as pafs
 
     bucket, key = split(prefix)
@@ -246,7 +255,7 @@ def listing(prefix: str) -> list[tuple[str, int]]:
         infos = filesystem().get_file_info(selector)
     except Exception as e:
         raise _failed(f"cannot list {prefix}", e) from None
-    return sorted((SCHEME + i.path, i.size) for i in infos if i.type == pafs.FileType.File)
+    return sorted((i for i in infos if i.type == pafs.FileType.File), key=lambda i: i.path)
 
 
 def stamp(uri: str) -> Stamp:
@@ -415,6 +424,17 @@ def put_bytes(uri: str, data: bytes) -> None:
             out.write(data)
     except Exception as e:
         raise _failed(f"cannot write object {uri}", e) from None
+
+
+def get_bytes(uri: str) -> bytes:
+    bucket, key = split(uri)
+    try:
+        with filesystem().open_input_stream(f"{bucket}/{key}") as f:
+            return bytes(f.read())
+    except FileNotFoundError:
+        raise ObjectError(f"object {uri} does not exist") from None
+    except Exception as e:
+        raise _failed(f"cannot read object {uri}", e) from None
 
 
 def delete(uri: str) -> None:
