@@ -246,6 +246,7 @@ def _duckdb_alone(
     con, stamps = _duckdb_over(s3_cat)
 
     def run(q: str) -> pa.Table:
+        objects.begin_query()
         objects.expect(stamps)
         return con.sql(q).to_arrow_table()
 

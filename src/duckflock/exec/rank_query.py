@@ -32,6 +32,7 @@ from duckflock.local_duckdb import is_ctrl_c
 from duckflock.plan import streaming
 from duckflock.plan.nodes import ExchangeRead
 from duckflock.plan.stages import Stage, StagePlan
+from duckflock.storage import objects
 
 
 def passed_on_gather(plan: StagePlan) -> int | None:
@@ -52,6 +53,7 @@ def execute_on_rank(
     with ``result_file`` (the driver) those rows stream into it as they arrive."""
     rt.queries_running += 1
     rt.begin_query(cmd.qid)
+    objects.begin_query()  # each object the query reads is checked once (its first open)
     try:
         try:
             query = _RankQuery(rt, cmd, result_file)

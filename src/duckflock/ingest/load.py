@@ -435,6 +435,7 @@ def _repartition_stored(rt: Runtime, qid: int, root: Path, name: str) -> TableIn
         emptied = replace(info, hash_canary=None).stamped()
         return _publish(rt, root, emptied, [], set()) if rt.rank == 0 else None
     source = Input(info.format, info.csv_options, info.columns, info.hive)
+    objects.begin_query()
     objects.expect(objects.Stamp(u, n, e) for u, n, e in info.objects)  # a table replaced meanwhile
     known = {u: n for u, n, _ in info.objects}
     sizes = [known[f] if isinstance(f, str) and f in known else _size(f) for f in old]

@@ -307,12 +307,22 @@ _lock = threading.Lock()
 
 def expect(stamps: Iterable[Stamp]) -> None:
     """Objects opened from now on must still be these (same ETag and size). Each is checked (a
-    HEAD request) the first time it is opened after this call; DuckDB opens an object and asks
-    its size several times in one query, and those are answered from its stamp."""
+    HEAD request) the first time it is opened after ``begin_query`` or after it was expected with
+    another stamp; DuckDB opens an object and asks its size several times in one query, and those
+    are answered from its stamp."""
     with _lock:
         for s in stamps:
+            if _expected.get(s.uri) != s:
+                _checked.discard(s.uri)
             _expected[s.uri] = s
-            _checked.discard(s.uri)
+
+
+def begin_query() -> None:
+    """A query starts in this process: each object it opens is checked again, once, whatever
+    stages read it. Per stage, TPC-H Q2 at SF 10 on 2 ranks made 761 HEAD requests for 1249 GETs
+    (each stage checked every object it opened)."""
+    with _lock:
+        _checked.clear()
 
 
 def expected(uri: str) -> Stamp | None:
