@@ -169,8 +169,8 @@ def _tpch(
     cpu: dict[str, str],
 ) -> list[dict]:
     """Per query: seconds over objects and over local files, and the CPU seconds meanwhile of the
-    ranks of each and of the S3 server (``cpu``: what their command lines hold), for the bound
-    the machine's cores set: (ranks' + server's CPU over objects) / (ranks' CPU over files)."""
+    ranks of each and of the S3 server (``cpu``: what their command lines hold): the server's
+    CPU is taken from the cores the ranks use."""
     points = []
     qs = {n: q for n, q in queries().items() if not only or n in only}
     for n_ranks in ranks:
