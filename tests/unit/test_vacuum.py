@@ -143,3 +143,24 @@ def test_vacuum_leaves_a_running_loads_prefix_alone(s3, tmp_path):
     found = duckflock.vacuum(root, older_than=0)
     assert set(found.objects) == {orphan, dead.object_uri()}
     assert not {orphan, dead.object_uri()} & keys(s3) and not leases.records(root)
+
+
+def test_vacuum_removes_exchange_jobs_no_heartbeat_renews(tpch_dir, tmp_path):
+    """A storage-exchange job renews its heartbeat while it runs: vacuum leaves it; a job left
+    as a killed launcher leaves it (the same objects, none renewed for a while) goes."""
+    import shutil
+
+    exchange = tmp_path / "exchange"
+    config = {"exchange_uri": str(exchange)}
+    with duckflock.connect(str(tpch_dir), ranks=2, transport="storage", config=config) as db:
+        assert db.sql("SELECT count(*) FROM nation").fetchall() == [(25,)]
+        (live,) = [d for d in exchange.iterdir() if (d / "hb").is_dir()]
+        left = exchange / "left-by-a-killed-launcher"
+        shutil.copytree(live, left)
+        hour_ago = time.time() - 3600
+        for f in [left, *left.rglob("*")]:
+            os.utime(f, (hour_ago, hour_ago))
+        found = duckflock.vacuum(tmp_path / "data", older_than=60, exchanges=[str(exchange)])
+        assert found.jobs == [f"{exchange}/{left.name}"]
+        assert not left.exists() and live.is_dir()
+        assert db.sql("SELECT count(*) FROM region").fetchall() == [(5,)]  # the session goes on

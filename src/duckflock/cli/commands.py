@@ -198,14 +198,15 @@ def run_explain(args: argparse.Namespace) -> int:
 def run_vacuum(args: argparse.Namespace) -> int:
     from duckflock.ingest.vacuum import vacuum
 
-    found = vacuum(args.data, args.older_than, dry_run=args.dry_run)
+    found = vacuum(args.data, args.older_than, dry_run=args.dry_run, exchanges=args.exchange_uri)
     out = _out()
     for why in found.skipped:
         out.print(f"skipped {why}", highlight=False, markup=False)
     verb = "would remove" if args.dry_run else "removed"
     for line in found.lines():
         out.print(f"{verb} {line}", highlight=False, markup=False)
-    out.print(f"{verb} {len(found.objects)} objects, {len(found.paths)} local files", highlight=False)
+    counts = f"{len(found.objects)} objects, {len(found.paths)} local files, {len(found.jobs)} exchange jobs"
+    out.print(f"{verb} {counts}", highlight=False)
     return 0
 
 

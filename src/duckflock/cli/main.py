@@ -106,6 +106,13 @@ def _add_vacuum(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--data", required=True, help="data directory")
     v.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
     v.add_argument(
+        "--exchange-uri",
+        action="append",
+        default=[],
+        help="also remove the storage-exchange jobs under this directory or s3://bucket/prefix whose "
+        "launcher was killed (no heartbeat for --older-than); repeatable",
+    )
+    v.add_argument(
         "--older-than",
         type=float,
         default=3600.0,

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,13 +35,17 @@ class Garbage:
     objects: list[str] = field(default_factory=list)  # URIs
     paths: list[Path] = field(default_factory=list)  # staging directories and lease records
     skipped: list[str] = field(default_factory=list)  # prefixes a live load writes to, and why
+    jobs: list[str] = field(default_factory=list)  # storage-exchange jobs: <exchange location>/<job>
 
     def lines(self) -> list[str]:
-        return [*self.objects, *map(str, self.paths)]
+        return [*self.objects, *map(str, self.paths), *self.jobs]
 
 
-def find(root: Path, older_than_s: float) -> Garbage:
-    """What ``vacuum`` would remove from the data directory ``root`` and its output prefixes."""
+def find(root: Path, older_than_s: float, exchanges: Sequence[str] = ()) -> Garbage:
+    """What ``vacuum`` would remove from the data directory ``root`` and its output prefixes, and
+    from the storage-exchange locations ``exchanges``."""
+    from duckflock.transport.storage import stale_jobs
+
     now = time.time()
     catalog = Catalog.load(root) if (root / CATALOG_FILE).is_file() else Catalog(root, {}, {})
     named = {f for t in catalog.tables.values() for p in t.partitions for f in p.files}
@@ -65,6 +70,8 @@ def find(root: Path, older_than_s: float) -> Garbage:
         tag = staging.name[len(STAGING_PREFIX) :][:12]
         if staging.is_dir() and tag not in live and now - staging.stat().st_mtime >= older_than_s:
             found.paths.append(staging)
+    for location in exchanges:
+        found.jobs.extend(f"{location.rstrip('/')}/{job}" for job in stale_jobs(location, older_than_s, now))
     return found
 
 
@@ -84,12 +91,20 @@ def _in_prefix(prefix: str, named: set[str], older_than_s: float, now: float, fo
     ]
 
 
-def vacuum(data: str | os.PathLike[str], older_than: float = 3600.0, dry_run: bool = False) -> Garbage:
+def vacuum(
+    data: str | os.PathLike[str],
+    older_than: float = 3600.0,
+    dry_run: bool = False,
+    exchanges: Sequence[str] = (),
+) -> Garbage:
     """Remove from the data directory ``data`` and its output prefixes what killed loads left
-    behind (see the module's doc), unless ``dry_run``; what that was. ``older_than`` (seconds):
-    nothing younger is removed, and a load on another host counts as running until its lease is
-    that old."""
-    found = find(Path(data).resolve(), older_than)
+    behind (see the module's doc), and from the storage-exchange locations ``exchanges`` the jobs
+    of killed launchers (no object renewed for ``older_than``), unless ``dry_run``; what that was.
+    ``older_than`` (seconds): nothing younger is removed, and a load on another host counts as
+    running until its lease is that old."""
+    from duckflock.transport.storage import remove_job
+
+    found = find(Path(data).resolve(), older_than, exchanges)
     if not dry_run:
         remove(found.objects)
         for path in found.paths:
@@ -97,4 +112,7 @@ def vacuum(data: str | os.PathLike[str], older_than: float = 3600.0, dry_run: bo
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
+        for job in found.jobs:
+            location, _, name = job.rpartition("/")
+            remove_job(location, name)
     return found
