@@ -40,6 +40,7 @@ from duckflock_bench.jobs import err, write_json
 from duckflock_bench.lake_exchange import run_exchange
 from duckflock_bench.lake_report import requests_text
 from duckflock_bench.measure import cores, machine_info, median, timed, versions
+from duckflock_bench.proc_cpu import cpu_seconds
 
 BUCKET = "lake"
 # The columns each pushdown query references, by table (what an ideal scan reads).
@@ -124,7 +125,9 @@ def run_lake(
         )
         baseline = oracle(data, cores())
         if "tpch" in sections:
-            results["tpch"] = _tpch(local_cat, s3_cat, ranks, runs, baseline, only, server.requests)
+            port = server.endpoint.rsplit(":", 1)[1]
+            cpu = {"s3": str(s3_cat), "local": str(local_cat), "server": f"127.0.0.1:{port}"}
+            results["tpch"] = _tpch(local_cat, s3_cat, ranks, runs, baseline, only, server.requests, cpu)
             _duckdb_alone(results["tpch"], s3_cat, runs, baseline, server.requests)
         if "pushdown" in sections:
             results["pushdown"] = _pushdown(s3_cat, files, max(ranks), baseline, work)
@@ -163,7 +166,11 @@ def _tpch(
     baseline,
     only: list[int] | None,
     log: lake_store.RequestLog,
+    cpu: dict[str, str],
 ) -> list[dict]:
+    """Per query: seconds over objects and over local files, and the CPU seconds meanwhile of the
+    ranks of each and of the S3 server (``cpu``: what their command lines hold): the server's
+    CPU is taken from the cores the ranks use."""
     points = []
     qs = {n: q for n, q in queries().items() if not only or n in only}
     for n_ranks in ranks:
@@ -176,11 +183,18 @@ def _tpch(
                 want = baseline.sql(q).to_arrow_table()
                 problems = [_check(db.sql(q), want, ORDER.get(n)) for db in (s3, local)]  # also warms up
                 on_s3, on_disk, requests = [], [], []
+                used = dict.fromkeys(cpu, 0.0)
                 for _ in range(runs):
+                    before = {k: cpu_seconds(v) for k, v in cpu.items()}
                     on_disk.append(timed(lambda q=q: local.sql(q))[0])
+                    middle = {k: cpu_seconds(v) for k, v in cpu.items()}
                     seconds, counted = _counted(log, lambda q=q: s3.sql(q))
+                    after = {k: cpu_seconds(v) for k, v in cpu.items()}
                     on_s3.append(seconds)
                     requests.append(counted)
+                    used["local"] += middle["local"] - before["local"]
+                    for k in ("s3", "server"):
+                        used[k] += after[k] - middle[k]
                 point = {
                     "ranks": n_ranks,
                     "query": n,
@@ -188,6 +202,9 @@ def _tpch(
                     "local_s": median(on_disk),
                     "ratio": median(on_s3) / median(on_disk),
                     "requests": requests[0],
+                    "cpu_s3_s": used["s3"] / runs,
+                    "cpu_server_s": used["server"] / runs,
+                    "cpu_local_s": used["local"] / runs,
                     "correct": all(p is None for p in problems),
                     "problem": next((p for p in problems if p), None),
                 }
@@ -195,7 +212,9 @@ def _tpch(
                 mark = " ok" if point["correct"] else f" WRONG: {point['problem']}"
                 err.print(
                     f"  Q{n:02d}: S3 {point['s3_s']:.3f} s, local {point['local_s']:.3f} s "
-                    f"({point['ratio']:.2f}x){_requests_text(point['requests'])}{mark}",
+                    f"({point['ratio']:.2f}x); CPU s: ranks {point['cpu_s3_s']:.2f} + server "
+                    f"{point['cpu_server_s']:.2f} vs {point['cpu_local_s']:.2f}"
+                    f"{_requests_text(point['requests'])}{mark}",
                     highlight=False,
                 )
     return points
@@ -227,6 +246,7 @@ def _duckdb_alone(
     con, stamps = _duckdb_over(s3_cat)
 
     def run(q: str) -> pa.Table:
+        objects.begin_query()
         objects.expect(stamps)
         return con.sql(q).to_arrow_table()
 

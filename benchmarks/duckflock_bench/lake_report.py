@@ -50,6 +50,14 @@ def _tpch(r: dict) -> list[str]:
         d_s3, d_local = (sum(p.get(k, 0) for p in pts) for k in ("duckdb_s3_s", "duckdb_local_s"))
         verdict = "met" if s3 / local <= S3_TARGET else "not met"
         alone = f" DuckDB alone: {d_s3:.2f} s vs {d_local:.2f} s = {d_s3 / d_local:.2f}x." if d_local else ""
+        c_s3, c_server, c_local = (sum(p.get(k, 0) for p in pts) for k in CPU_KEYS)
+        if c_local:
+            alone += (
+                f" CPU: ranks {c_s3:.1f} s and the S3 server {c_server:.1f} s over objects, ranks "
+                f"{c_local:.1f} s over files: the server alone adds {c_server / c_local:.0%} to the "
+                "CPU the query needs over files, on the cores the ranks use (ranks' CPU includes "
+                "their polling while they wait)."
+            )
         lines += [
             f"## TPC-H, {n} ranks: objects {s3:.2f} s vs local files {local:.2f} s = {s3 / local:.2f}x "
             f"(target <= {S3_TARGET}x at SF 10: {verdict} at SF {r['sf']:g})",
@@ -57,12 +65,15 @@ def _tpch(r: dict) -> list[str]:
             f"Medians of {r['runs']} runs after a checked warm-up of each.{alone} DuckDB alone reads the "
             "objects through the same adapter and server: what the store allows any engine here.",
             "",
-            "| query | S3 s | local s | ratio | DuckDB S3 s | DuckDB local s | DuckDB ratio | correct "
+            "| query | S3 s | local s | ratio | CPU s: ranks + server (S3) | local | server / local "
+            "| DuckDB S3 s | DuckDB local s | DuckDB ratio | correct "
             "| requests (one run) | DuckDB's requests |",
-            "|---:|---:|---:|---:|---:|---:|---:|:---:|---|---|",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---|---|",
         ]
         lines += [
             f"| Q{p['query']:02d} | {p['s3_s']:.3f} | {p['local_s']:.3f} | {p['ratio']:.2f}x "
+            f"| {p.get('cpu_s3_s', 0):.2f} + {p.get('cpu_server_s', 0):.2f} | {p.get('cpu_local_s', 0):.2f} "
+            f"| {_cpu_ratio(p)} "
             f"| {p.get('duckdb_s3_s', 0):.3f} | {p.get('duckdb_local_s', 0):.3f} "
             f"| {p.get('duckdb_ratio', 0):.2f}x "
             f"| {'yes' if p['correct'] else 'NO'} "
@@ -71,6 +82,14 @@ def _tpch(r: dict) -> list[str]:
         ]
         lines.append("")
     return lines
+
+
+CPU_KEYS = ("cpu_s3_s", "cpu_server_s", "cpu_local_s")
+
+
+def _cpu_ratio(p: dict) -> str:
+    _, server, local = (p.get(k, 0) for k in CPU_KEYS)
+    return f"{server / local:.0%}" if local else "-"
 
 
 def _pushdown(pd: dict) -> list[str]:

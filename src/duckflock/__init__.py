@@ -22,10 +22,12 @@ _LAZY = {
     "Result": "session",
     "spmd": "spmd",
     "Progress": "exec.reports",
+    "vacuum": "ingest.vacuum",
 }
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from duckflock.exec.reports import Progress
+    from duckflock.ingest.vacuum import vacuum
     from duckflock.session import Result, Session, connect
     from duckflock.spmd import spmd
 
@@ -53,4 +55,5 @@ __all__ = [
     "TransportError",
     "connect",
     "spmd",
+    "vacuum",
 ]

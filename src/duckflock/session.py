@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -127,17 +127,22 @@ class Session:
         progress: ProgressCallback | None = None,
         output: str | None = None,
         serve_parts: PartServing | None = None,
+        versions: Mapping[str, int | str] | None = None,
     ) -> Result:
         """Run a query. ``progress`` is called with ``duckflock.Progress`` snapshots (stages done and
         running, rows and bytes moved) while it runs, possibly from another thread: keep it quick.
         With ``output`` the result is written there instead of returned: one file (.parquet, .csv,
         .arrow), streamed as it arrives; or, for a directory (trailing slash or existing), a Parquet
-        part file written by every rank (exec/results/result_files.py). Query parameters (``params``, as
-        DuckDB's ``sql(query, params)`` takes them) are refused: write the values into the query.
+        part file written by every rank (exec/results/result_files.py). Query parameters (``params``,
+        as DuckDB's ``sql(query, params)`` takes them) are refused: write the values into the query.
         ``serve_parts`` (for ``duckflock serve``): an unordered result stays on the ranks, each
-        serving its part (``Result.outcome.parts``; flightsql/parts.py)."""
+        serving its part (``Result.outcome.parts``; flightsql/parts.py). ``versions`` reads
+        Delta/Iceberg tables at a version (a number: Delta version, Iceberg snapshot id) or
+        timestamp (text), as ``VERSION AS OF`` / ``TIMESTAMP AS OF`` on each of their references
+        would: ``versions={"t": 3}``."""
         if params is not None:
             raise DuckflockError("query parameters are not supported: write the values into the query text")
+        query = _pinned(query, versions)
         with self._turn:
             self._check_open()
             return Result(
@@ -214,8 +219,12 @@ class Session:
     def ranks(self) -> int:
         return self._backend.ranks
 
-    def explain(self, query: str, analyze: bool = False) -> str:
-        """The stage plan; with ``analyze`` the query runs and each stage shows what it really did."""
+    def explain(
+        self, query: str, analyze: bool = False, versions: Mapping[str, int | str] | None = None
+    ) -> str:
+        """The stage plan; with ``analyze`` the query runs and each stage shows what it really did.
+        ``versions``: as ``sql``'s."""
+        query = _pinned(query, versions)
         with self._turn:
             self._check_open()
             if not analyze:
@@ -251,6 +260,14 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _pinned(query: str, versions: Mapping[str, int | str] | None) -> str:
+    if not versions:
+        return query
+    from duckflock.sql.time_travel import pin  # sqlglot: loaded only where asked for
+
+    return pin(query, versions)
 
 
 def connect(

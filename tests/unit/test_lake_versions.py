@@ -5,6 +5,8 @@ single-process DuckDB over the files of that version, as deltalake and pyiceberg
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -143,3 +145,63 @@ def test_time_travel_clauses_become_tables_of_their_own(query, expected):
     refs = references(query)
     assert refs is not None and len(refs.as_of) == 1
     assert rewrite(query, refs.as_of, ["t@3"]) == expected
+
+
+def test_versions_given_from_python_and_the_cli(tmp_path):
+    """``sql(q, versions=...)`` and ``--at t=N`` read that version as VERSION AS OF does; plans
+    and errors name it ``t VERSION AS OF N``, not the plan's own name of it."""
+    from deltalake import DeltaTable, write_deltalake
+
+    uri, root = str(tmp_path / "d"), tmp_path / "data"
+    write_deltalake(uri, rows(0, 30, [1, 2, 3]), partition_by=["k"])
+    _, errors = run_ranks(2, lambda rt: load_delta(rt, QID, root, "p", uri, None, 4))
+    assert errors == [None, None], errors
+    write_deltalake(uri, rows(100, 7, [1, 4]), mode="append", partition_by=["k"])  # version 1
+    v0 = {"p": DeltaTable(uri, version=0).to_pyarrow_table()}
+    query = "SELECT k, count(*) AS n, max(v) AS s FROM p WHERE v IN (SELECT v FROM p) GROUP BY k"
+    with duckflock.connect(str(root), ranks=2, transport="threads") as db:
+        con = duckdb.connect()
+        con.register("p", v0["p"])
+        want = con.sql(query).to_arrow_table()
+        assert_same(db.sql(query, versions={"p": 0}).arrow(), want)
+        assert_same(db.sql(query, versions={"P": "2999-01-01"}).arrow(), db.sql(query).arrow())
+        shown = db.explain(query, versions={"p": 0})
+        assert "p VERSION AS OF 0: Delta version 0" in shown and "Scan p VERSION AS OF 0" in shown
+        assert "@" not in shown
+        with pytest.raises(duckflock.errors.SqlError, match="versions given for 'q'"):
+            db.sql(query, versions={"q": 1})
+        with pytest.raises(CatalogError, match="table 'p' VERSION AS OF 42"):
+            db.sql(query, versions={"p": 42})
+    out = tmp_path / "out.parquet"
+    argv = ["sql", "--data", str(root), "--ranks", "2", "--at", "p=0", "--output", str(out), query]
+    done = subprocess.run(
+        [sys.executable, "-m", "duckflock.cli.main", *argv], capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert_same(pa.parquet.read_table(out), want)
+
+
+@pytest.mark.parametrize(
+    ("query", "versions", "expected"),
+    [
+        (
+            "SELECT * FROM T a JOIN u USING (k)",
+            {"t": 3},
+            "SELECT * FROM T VERSION AS OF 3 a JOIN u USING (k)",
+        ),
+        (
+            "WITH t AS (SELECT 1) SELECT * FROM t, p",
+            {"p": "2024-01-01"},
+            "WITH t AS (SELECT 1) SELECT * FROM t, p TIMESTAMP AS OF '2024-01-01'",
+        ),
+        (
+            "SELECT * FROM t VERSION AS OF 1, t b",
+            {"t": 3},
+            "SELECT * FROM t VERSION AS OF 1, t VERSION AS OF 3 b",
+        ),
+    ],
+)
+def test_versions_pin_each_reference(query, versions, expected):
+    from duckflock.sql.time_travel import pin
+
+    assert pin(query, versions) == expected

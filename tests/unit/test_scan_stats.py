@@ -99,3 +99,26 @@ def test_object_file_offset_is_each_threads_own():
     other.start()
     other.join()
     assert f.read(3) == bytes([10, 11, 12]) and f.tell() == 13
+
+
+def test_an_object_is_checked_once_a_query_whatever_stages_expect_it():
+    """Each stage expects its tables' stamps; the HEAD request checking an object is made by the
+    first open in a query, again only in the next query or for another stamp."""
+    from duckflock.storage import objects
+
+    uri = "s3://b/checked-once"
+    stamp = objects.Stamp(uri, 10, "e1")
+    objects.begin_query()
+    objects.expect([stamp])
+    assert not objects.opening(uri)  # the first open checks it
+    assert objects.check_opened(uri, 10, "e1")
+    objects.expect([stamp])  # the query's next stage
+    assert objects.opening(uri)
+    objects.begin_query()  # the next query checks it again
+    objects.expect([stamp])
+    assert not objects.opening(uri)
+    assert objects.check_opened(uri, 10, "e1")
+    objects.expect([objects.Stamp(uri, 10, "e2")])  # registered again since: checked again
+    assert not objects.opening(uri)
+    with pytest.raises(objects.ObjectError, match="changed after it was registered"):
+        objects.check_opened(uri, 10, "e1")

@@ -38,6 +38,21 @@ LOCK_FILE = ".duckflock_catalog.lock"
 _TYPE_WIDTH = {"BIGINT": 8, "INTEGER": 4, "DATE": 4, "DOUBLE": 8, "BOOLEAN": 1, "SMALLINT": 2, "TINYINT": 1}
 
 
+# A lake table read at another version is a table of its own in a query's plan, named
+# ``<table>@<version>`` (table names hold no '@'); users are shown ``<table> VERSION AS OF <version>``.
+VERSION_MARK = "@"
+
+
+def versioned_name(table: str, number: object) -> str:
+    return f"{table}{VERSION_MARK}{number}"
+
+
+def shown(name: str) -> str:
+    """A table's name as users write it: ``t VERSION AS OF 3`` for the plan's ``t@3``."""
+    table, mark, number = name.partition(VERSION_MARK)
+    return f"{table} VERSION AS OF {number}" if mark else name
+
+
 @dataclass(frozen=True)
 class PartitionInfo:
     files: tuple[str, ...]

@@ -195,6 +195,21 @@ def run_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_vacuum(args: argparse.Namespace) -> int:
+    from duckflock.ingest.vacuum import vacuum
+
+    found = vacuum(args.data, args.older_than, dry_run=args.dry_run, exchanges=args.exchange_uri)
+    out = _out()
+    for why in found.skipped:
+        out.print(f"skipped {why}", highlight=False, markup=False)
+    verb = "would remove" if args.dry_run else "removed"
+    for line in found.lines():
+        out.print(f"{verb} {line}", highlight=False, markup=False)
+    counts = f"{len(found.objects)} objects, {len(found.paths)} local files, {len(found.jobs)} exchange jobs"
+    out.print(f"{verb} {counts}", highlight=False)
+    return 0
+
+
 def run_load(args: argparse.Namespace) -> int:
     """SPMD: every rank loads its share; a failure on any rank fails all of them, and rank 0 prints
     one message naming the rank that failed. With --repartition every stale hash table is rewritten,

@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     _add_datagen(sub)
     _add_load(sub)
+    _add_vacuum(sub)
     _add_worker(sub)
     add_serve_parser(sub)
     for name, text in (("sql", "run a query"), ("explain", "show the distributed plan of a query")):
@@ -100,6 +101,27 @@ def _add_load(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _add_vacuum(sub: argparse._SubParsersAction) -> None:
+    v = sub.add_parser("vacuum", help="remove objects and staging files of killed loads that no table names")
+    v.add_argument("--data", required=True, help="data directory")
+    v.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    v.add_argument(
+        "--exchange-uri",
+        action="append",
+        default=[],
+        help="also remove the storage-exchange jobs under this directory or s3://bucket/prefix whose "
+        "launcher was killed (no heartbeat for --older-than); repeatable",
+    )
+    v.add_argument(
+        "--older-than",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="leave anything younger alone, and count a load on another host as running until its "
+        "lease is this old (default 3600)",
+    )
+
+
 def _add_worker(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("worker", help="serve queries over Arrow Flight (for sql --workers)")
     w.add_argument("--listen", default="127.0.0.1:8815", help="HOST:PORT to bind (default 127.0.0.1:8815)")
@@ -139,6 +161,14 @@ def _add_query(s: argparse.ArgumentParser, name: str) -> None:
         help="with --workers: every worker can read every file (small tables are then read, not broadcast)",
     )
     s.add_argument("query", help="the SELECT statement")
+    s.add_argument(
+        "--at",
+        action="append",
+        default=[],
+        metavar="TABLE=VERSION",
+        help="read a Delta/Iceberg table at a version or snapshot id, or at a timestamp "
+        "(t='2025-05-01 12:00:00'), as VERSION AS OF does; repeatable",
+    )
     if name == "explain":
         s.add_argument("--analyze", action="store_true", help="run the query; show actual rows, bytes, times")
         s.add_argument(
@@ -293,14 +323,18 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         generate_tpch(args.sf, args.out, parts=args.parts, jobs=args.jobs, progress=True)
         return 0
-    if args.command == "worker":
-        from duckflock.cli.commands import run_worker
+    if args.command in ("vacuum", "worker"):
+        from duckflock.cli.commands import run_vacuum, run_worker
 
-        return run_worker(args)
+        return (run_vacuum if args.command == "vacuum" else run_worker)(args)
     if args.command == "serve":
         from duckflock.cli.serve import run_serve
 
         return run_serve(args)
+    if args.command in ("sql", "explain") and args.at:
+        from duckflock.sql.time_travel import pin, versions_given
+
+        args.query = pin(args.query, versions_given(args.at))
     if args.command == "explain" and args.verbose and (args.analyze or args.workers):
         raise DuckflockError(
             "explain --verbose shows how this process plans the query: not with --analyze or --workers"

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from duckflock.catalog.catalog import shown
 from duckflock.exchange.shuffle import ExchangeStats
 from duckflock.units import human
 
@@ -45,7 +46,7 @@ class ScanStats:
         got = "?" if self.bytes_fetched is None else human(self.bytes_fetched, "B")
         requests = f" in {self.reads} reads" if self.reads is not None else ""
         parts.append(f"{got} {verb}{requests} of {human(self.bytes_total, 'B')}")
-        return f"{self.table}: " + ", ".join(parts)
+        return f"{shown(self.table)}: " + ", ".join(parts)
 
     def add(self, other: ScanStats) -> None:
         """Sum ``other`` (the same table on another rank) into this one."""

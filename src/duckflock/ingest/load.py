@@ -47,6 +47,8 @@ from duckflock.catalog.partitioning import canonical_hash_type
 from duckflock.catalog.placement import hash_sql, range_partition_sql, range_splitters
 from duckflock.errors import CatalogError
 from duckflock.exec.resources.runtime import Runtime
+from duckflock.ingest import leases
+from duckflock.ingest.leases import Lease
 from duckflock.ingest.object_output import OWNED, ObjectOutput, owned_objects, prefix_of, remove
 from duckflock.ingest.shares import share
 from duckflock.ingest.shuffle import shuffle_partitions
@@ -59,7 +61,7 @@ from duckflock.storage.objects import is_uri
 DEFAULT_PARTITIONS = 12
 _PART_COLUMN = "__duckflock_part"
 _PART_FILE = re.compile(r"part-\d+-r\d+(-\d+)?\.parquet")
-_STAGING_PREFIX = ".load-"
+STAGING_PREFIX = ".load-"
 _GLOB_CHARS = re.compile(r"[*?\[]")  # what makes DuckDB treat a path as a glob pattern
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
@@ -433,6 +435,7 @@ def _repartition_stored(rt: Runtime, qid: int, root: Path, name: str) -> TableIn
         emptied = replace(info, hash_canary=None).stamped()
         return _publish(rt, root, emptied, [], set()) if rt.rank == 0 else None
     source = Input(info.format, info.csv_options, info.columns, info.hive)
+    objects.begin_query()
     objects.expect(objects.Stamp(u, n, e) for u, n, e in info.objects)  # a table replaced meanwhile
     known = {u: n for u, n, _ in info.objects}
     sizes = [known[f] if isinstance(f, str) and f in known else _size(f) for f in old]
@@ -473,20 +476,30 @@ def _staged(
     created = [d for d in (root / table, root) if not d.exists()]
     load_id = uuid.uuid4().hex
     output = ObjectOutput(prefix, load_id[:12]) if prefix is not None else None
-    if output is not None and rt.rank == 0:
-        output.check_writable()  # before any rank reads: the others wait in the allgather below
+    # Rank 0's lease says what this load writes until it ends (``duckflock vacuum`` leaves it be).
+    lease = Lease.mine(load_id, table, prefix) if rt.rank == 0 else None
+    if lease is not None:
+        leases.take(root, lease)
+    if output is not None and lease is not None:
+        try:
+            output.check_writable(lease)  # before any rank reads: the others wait in the allgather
+        except BaseException:
+            _release(root, lease, None)
+            raise
     # Named by rank 0 for all ranks, so that loads running at the same time never share one.
     load_id = rt.mux.allgather(qid, load_id)[0]
     if output is not None:
         output.load = load_id[:12]
-    staging = root / table / f"{_STAGING_PREFIX}{load_id}"
+    staging = root / table / f"{STAGING_PREFIX}{load_id}"
     staging.mkdir(parents=True, exist_ok=True)
     try:
         how = (keys, scheme, count, keep, staging, output)
-        return _repartition(rt, qid, root, table, source, paths, mine, *how)
+        done = _repartition(rt, qid, root, table, source, paths, mine, *how)
     except BaseException:
         if output is not None:
             output.discard()
+        if lease is not None:
+            _release(root, lease, output)
         # Remove what this rank staged; the previous version of the table stays as it was.
         own = re.compile(rf"part-\d+-r{rt.rank}(-\d+)?\.parquet")
         for f in staging.iterdir():
@@ -498,6 +511,15 @@ def _staged(
             for d in (staging, *created):
                 d.rmdir()
         raise
+    if lease is not None:
+        _release(root, lease, output)
+    return done
+
+
+def _release(root: Path, lease: Lease, output: ObjectOutput | None) -> None:
+    if output is not None:
+        output.release(lease)
+    leases.release(root, lease)
 
 
 def _register(

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from duckflock.catalog import TableInfo
 from duckflock.errors import CatalogError
+from duckflock.ingest import leases
+from duckflock.ingest.leases import Lease
 from duckflock.storage import objects
 
 OWNED = "written_to"  # key of TableInfo.source: the prefix whose objects the table owns
@@ -61,16 +63,14 @@ class ObjectOutput:
     load: str  # the load's id, in every object name
     uploaded: list[str] = field(default_factory=list)
 
-    def check_writable(self) -> None:
+    def check_writable(self, lease: Lease) -> None:
         """Fail before reading any input where the prefix cannot be written (no such bucket,
-        access denied, no credentials): a marker object is put and removed."""
-        probe = f"{self.prefix}.load-{self.load}"
+        access denied, no credentials): the load's lease object is put, and stays until the load
+        has ended (``release``)."""
         try:
-            objects.put_bytes(probe, b"")
-            objects.delete(probe)
+            leases.put_object(lease)
         except objects.ObjectError as e:
             raise CatalogError(f"cannot write the table to {self.prefix}: {e}") from None
-        objects.drop_markers_of(self.prefix)  # pyarrow's marker of the emptied prefix
 
     def put(self, local: Path) -> objects.Stamp:
         """Upload a written file and remove it; the object's stamp."""
@@ -79,6 +79,12 @@ class ObjectOutput:
         objects.upload(local, uri)
         local.unlink()
         return objects.stamp(uri)
+
+    def release(self, lease: Lease) -> None:
+        """The load has ended: its lease object goes (and the prefix's marker, if it is empty)."""
+        uri = lease.object_uri()
+        if uri is not None:
+            remove([uri])
 
     def discard(self) -> None:
         """Remove what this rank uploaded (the load failed before its catalog entry was saved)."""

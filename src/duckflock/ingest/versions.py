@@ -25,6 +25,7 @@ from typing import Any
 import duckdb
 
 from duckflock.catalog import Catalog, PartitionInfo, TableInfo
+from duckflock.catalog.catalog import shown, versioned_name
 from duckflock.errors import CatalogError
 from duckflock.ingest import delta, iceberg
 from duckflock.ingest.lake import (
@@ -129,7 +130,7 @@ class LakeVersions:
         pinned = [self.as_of(catalog.table(ref.table), ref.value) for ref in refs.as_of]
         tables.update((t.name, t) for t in pinned)
         text = rewrite(sql, refs.as_of, [t.name for t in pinned]) if pinned else sql
-        read_at = sorted({f"{n}: {label(tables[n])}" for n in [*read, *(t.name for t in pinned)]})
+        read_at = sorted({f"{shown(n)}: {label(tables[n])}" for n in [*read, *(t.name for t in pinned)]})
         return QueryTables(text, Catalog(catalog.root, tables, catalog.meta), tuple(read_at))
 
     def as_of(self, info: TableInfo, value: int | str) -> TableInfo:
@@ -155,7 +156,7 @@ class LakeVersions:
         except CatalogError as e:
             what = "VERSION" if isinstance(value, int) else "TIMESTAMP"
             raise CatalogError(f"table {info.name!r} {what} AS OF {value!r}: {e}") from None
-        name = f"{info.name}@{number}"
+        name = versioned_name(info.name, number)
         pinned = replace(info, name=name, source={**info.source, "follow": False})
         return self._at(pinned, name, number, lambda: _version_of(info, handle, number))
 
@@ -172,7 +173,7 @@ def replan(con: duckdb.DuckDBPyConnection, root: Path, base: TableInfo, version:
     """``base`` (the table as registered) at another version: files both have stay in their
     partition; the others are read here (see the module's doc)."""
     fmt = str(base.source["format"])
-    what = f"table {base.name!r} ({_label(fmt, version.number)})"
+    what = f"table {shown(base.name)!r} ({_label(fmt, version.number)})"
     names = [stored_path(root, f.path) for f in version.files]
     where = {f: p for p, part in enumerate(base.partitions) for f in part.files}
     new = [i for i, n in enumerate(names) if n not in where]

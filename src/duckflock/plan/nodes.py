@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from duckflock.catalog.catalog import shown
 from duckflock.catalog.partitioning import Partitioning
 from duckflock.exchange.kinds import ExchangeKind
 from duckflock.plan.kinds import AggPhase, JoinKind, JoinStrategy, SetOpKind, SkewRole
@@ -53,7 +54,7 @@ class Scan(Node):
         cols = ", ".join(self.source_columns)
         where = f" where {self.filter}" if self.filter else ""
         how = " (every rank reads all partitions)" if self.replicated else ""
-        return f"Scan {self.table} [{cols}]{where}{how}"
+        return f"Scan {shown(self.table)} [{cols}]{where}{how}"
 
 
 @dataclass(frozen=True, eq=False)

@@ -6,6 +6,7 @@ so the rest of the query reaches DuckDB's parser and the planner as written."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import sqlglot
@@ -15,7 +16,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
 from duckflock.errors import SqlError
-from duckflock.sqltext import quote_ident
+from duckflock.sqltext import quote_ident, sql_literal
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,47 @@ def _clause_end(tokens: list, anchor: int, table: str) -> int:
             if tok.token_type in (TokenType.NUMBER, TokenType.STRING):
                 return int(tok.end)
     raise SqlError(f"cannot read the time travel clause of {table}")
+
+
+def versions_given(pairs: list[str]) -> dict[str, int | str]:
+    """``["t=3", "u=2025-05-01 12:00"]`` (``--at``) as ``pin`` takes them: a number is a version."""
+    out: dict[str, int | str] = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        value = value.strip().strip("'")
+        if not eq or not name.strip() or not value:
+            raise SqlError(f"--at {pair}: give TABLE=VERSION (or TABLE='timestamp')")
+        out[name.strip()] = int(value) if value.isdigit() else value
+    return out
+
+
+def pin(text: str, versions: Mapping[str, int | str]) -> str:
+    """The query with every reference to a table in ``versions`` (by name, any case) given that
+    version: ``t`` -> ``t VERSION AS OF 3`` (a number), ``t TIMESTAMP AS OF '...'`` (text). A
+    reference with a time-travel clause of its own keeps it; a CTE of that name is not a table."""
+    if not versions:
+        return text
+    wanted = {name.lower(): value for name, value in versions.items()}
+    try:
+        trees = [t for t in sqlglot.parse(text, read="duckdb") if t is not None]
+    except SqlglotError as e:
+        raise SqlError(f"cannot read the query to give its tables versions: {e}") from None
+    ctes = {c.alias_or_name.lower() for tree in trees for c in tree.find_all(exp.CTE)}
+    found: set[str] = set()
+    edits: list[tuple[int, str]] = []
+    for t in (t for tree in trees for t in tree.find_all(exp.Table)):
+        name = t.name.lower()
+        if name not in wanted or name in ctes or t.args.get("db") or not isinstance(t.this, exp.Identifier):
+            continue
+        found.add(name)
+        if t.args.get("version") is None and t.args.get("when") is None:
+            value = wanted[name]
+            kind = "VERSION" if isinstance(value, int) else "TIMESTAMP"
+            clause = f"{kind} AS OF {sql_literal(value)}"
+            edits.append((int(t.this.meta["end"]) + 1, " " + clause))
+    missing = sorted(set(wanted) - found)
+    if missing:
+        raise SqlError(f"versions given for {', '.join(map(repr, missing))}, which the query does not read")
+    for at, clause in sorted(edits, reverse=True):
+        text = text[:at] + clause + text[at:]
+    return text

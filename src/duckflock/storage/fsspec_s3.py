@@ -2,10 +2,10 @@
 
 Reads are positional (``read_at``): DuckDB seeks and reads a handle in two calls, and a file object
 that keeps its own offset for a stream (fsspec's buffered files, obstore's) returned short or
-misplaced reads under DuckDB's threads. The first open of an object after a stage expects it checks
-it against its registered stamp (a HEAD request); DuckDB's later opens of it and its questions of
-size and existence are answered from the stamp, so a query makes about one HEAD request per object
-instead of one per open.
+misplaced reads under DuckDB's threads. The first open of an object in a query checks it against
+its registered stamp (a HEAD request); DuckDB's later opens of it and its questions of size and
+existence are answered from the stamp, so a query makes about one HEAD request per object instead
+of one per open.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from duckflock.storage import objects
 
 # DuckDB reads a Parquet object smaller than about this whole several times a query (its footer,
 # then each column chunk's prefetch covers all of it): such an object, once checked, is fetched
-# once and read from memory until a stage expects it again, saving the repeated GETs of small
+# once and read from memory until a query checks it again, saving the repeated GETs of small
 # tables' objects.
 WHOLE_BELOW = 1 << 20
 
@@ -153,7 +153,7 @@ class ObjectFileSystem(AbstractFileSystem):
         uri = objects.SCHEME + key
         with self._lock:
             raw = self._checked.get(uri) if objects.opening(uri) else None
-        if raw is not None:  # checked in this stage: its handle again, no HEAD request
+        if raw is not None:  # checked in this query: its handle again, no HEAD request
             return ObjectFile(raw, uri, owned=False)
         try:
             raw = objects.filesystem().open_input_file(key)

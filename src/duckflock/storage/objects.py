@@ -227,6 +227,15 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
 
 def listing(prefix: str) -> list[tuple[str, int]]:
     """(URI, size) of every object under ``prefix`` (``s3://bucket/dir/``), in key order."""
+    return [(SCHEME + i.path, i.size) for i in _infos(prefix)]
+
+
+def listing_times(prefix: str) -> list[tuple[str, float]]:
+    """(URI, last modified in seconds since the epoch) of every object under ``prefix``."""
+    return [(SCHEME + i.path, i.mtime.timestamp() if i.mtime else 0.0) for i in _infos(prefix)]
+
+
+def _infos(prefix: str) -> list[pafs.FileInfo]:
     import pyarrow.fs as pafs
 
     bucket, key = split(prefix)
@@ -237,7 +246,7 @@ def listing(prefix: str) -> list[tuple[str, int]]:
         infos = filesystem().get_file_info(selector)
     except Exception as e:
         raise _failed(f"cannot list {prefix}", e) from None
-    return sorted((SCHEME + i.path, i.size) for i in infos if i.type == pafs.FileType.File)
+    return sorted((i for i in infos if i.type == pafs.FileType.File), key=lambda i: i.path)
 
 
 def stamp(uri: str) -> Stamp:
@@ -288,12 +297,22 @@ _lock = threading.Lock()
 
 def expect(stamps: Iterable[Stamp]) -> None:
     """Objects opened from now on must still be these (same ETag and size). Each is checked (a
-    HEAD request) the first time it is opened after this call; DuckDB opens an object and asks
-    its size several times in one query, and those are answered from its stamp."""
+    HEAD request) the first time it is opened after ``begin_query`` or after it was expected with
+    another stamp; DuckDB opens an object and asks its size several times in one query, and those
+    are answered from its stamp."""
     with _lock:
         for s in stamps:
+            if _expected.get(s.uri) != s:
+                _checked.discard(s.uri)
             _expected[s.uri] = s
-            _checked.discard(s.uri)
+
+
+def begin_query() -> None:
+    """A query starts in this process: each object it opens is checked again, once, whatever
+    stages read it. Per stage, TPC-H Q2 at SF 10 on 2 ranks made 761 HEAD requests for 1249 GETs
+    (each stage checked every object it opened)."""
+    with _lock:
+        _checked.clear()
 
 
 def expected(uri: str) -> Stamp | None:
@@ -403,6 +422,17 @@ def put_bytes(uri: str, data: bytes) -> None:
             out.write(data)
     except Exception as e:
         raise _failed(f"cannot write object {uri}", e) from None
+
+
+def get_bytes(uri: str) -> bytes:
+    bucket, key = split(uri)
+    try:
+        with filesystem().open_input_stream(f"{bucket}/{key}") as f:
+            return bytes(f.read())
+    except FileNotFoundError:
+        raise ObjectError(f"object {uri} does not exist") from None
+    except Exception as e:
+        raise _failed(f"cannot read object {uri}", e) from None
 
 
 def delete(uri: str) -> None:

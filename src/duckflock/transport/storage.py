@@ -171,6 +171,24 @@ def remove_job(location: str | tuple[Any, str], job: str) -> None:
     ObjectStore(fs, f"{root}/{job}").delete_all()
 
 
+def stale_jobs(location: str, older_than_s: float, now: float) -> list[str]:
+    """The jobs under an exchange location whose every object is older than ``older_than_s``: a
+    running job renews its heartbeat each HEARTBEAT_S, so these were left by a launcher that was
+    killed before it could remove them (``remove_job``)."""
+    fs, root = open_location(location)
+    found = []
+    for job in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
+        if job.type != pafs.FileType.Directory:
+            continue
+        under = fs.get_file_info(pafs.FileSelector(job.path, recursive=True))
+        if not any(i.base_name == "hb" for i in under):
+            continue  # not an exchange job's
+        newest = max((i.mtime.timestamp() for i in under if i.mtime is not None), default=0.0)
+        if now - newest >= older_than_s:
+            found.append(job.base_name)
+    return found
+
+
 def encode(messages: list[tuple[int, Buffer]]) -> list[Buffer]:
     """The parts of one object holding ``messages`` (tag, payload or list of payload parts)."""
     words: list[int] = [len(messages)]

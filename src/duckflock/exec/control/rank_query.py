@@ -16,6 +16,7 @@ import duckdb
 import pyarrow as pa
 
 from duckflock.catalog import Catalog, TableInfo
+from duckflock.catalog.catalog import shown
 from duckflock.errors import DuckflockError, ExecutionError, duckdb_message
 from duckflock.exchange.inputs import QueryInputs
 from duckflock.exchange.kinds import ExchangeKind
@@ -35,6 +36,7 @@ from duckflock.local_duckdb import is_ctrl_c
 from duckflock.plan import streaming
 from duckflock.plan.nodes import ExchangeRead
 from duckflock.plan.stages import Stage, StagePlan
+from duckflock.storage import objects
 
 if TYPE_CHECKING:
     from duckflock.flightsql.parts import PartInfo, PartServing
@@ -65,6 +67,7 @@ def execute_on_rank(
     ``cmd.serve_parts`` each rank serves its part itself, and says where (the last item)."""
     rt.queries_running += 1
     rt.begin_query(cmd.qid)
+    objects.begin_query()  # each object the query reads is checked once (its first open)
     try:
         try:
             query = _RankQuery(rt, cmd, result_file)
@@ -345,7 +348,8 @@ def _lake_file(cause: str, tables: dict[str, TableInfo]) -> str:
         for f in (f for p in info.partitions for f in p.files) if info.source else ():
             if f in cause:
                 kind = "Delta version" if info.source["format"] == "delta" else "Iceberg snapshot"
-                return f"\n(a data file of table {info.name!r} at {kind} {at}: removed or rewritten since?)"
+                table = shown(info.name)
+                return f"\n(a data file of table {table!r} at {kind} {at}: removed or rewritten since?)"
     return ""
 
 
