@@ -30,7 +30,10 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def keys(s3, prefix: str) -> list[str]:  # type: ignore[no-untyped-def]
-    return [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])]
+    """The objects under ``prefix``, without pyarrow's empty directory markers (``dir/``): its S3
+    filesystem writes one in the parent of an object it deletes, here the load's lease."""
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+    return [o["Key"] for o in listed if not o["Key"].endswith("/")]
 
 
 @pytest.fixture(scope="module")
