@@ -13,6 +13,8 @@ import pickle
 
 import pyarrow as pa
 
+from duckflock.arrays import flat
+
 
 def write_options(compression: str) -> pa.ipc.IpcWriteOptions:
     codec = None if compression in ("", "none") else compression
@@ -58,22 +60,7 @@ def decode(payload: object) -> tuple[pa.Schema, list[pa.RecordBatch]]:
 
 def frames_supported(schema: pa.Schema) -> bool:
     """Flat columns only; nested, dictionary, view and extension types keep the IPC encoding."""
-    return all(_flat(f.type) for f in schema)
-
-
-def _flat(t: pa.DataType) -> bool:
-    if isinstance(t, pa.ExtensionType) or pa.types.is_dictionary(t) or pa.types.is_nested(t):
-        return False
-    return (
-        pa.types.is_primitive(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_null(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_fixed_size_binary(t)
-    )
+    return all(flat(f.type) for f in schema)
 
 
 def to_frames(schema_bytes: bytes, batches: list[pa.RecordBatch]) -> list[object]:

@@ -1,10 +1,10 @@
 """Split a record batch into per-target batches by a target-rank column computed inside DuckDB.
 
 Each target gets a compact batch of its own (offset 0, no slack), so its buffers can go on the wire
-as they are. Row indices per target come from one comparison pass per target when there are few
-targets (cheaper than a sort), else from numpy's stable argsort, a radix sort on small unsigned
-integers. Null-free fixed-width columns are gathered with numpy's ``take``, measured about twice as
-fast as Arrow's on this kind of data; everything else uses Arrow's ``take``.
+as they are. Flat columns are scattered in one pass each (exchange/scatter.py). Other columns
+(nested, dictionary) are gathered: row indices per target come from one comparison pass per target
+when there are few targets (cheaper than a sort), else from numpy's stable argsort, a radix sort on
+small unsigned integers; Arrow's ``take`` then gathers each target's rows.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from duckflock.arrays import arrow_array, fixed_width_view, numpy_view
+from duckflock.arrays import arrow_array, flat, numpy_view
+from duckflock.exchange.scatter import Scatter
 
 # Up to this many targets, one ``targets == t`` pass per target beats an argsort.
 _SCAN_TARGETS = 4
@@ -25,10 +26,25 @@ def split_by_target(batch: pa.RecordBatch, size: int) -> list[tuple[int, pa.Reco
         return []
     targets = numpy_view(batch.column(batch.num_columns - 1)).astype(np.uint16, copy=False)
     data = batch.drop_columns([batch.schema.names[-1]])
-    groups = rows_by_target(targets, size)
-    if len(groups) == 1:
-        return [(groups[0][0], data)]  # all rows go to one target: nothing to copy
-    return [(t, take(data, rows)) for t, rows in groups]
+    scatter = Scatter(targets, size)
+    present = scatter.present
+    if len(present) == 1:
+        return [(present[0], data)]  # all rows go to one target: nothing to copy
+    if data.num_columns == 0:  # only a row count to keep
+        return [(t, data.slice(0, scatter.counts[t])) for t in present]
+    gathered = None
+    columns = []  # per column, its array for each target in ``present``
+    for column in data.columns:
+        if flat(column.type):
+            columns.append(scatter.column(column))
+            continue
+        if gathered is None:
+            gathered = [arrow_array(rows) for _, rows in rows_by_target(targets, size)]
+        columns.append([column.take(rows) for rows in gathered])
+    return [
+        (t, pa.RecordBatch.from_arrays([c[k] for c in columns], schema=data.schema))
+        for k, t in enumerate(present)
+    ]
 
 
 def rows_by_target(targets: np.ndarray, size: int) -> list[tuple[int, np.ndarray]]:
@@ -52,21 +68,3 @@ def rows_by_target(targets: np.ndarray, size: int) -> list[tuple[int, np.ndarray
     order = np.argsort(targets, kind="stable")
     bounds = np.concatenate(([0], np.cumsum(counts)))
     return [(t, order[bounds[t] : bounds[t + 1]]) for t in np.flatnonzero(counts).tolist()]
-
-
-def take(batch: pa.RecordBatch, rows: np.ndarray) -> pa.RecordBatch:
-    """The given rows of ``batch`` as a new compact batch."""
-    if batch.num_columns == 0:
-        return batch.slice(0, len(rows))  # only a row count to keep
-    arrow_rows = None
-    columns = []
-    for column in batch.columns:
-        values = fixed_width_view(column)
-        if values is not None:
-            gathered = pa.py_buffer(np.take(values, rows))
-            columns.append(pa.Array.from_buffers(column.type, len(rows), [None, gathered], null_count=0))
-            continue
-        if arrow_rows is None:
-            arrow_rows = arrow_array(rows)
-        columns.append(column.take(arrow_rows))
-    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
