@@ -85,7 +85,7 @@ def _split(args: argparse.Namespace, out: Path) -> int:
         raise DuckflockError(f"--targets needs counts from 2 to 65535, got {args.targets!r}")
     if args.runs < 1 or args.mb <= 0:
         raise DuckflockError("--runs must be at least 1 and --mb positive")
-    md = split_markdown(run_split(workloads, targets, args.mb, args.runs, out))
+    md = split_markdown(run_split(workloads, targets, args.mb, args.runs, args.per_batch, out))
     (out / "results.md").write_text(md)
     print_markdown(md)
     err.print(f"wrote {out / 'results.json'}, {out / 'results.md'}")

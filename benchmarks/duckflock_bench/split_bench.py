@@ -1,28 +1,32 @@
 """``duckflock bench split``: the sending side of a hash shuffle in one process, without the network.
 
 Batches as a stage hands them over (``batch_rows`` rows, the target rank as the last column) are
-split by target, and each target's pieces are encoded into one message, as the exchange writer does
-when a target's buffer is full: as frames (MPI: the buffers themselves) and as one Arrow IPC
+split by target (several batches at a time, as the exchange writer does; ``--per-batch``: one at a
+time), and each piece is encoded as it is split: as frames (MPI: the buffers themselves) and as one Arrow IPC
 stream (Flight and the other transports). GB/s counts the input's bytes (without the target column)
 over the time of split and encode together, against copying the same number of bytes with numpy in
-the same run. Medians of ``runs``.
+the same run; by this thread's CPU time (robust to other work on the machine) and by the clock.
+Medians of ``runs``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from duckflock.config import Config
 from duckflock.exchange.codec import encode, to_frames, write_options
 from duckflock.exchange.partition import split_by_target
-from duckflock_bench.measure import GB, memcpy_gbps
+from duckflock.exchange.shuffle import split_bytes
+from duckflock_bench.measure import GB
 
 # Each table's columns without the target; ``i`` is the row number.
 WORKLOADS = {
@@ -55,82 +59,124 @@ def batches(workload: str, rows: int, targets: int, batch_rows: int) -> list[pa.
     return table.combine_chunks().to_batches(max_chunksize=batch_rows)
 
 
-def split_encode(bs: list[pa.RecordBatch], size: int, frames: bool) -> None:
-    """Split every batch; then one message per target holding all its pieces."""
-    per_target: list[list[pa.RecordBatch]] = [[] for _ in range(size)]
-    for b in bs:
-        for t, piece in split_by_target(b, size):
-            per_target[t].append(piece)
+def split(bs: list[pa.RecordBatch], size: int, group: int) -> Iterator[list[tuple[int, pa.RecordBatch]]]:
+    """(target, piece) of each group of batches in turn: ``group`` bytes of batches at a time, as
+    the exchange writer splits them (exchange/shuffle.py); one batch at a time where ``group`` is 0."""
+    if not group:
+        for b in bs:
+            yield split_by_target(b, size)
+        return
+    from duckflock.exchange.partition import split_batches
+
+    start, held = 0, 0
+    for i, b in enumerate(bs):
+        held += b.nbytes
+        if held >= group or i == len(bs) - 1:
+            yield [(t, piece) for t, piece, _ in split_batches(bs[start : i + 1], size)]
+            start, held = i + 1, 0
+
+
+def split_encode(bs: list[pa.RecordBatch], size: int, group: int, frames: bool) -> None:
+    """Split, and encode each piece as a message of its own as soon as it is split (the writer
+    sends larger messages: a chunk's worth of pieces, as to_frames and encode take them)."""
     schema = bs[0].schema.remove(bs[0].num_columns - 1)
     schema_bytes = schema.serialize().to_pybytes()
     options = write_options("none")
-    for pieces in per_target:
-        if pieces:
-            to_frames(schema_bytes, pieces) if frames else encode(schema, pieces, options)
+    for pieces in split(bs, size, group):
+        for _, piece in pieces:
+            to_frames(schema_bytes, [piece]) if frames else encode(schema, [piece], options)
 
 
-def _median_s(fn: Callable[[], object], runs: int) -> float:
+def _drain(pieces: Iterator[object]) -> None:
+    for _ in pieces:
+        pass
+
+
+def _medians(fn: Callable[[], object], runs: int) -> tuple[float, float]:
+    """Median seconds of ``fn``: of the clock, and of this thread's CPU time (what the function
+    itself spent, whatever else the machine runs)."""
     fn()  # warm-up: first-touch of the memory pool's pages
-    times = []
+    wall, cpu = [], []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        w0, c0 = time.perf_counter(), time.thread_time()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        cpu.append(time.thread_time() - c0)
+        wall.append(time.perf_counter() - w0)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def _memcpy(nbytes: int, runs: int) -> tuple[float, float]:
+    src = np.ones(nbytes, dtype=np.uint8)
+    dst = np.zeros(nbytes, dtype=np.uint8)
+    return _medians(lambda: np.copyto(dst, src), runs)
+
+
+def _point(bs: list[pa.RecordBatch], size: int, group: int, runs: int) -> dict[str, float]:
+    """GB/s of memcpy, split, split+frames and split+IPC, by the clock and by CPU time."""
+    nbytes = sum(b.nbytes - 2 * b.num_rows for b in bs)  # without the target column
+    timings = {
+        "memcpy": _memcpy(nbytes, runs),
+        "split": _medians(lambda: _drain(split(bs, size, group)), runs),
+        "split_frames": _medians(lambda: split_encode(bs, size, group, True), runs),
+        "split_ipc": _medians(lambda: split_encode(bs, size, group, False), runs),
+    }
+    point = {"mb": nbytes / 1e6}
+    for name, (wall, cpu) in timings.items():
+        point[f"{name}_gbps"] = nbytes / wall / GB
+        point[f"{name}_cpu_gbps"] = nbytes / cpu / GB
+    return point
 
 
 def run_split(
-    workloads: list[str], targets: list[int], mb: float, runs: int, out: Path
-) -> dict[str, list[dict]]:
-    batch_rows = Config.from_env().batch_rows
+    workloads: list[str], targets: list[int], mb: float, runs: int, per_batch: bool, out: Path
+) -> dict:
+    config = Config.from_env()
     points = []
     for workload in workloads:
         probe = batches(workload, 10_000, 2, 10_000)[0]
-        row_bytes = (probe.nbytes - 2 * probe.num_rows) / probe.num_rows
-        rows = max(batch_rows, int(mb * 1e6 / row_bytes))
+        rows = max(config.batch_rows, int(mb * 1e6 * probe.num_rows / probe.nbytes))
         for size in targets:
-            bs = batches(workload, rows, size, batch_rows)
-            nbytes = sum(b.nbytes - 2 * b.num_rows for b in bs)  # without the target column
-            memcpy = memcpy_gbps(nbytes, repeats=runs)
-            split_s = _median_s(lambda bs=bs, n=size: [split_by_target(b, n) for b in bs], runs)
-            frames_s = _median_s(lambda bs=bs, n=size: split_encode(bs, n, frames=True), runs)
-            ipc_s = _median_s(lambda bs=bs, n=size: split_encode(bs, n, frames=False), runs)
-            point = {
-                "workload": workload,
-                "targets": size,
-                "rows": rows,
-                "batches": len(bs),
-                "mb": nbytes / 1e6,
-                "memcpy_gbps": memcpy,
-                "split_gbps": nbytes / split_s / GB,
-                "split_frames_gbps": nbytes / frames_s / GB,
-                "split_ipc_gbps": nbytes / ipc_s / GB,
-            }
-            points.append(point)
-            del bs
-    results = {"batch_rows": batch_rows, "runs": runs, "points": points}
+            bs = batches(workload, rows, size, config.batch_rows)
+            group = 0 if per_batch else split_bytes(config.chunk_bytes, size)
+            points.append(
+                {"workload": workload, "targets": size, "rows": rows, **_point(bs, size, group, runs)}
+            )
+    results = {
+        "batch_rows": config.batch_rows,
+        "per_batch": per_batch,
+        "runs": runs,
+        "load": os.getloadavg()[0],
+        "points": points,
+    }
     (out / "results.json").write_text(json.dumps(results, indent=1))
     return results
 
 
-_RATES = ("split_gbps", "split_frames_gbps", "split_ipc_gbps")
+_RATES = ("split", "split_frames", "split_ipc")
 
 
 def split_markdown(results: dict) -> str:
+    how = "split one batch at a time" if results["per_batch"] else "split as the exchange writer does"
     lines = [
-        f"Split and encode, batches of {results['batch_rows']:,} rows, medians of {results['runs']} runs; "
-        "% of memcpy of the same bytes in the same run.",
+        f"Batches of {results['batch_rows']:,} rows, {how}; medians of {results['runs']} runs, load "
+        f"{results['load']:.1f}. GB/s of input by this thread's CPU time (by the clock in brackets); "
+        "% of memcpy of the same bytes in the same run, by CPU time.",
         "",
         "| workload | targets | MB | memcpy GB/s | split GB/s | split+frames GB/s | split+IPC GB/s |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for p in results["points"]:
-        m = p["memcpy_gbps"]
+        m = p["memcpy_cpu_gbps"]
         cells = [
-            f"{p[k]:.2f} ({100 * p[k] / m:.0f}%)"
-            for k in ("split_gbps", "split_frames_gbps", "split_ipc_gbps")
+            f"{p[k + '_cpu_gbps']:.2f} ({p[k + '_gbps']:.2f}) {100 * p[k + '_cpu_gbps'] / m:.0f}%"
+            for k in _RATES
         ]
-        lines.append(
-            f"| {p['workload']} | {p['targets']} | {p['mb']:.0f} | {m:.2f} | " + " | ".join(cells) + " |"
-        )
+        row = [
+            p["workload"],
+            str(p["targets"]),
+            f"{p['mb']:.0f}",
+            f"{m:.2f} ({p['memcpy_gbps']:.2f})",
+            *cells,
+        ]
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"

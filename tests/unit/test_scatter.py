@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from duckflock.arrays import flat
 from duckflock.exchange import _scatter
 from duckflock.exchange.codec import frames_supported, from_frames, to_frames
-from duckflock.exchange.partition import split_by_target
+from duckflock.exchange.partition import split_batches, split_by_target
 from duckflock.exchange.scatter import Scatter
 
 
@@ -74,21 +74,27 @@ def _targets(rng, n, size, mode):
 
 
 @st.composite
-def batches(draw):
-    """(a batch whose last column is the target, size), its columns possibly a slice of larger ones."""
-    seed = draw(st.integers(0, 2**32 - 1))
-    rng = np.random.default_rng(seed)
+def _one_batch(draw, types, size):
+    """A batch of ``types`` whose last column is the target, its columns possibly a slice of larger
+    ones."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     n = draw(st.sampled_from([0, 1, 2, 7, 8, 9, 63, 64, 65, 300]))
-    size = draw(st.integers(1, 64))
     before, after = draw(st.integers(0, 20)), draw(st.integers(0, 5))
-    types = draw(st.lists(st.sampled_from(list(VALUES)), min_size=1, max_size=6))
     null_share = draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]))
     mode = draw(st.sampled_from(["random", "one", "skewed"]))
     total = before + n + after
     columns = [_column(rng, t, total, null_share) for t in types]
     columns.append(pa.array(_targets(rng, total, size, mode)))
     names = [f"c{i}" for i in range(len(types))] + ["__target"]
-    return pa.RecordBatch.from_arrays(columns, names).slice(before, n), size
+    return pa.RecordBatch.from_arrays(columns, names).slice(before, n)
+
+
+@st.composite
+def batches(draw, most=1):
+    """(1 to ``most`` batches of one schema, size)."""
+    size = draw(st.integers(1, 64))
+    types = draw(st.lists(st.sampled_from(list(VALUES)), min_size=1, max_size=6))
+    return draw(st.lists(_one_batch(types, size), min_size=1, max_size=most)), size
 
 
 def _expected(batch: pa.RecordBatch, size: int) -> list[tuple[int, pa.RecordBatch]]:
@@ -106,7 +112,7 @@ def _expected(batch: pa.RecordBatch, size: int) -> list[tuple[int, pa.RecordBatc
 @settings(max_examples=300, deadline=None)
 @given(batches())
 def test_split_equals_arrow_take_of_each_targets_rows(case):
-    batch, size = case
+    [batch], size = case
     got = split_by_target(batch, size)
     want = _expected(batch, size)
     assert [t for t, _ in got] == [t for t, _ in want]
@@ -119,6 +125,30 @@ def test_split_equals_arrow_take_of_each_targets_rows(case):
         if len(want) > 1 and frames_supported(g.schema):
             _, [back] = from_frames(to_frames(g.schema.serialize().to_pybytes(), [g]))
             assert back.equals(w)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches(most=4))
+def test_several_batches_split_at_once_equal_their_concatenation_split(case):
+    """One piece per target from several batches (some with NULLs, some without, some sliced)."""
+    bs, size = case
+    got = split_batches(bs, size)
+    whole = pa.Table.from_batches(bs).combine_chunks().to_batches()
+    want = _expected(whole[0], size) if whole else []
+    if len(want) == 1:  # all rows to one target: the batches themselves, not copied
+        assert [(t, b) for t, b, _ in got] == [
+            (want[0][0], b.drop_columns(["__target"])) for b in bs if b.num_rows
+        ]
+        return
+    assert [t for t, _, _ in got] == [t for t, _ in want]
+    for (_, g, nbytes), (_, w) in zip(got, want, strict=True):
+        g.validate(full=True)
+        assert g.equals(w)
+        # scattered columns: their own buffers; gathered ones: as Arrow counts them
+        own = sum(
+            sum(b.size for b in c.buffers() if b is not None) if flat(c.type) else c.nbytes for c in g.columns
+        )
+        assert nbytes == own
 
 
 def test_pieces_go_on_the_wire_as_they_are():
@@ -155,9 +185,17 @@ def test_regions_that_do_not_fit_their_rows_are_refused_not_overrun():
     targets = np.array([0, 0, 1], dtype=np.uint16)
     values = np.arange(3, dtype=np.int64)
     out = bytearray(24)
+
+    def scatter(values, starts, at=None):
+        starts = np.array(starts, dtype=np.int64)
+        at = starts[:-1].copy() if at is None else np.array(at, dtype=np.int64)
+        _scatter.scatter_fixed(values, 0, 8, targets, starts, at, out)
+
     with pytest.raises(ValueError, match="past its region"):  # target 0 gets 2 rows, room for 1
-        _scatter.scatter_fixed(values, 0, 8, targets, np.array([0, 8, 24], dtype=np.int64), out)
+        scatter(values, [0, 8, 24])
     with pytest.raises(ValueError, match="regions outside"):
-        _scatter.scatter_fixed(values, 0, 8, targets, np.array([0, 16, 32], dtype=np.int64), out)
+        scatter(values, [0, 16, 32])
+    with pytest.raises(ValueError, match="cursors outside"):
+        scatter(values, [0, 16, 24], at=[0, 32])
     with pytest.raises(ValueError, match="values"):  # fewer values than targets
-        _scatter.scatter_fixed(values[:2], 0, 8, targets, np.array([0, 16, 24], dtype=np.int64), out)
+        scatter(values[:2], [0, 16, 24])

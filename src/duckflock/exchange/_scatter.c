@@ -86,15 +86,18 @@ bad:
     return -1;
 }
 
-/* Each target's next free slot and the end of its region, in units of ``unit`` bytes. */
-static int64_t *cursors(const int64_t *starts, Py_ssize_t size, int64_t unit) {
-    int64_t *cur = PyMem_RawMalloc((2 * size + 1) * sizeof(int64_t));
-    if (!cur) return NULL;
-    for (Py_ssize_t t = 0; t < size; t++) {
-        cur[t] = starts[t] / unit;
-        cur[size + t] = starts[t + 1] / unit;
-    }
-    return cur;
+/* The cursors ``at`` (one per target, in units of 1/scale byte: 8 for bits) each inside their
+ * target's region and a multiple of ``unit``; 0, or -1 with an error set. A scatter of several
+ * chunks of one column carries them from one call to the next. */
+static int inside(const Buf *at, const Buf *starts, Py_ssize_t size, int64_t scale, int64_t unit) {
+    const int64_t *a = at->view.buf, *st = starts->view.buf;
+    if (at->view.len < size * 8) goto bad;
+    for (Py_ssize_t t = 0; t < size; t++)
+        if (a[t] < st[t] * scale || a[t] > st[t + 1] * scale || a[t] % unit || (st[t] * scale) % unit) goto bad;
+    return 0;
+bad:
+    PyErr_SetString(PyExc_ValueError, "cursors outside their regions");
+    return -1;
 }
 
 /* A row whose target is outside the regions, or whose region is full, stops the pass: ``bad``. */
@@ -112,27 +115,30 @@ static int64_t *cursors(const int64_t *starts, Py_ssize_t size, int64_t unit) {
 typedef struct { uint64_t a, b; } u128;
 typedef struct { uint64_t a, b, c, d; } u256;
 
-/* scatter_fixed(src, src_offset_bytes, width, targets, starts: int64[size + 1] (bytes, multiples
- * of width), dst) -> None: row i's ``width`` bytes go to its target's next slot. */
+/* scatter_fixed(src, src_offset_bytes, width, targets, starts: int64[size + 1], at: int64[size],
+ * dst) -> None: row i's ``width`` bytes go to its target's cursor ``at`` (bytes into dst), which
+ * moves on. */
 static PyObject *scatter_fixed(PyObject *self, PyObject *args) {
-    PyObject *s_obj, *t_obj, *st_obj, *d_obj;
+    PyObject *s_obj, *t_obj, *st_obj, *a_obj, *d_obj;
     Py_ssize_t offset, width, size;
-    Buf s = {0}, t = {0}, st = {0}, d = {0};
+    Buf s = {0}, t = {0}, st = {0}, a = {0}, d = {0};
     int bad = 0;
-    if (!PyArg_ParseTuple(args, "OnnOOO", &s_obj, &offset, &width, &t_obj, &st_obj, &d_obj)) return NULL;
+    if (!PyArg_ParseTuple(args, "OnnOOOO", &s_obj, &offset, &width, &t_obj, &st_obj, &a_obj, &d_obj)) return NULL;
     if (width <= 0 || offset < 0) return PyErr_Format(PyExc_ValueError, "width %zd, offset %zd", width, offset);
     if (get(t_obj, &t, 0, 0, "targets") < 0) goto fail;
     Py_ssize_t n = t.view.len / 2;
     if (get(s_obj, &s, 0, offset + n * width, "values") < 0 || get(st_obj, &st, 0, 8, "starts") < 0 ||
-        get(d_obj, &d, 1, 0, "output") < 0 || (size = regions(&st, d.view.len)) < 0)
+        get(a_obj, &a, 1, 0, "cursors") < 0 || get(d_obj, &d, 1, 0, "output") < 0 ||
+        (size = regions(&st, d.view.len)) < 0 || inside(&a, &st, size, 1, width) < 0)
         goto fail;
-    for (Py_ssize_t k = 0; k <= size; k++)
-        if (((const int64_t *)st.view.buf)[k] % width) {
-            PyErr_SetString(PyExc_ValueError, "a region that does not start at a whole value");
-            goto fail;
-        }
-    int64_t *cur = cursors(st.view.buf, size, width), *end = cur + size;
+    int64_t *cur = PyMem_RawMalloc((2 * size + 1) * sizeof(int64_t)), *end = cur + size;
     if (!cur) { PyErr_NoMemory(); goto fail; }
+    int64_t *at = a.view.buf;
+    const int64_t *bounds = st.view.buf;
+    for (Py_ssize_t k = 0; k < size; k++) {
+        cur[k] = at[k] / width;
+        end[k] = bounds[k + 1] / width;
+    }
     const uint16_t *tv = t.view.buf;
     const char *src = (const char *)s.view.buf + offset;
     char *dst = d.view.buf;
@@ -151,59 +157,61 @@ static PyObject *scatter_fixed(PyObject *self, PyObject *args) {
             memcpy(dst + (cur[tg]++) * width, src + i * width, width);
         }
     }
+    for (Py_ssize_t k = 0; k < size; k++) at[k] = cur[k] * width;
     Py_END_ALLOW_THREADS
     PyMem_RawFree(cur);
-    release(&s); release(&t); release(&st); release(&d);
+    release(&s); release(&t); release(&st); release(&a); release(&d);
     if (bad) return PyErr_Format(PyExc_ValueError, "a target outside 0..%zd or past its region", size - 1);
     Py_RETURN_NONE;
 fail:
-    release(&s); release(&t); release(&st); release(&d);
+    release(&s); release(&t); release(&st); release(&a); release(&d);
     return NULL;
 }
 
-/* scatter_bits(src, src_bit_offset, targets, starts: int64[size + 1] (bytes), dst, ones: int64[size])
- * -> None: bit i goes to its target's next bit; ``dst`` is zeroed first; ``ones`` counts the set
- * bits per target (a validity bitmap's valid rows). */
+/* scatter_bits(src or None, src_bit_offset, targets, starts: int64[size + 1] (bytes), at: int64[size]
+ * (bits into dst), dst, ones: int64[size]) -> None: bit i (1 where ``src`` is None) goes to its
+ * target's cursor, which moves on; ``dst`` comes zeroed; ``ones`` adds up the set bits per target
+ * (a validity bitmap's valid rows). */
 static PyObject *scatter_bits(PyObject *self, PyObject *args) {
-    PyObject *s_obj, *t_obj, *st_obj, *d_obj, *o_obj;
+    PyObject *s_obj, *t_obj, *st_obj, *a_obj, *d_obj, *o_obj;
     Py_ssize_t offset, size;
-    Buf s = {0}, t = {0}, st = {0}, d = {0}, o = {0};
+    Buf s = {0}, t = {0}, st = {0}, a = {0}, d = {0}, o = {0};
     int bad = 0;
-    if (!PyArg_ParseTuple(args, "OnOOOO", &s_obj, &offset, &t_obj, &st_obj, &d_obj, &o_obj)) return NULL;
+    if (!PyArg_ParseTuple(args, "OnOOOOO", &s_obj, &offset, &t_obj, &st_obj, &a_obj, &d_obj, &o_obj)) return NULL;
     if (offset < 0) return PyErr_Format(PyExc_ValueError, "offset %zd", offset);
     if (get(t_obj, &t, 0, 0, "targets") < 0) goto fail;
     Py_ssize_t n = t.view.len / 2;
-    if (get(s_obj, &s, 0, (offset + n + 7) / 8, "bitmap") < 0 || get(st_obj, &st, 0, 8, "starts") < 0 ||
-        get(d_obj, &d, 1, 0, "output") < 0 || (size = regions(&st, d.view.len)) < 0 ||
+    int all_set = s_obj == Py_None;
+    if ((!all_set && get(s_obj, &s, 0, (offset + n + 7) / 8, "bitmap") < 0) || get(st_obj, &st, 0, 8, "starts") < 0 ||
+        get(a_obj, &a, 1, 0, "cursors") < 0 || get(d_obj, &d, 1, 0, "output") < 0 ||
+        (size = regions(&st, d.view.len)) < 0 || inside(&a, &st, size, 8, 1) < 0 ||
         get(o_obj, &o, 1, size * 8, "ones") < 0)
         goto fail;
-    int64_t *cur = cursors(st.view.buf, size, 1), *end = cur + size;
-    if (!cur) { PyErr_NoMemory(); goto fail; }
+    int64_t *end = PyMem_RawMalloc((size + 1) * sizeof(int64_t));
+    if (!end) { PyErr_NoMemory(); goto fail; }
+    for (Py_ssize_t k = 0; k < size; k++) end[k] = ((const int64_t *)st.view.buf)[k + 1] * 8;
     const uint16_t *tv = t.view.buf;
-    const uint8_t *src = s.view.buf;
+    const uint8_t *src = all_set ? NULL : s.view.buf;
     uint8_t *dst = d.view.buf;
-    int64_t *ones = o.view.buf;
+    int64_t *ones = o.view.buf, *cur = a.view.buf;
     Py_BEGIN_ALLOW_THREADS
-    memset(dst, 0, d.view.len);
-    memset(ones, 0, size * 8);
-    for (Py_ssize_t k = 0; k < 2 * size; k++) cur[k] *= 8; /* bit positions */
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t k = offset + i;
         uint16_t tg = tv[i];
         if (tg >= size || cur[tg] >= end[tg]) { bad = 1; break; }
         int64_t at = cur[tg]++;
-        if ((src[k >> 3] >> (k & 7)) & 1) {
+        if (!src || ((src[k >> 3] >> (k & 7)) & 1)) {
             dst[at >> 3] |= (uint8_t)(1u << (at & 7));
             ones[tg]++;
         }
     }
     Py_END_ALLOW_THREADS
-    PyMem_RawFree(cur);
-    release(&s); release(&t); release(&st); release(&d); release(&o);
+    PyMem_RawFree(end);
+    release(&s); release(&t); release(&st); release(&a); release(&d); release(&o);
     if (bad) return PyErr_Format(PyExc_ValueError, "a target outside 0..%zd or past its region", size - 1);
     Py_RETURN_NONE;
 fail:
-    release(&s); release(&t); release(&st); release(&d); release(&o);
+    release(&s); release(&t); release(&st); release(&a); release(&d); release(&o);
     return NULL;
 }
 
@@ -211,8 +219,8 @@ static inline int64_t off_at(const void *offs, int wide, Py_ssize_t i) {
     return wide ? ((const int64_t *)offs)[i] : (int64_t)((const int32_t *)offs)[i];
 }
 
-/* var_sizes(offsets, offset_width (4|8), row_offset, targets, sizes: int64[size]) -> None: each
- * target's bytes of variable-width data. */
+/* var_sizes(offsets, offset_width (4|8), row_offset, targets, sizes: int64[size]) -> None: adds
+ * each row's bytes of variable-width data to its target's size. */
 static PyObject *var_sizes(PyObject *self, PyObject *args) {
     PyObject *f_obj, *t_obj, *z_obj;
     Py_ssize_t owidth, row;
@@ -227,7 +235,6 @@ static PyObject *var_sizes(PyObject *self, PyObject *args) {
     const void *offs = f.view.buf;
     int wide = owidth == 8, bad = 0;
     Py_BEGIN_ALLOW_THREADS
-    memset(sz, 0, size * 8);
     for (Py_ssize_t i = 0; i < n; i++) {
         if (tv[i] >= size) { bad = 1; break; }
         sz[tv[i]] += off_at(offs, wide, row + i + 1) - off_at(offs, wide, row + i);
@@ -242,14 +249,17 @@ fail:
 }
 
 /* scatter_var(offsets, offset_width, row_offset, data, targets, offset_starts: int64[size + 1]
- * (bytes in dst_offsets; region t holds its rows + 1 offsets), data_starts: int64[size + 1] (bytes
- * in dst_data), dst_offsets, dst_data) -> None: each target's offsets start at 0 in its own region. */
+ * (bytes in dst_offsets), data_starts: int64[size + 1] (bytes in dst_data), slot: int64[size]
+ * (bytes into dst_offsets: the next offset to write), pos: int64[size] (bytes into dst_data),
+ * dst_offsets, dst_data) -> None: each row's bytes go to its target's ``pos`` and its end, counted
+ * from the start of the target's data region, to its ``slot``; both move on. A region's first
+ * offset (0) is the caller's to write. */
 static PyObject *scatter_var(PyObject *self, PyObject *args) {
-    PyObject *f_obj, *v_obj, *t_obj, *os_obj, *ds_obj, *df_obj, *dv_obj;
+    PyObject *f_obj, *v_obj, *t_obj, *os_obj, *ds_obj, *sl_obj, *p_obj, *df_obj, *dv_obj;
     Py_ssize_t owidth, row, size;
-    Buf f = {0}, v = {0}, t = {0}, os = {0}, ds = {0}, df = {0}, dv = {0};
-    if (!PyArg_ParseTuple(args, "OnnOOOOOO", &f_obj, &owidth, &row, &v_obj, &t_obj, &os_obj, &ds_obj, &df_obj,
-                          &dv_obj))
+    Buf f = {0}, v = {0}, t = {0}, os = {0}, ds = {0}, sl = {0}, p = {0}, df = {0}, dv = {0};
+    if (!PyArg_ParseTuple(args, "OnnOOOOOOOO", &f_obj, &owidth, &row, &v_obj, &t_obj, &os_obj, &ds_obj, &sl_obj,
+                          &p_obj, &df_obj, &dv_obj))
         return NULL;
     if ((owidth != 4 && owidth != 8) || row < 0) return PyErr_Format(PyExc_ValueError, "offset width %zd", owidth);
     if (get(t_obj, &t, 0, 0, "targets") < 0) goto fail;
@@ -257,45 +267,39 @@ static PyObject *scatter_var(PyObject *self, PyObject *args) {
     if (get(f_obj, &f, 0, (row + n + 1) * owidth, "offsets") < 0 || get(v_obj, &v, 0, 0, "data") < 0 ||
         get(os_obj, &os, 0, 8, "offset starts") < 0 || get(df_obj, &df, 1, 0, "output offsets") < 0 ||
         get(dv_obj, &dv, 1, 0, "output data") < 0 || (size = regions(&os, df.view.len)) < 0 ||
-        get(ds_obj, &ds, 0, (size + 1) * 8, "data starts") < 0 || regions(&ds, dv.view.len) != size)
+        get(ds_obj, &ds, 0, (size + 1) * 8, "data starts") < 0 || regions(&ds, dv.view.len) != size ||
+        get(sl_obj, &sl, 1, 0, "slots") < 0 || get(p_obj, &p, 1, 0, "positions") < 0 ||
+        inside(&sl, &os, size, 1, owidth) < 0 || inside(&p, &ds, size, 1, 1) < 0)
         goto fail;
-    /* slot/last: next offset index and end of each target's offsets region; pos: bytes written */
-    int64_t *slot = cursors(os.view.buf, size, owidth), *last = slot + size;
-    int64_t *pos = PyMem_RawCalloc(size ? size : 1, sizeof(int64_t));
-    if (!slot || !pos) { PyMem_RawFree(slot); PyMem_RawFree(pos); PyErr_NoMemory(); goto fail; }
     const uint16_t *tv = t.view.buf;
     const void *offs = f.view.buf;
     const char *data = v.view.buf;
-    const int64_t *dstart = ds.view.buf;
-    char *outd = dv.view.buf;
-    int64_t *o64 = df.view.buf;
-    int32_t *o32 = df.view.buf;
+    const int64_t *ostart = os.view.buf, *dstart = ds.view.buf;
+    int64_t *slot = sl.view.buf, *pos = p.view.buf;
+    char *outf = df.view.buf, *outd = dv.view.buf;
     int wide = owidth == 8, bad = 0;
     int64_t vlen = v.view.len;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t k = 0; k < size; k++) {
-        if (slot[k] >= last[k]) continue; /* an empty region: a target without rows */
-        if (wide) o64[slot[k]++] = 0;
-        else o32[slot[k]++] = 0;
-    }
-    for (Py_ssize_t i = 0; i < n && !bad; i++) {
+    for (Py_ssize_t i = 0; i < n; i++) {
         uint16_t tg = tv[i];
-        if (tg >= size || slot[tg] >= last[tg]) { bad = 1; break; }
+        if (tg >= size || slot[tg] + owidth > ostart[tg + 1]) { bad = 1; break; }
         int64_t a = off_at(offs, wide, row + i), len = off_at(offs, wide, row + i + 1) - a;
-        if (a < 0 || len < 0 || a + len > vlen || dstart[tg] + pos[tg] + len > dstart[tg + 1]) { bad = 1; break; }
-        memcpy(outd + dstart[tg] + pos[tg], data + a, len);
+        if (a < 0 || len < 0 || a + len > vlen || pos[tg] + len > dstart[tg + 1]) { bad = 1; break; }
+        memcpy(outd + pos[tg], data + a, len);
         pos[tg] += len;
-        if (wide) o64[slot[tg]++] = pos[tg];
-        else o32[slot[tg]++] = (int32_t)pos[tg];
+        int64_t end = pos[tg] - dstart[tg];
+        if (wide) *(int64_t *)(outf + slot[tg]) = end;
+        else *(int32_t *)(outf + slot[tg]) = (int32_t)end;
+        slot[tg] += owidth;
     }
     Py_END_ALLOW_THREADS
-    PyMem_RawFree(slot);
-    PyMem_RawFree(pos);
-    release(&f); release(&v); release(&t); release(&os); release(&ds); release(&df); release(&dv);
+    release(&f); release(&v); release(&t); release(&os); release(&ds); release(&sl); release(&p); release(&df);
+    release(&dv);
     if (bad) return PyErr_Format(PyExc_ValueError, "variable-width rows outside their regions");
     Py_RETURN_NONE;
 fail:
-    release(&f); release(&v); release(&t); release(&os); release(&ds); release(&df); release(&dv);
+    release(&f); release(&v); release(&t); release(&os); release(&ds); release(&sl); release(&p); release(&df);
+    release(&dv);
     return NULL;
 }
 

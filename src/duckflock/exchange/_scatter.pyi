@@ -7,13 +7,20 @@ WriteableBuffer: TypeAlias = object
 
 def histogram(targets: Buffer, size: int, counts: WriteableBuffer) -> None: ...
 def scatter_fixed(
-    values: Buffer, offset_bytes: int, width: int, targets: Buffer, starts: Buffer, out: WriteableBuffer
+    values: Buffer,
+    offset_bytes: int,
+    width: int,
+    targets: Buffer,
+    starts: Buffer,
+    at: WriteableBuffer,
+    out: WriteableBuffer,
 ) -> None: ...
 def scatter_bits(
-    bitmap: Buffer,
+    bitmap: Buffer | None,
     offset_bits: int,
     targets: Buffer,
     starts: Buffer,
+    at: WriteableBuffer,
     out: WriteableBuffer,
     ones: WriteableBuffer,
 ) -> None: ...
@@ -28,6 +35,8 @@ def scatter_var(
     targets: Buffer,
     offset_starts: Buffer,
     data_starts: Buffer,
+    slots: WriteableBuffer,
+    positions: WriteableBuffer,
     out_offsets: WriteableBuffer,
     out_data: WriteableBuffer,
 ) -> None: ...

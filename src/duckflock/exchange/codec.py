@@ -93,7 +93,7 @@ def from_frames(frames: list) -> tuple[pa.Schema, list[pa.RecordBatch]]:
     batches = []
     for rows, columns in layouts:
         if not columns:  # no columns, only a row count (e.g. what count(*) needs)
-            batches.append(_no_columns(rows, schema))
+            batches.append(no_columns(rows, schema))
             continue
         arrays = [
             pa.Array.from_buffers(
@@ -111,7 +111,8 @@ def _compact(column: pa.Array) -> pa.Array:
     return pa.concat_arrays([column]) if held > 2 * column.nbytes + 4096 else column
 
 
-def _no_columns(rows: int, schema: pa.Schema) -> pa.RecordBatch:
+def no_columns(rows: int, schema: pa.Schema) -> pa.RecordBatch:
+    """A batch of ``rows`` rows and no columns."""
     batch = pa.RecordBatch.from_arrays([pa.nulls(rows)], names=["_"]).drop_columns(["_"])
     return batch.replace_schema_metadata(schema.metadata)
 

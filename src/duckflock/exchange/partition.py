@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from duckflock.arrays import arrow_array, flat, numpy_view
+from duckflock.exchange.codec import no_columns
 from duckflock.exchange.scatter import Scatter
 
 # Up to this many targets, one ``targets == t`` pass per target beats an argsort.
@@ -22,27 +23,41 @@ _SCAN_TARGETS = 4
 def split_by_target(batch: pa.RecordBatch, size: int) -> list[tuple[int, pa.RecordBatch]]:
     """(target, rows) for each target that gets rows, in target order, each row in input order.
     The last column holds the target rank."""
-    if batch.num_rows == 0:
+    return [(t, rows) for t, rows, _ in split_batches([batch], size)]
+
+
+def split_batches(batches: list[pa.RecordBatch], size: int) -> list[tuple[int, pa.RecordBatch, int]]:
+    """(target, rows, their bytes) for each target that gets rows of any of ``batches``, in target
+    order, each row in input order: one batch per target, however many batches came in (fewer,
+    larger pieces where there are many targets) — or the batches themselves, where all rows go to
+    one target. The last column holds the target rank."""
+    batches = [b for b in batches if b.num_rows]
+    if not batches:
         return []
-    targets = numpy_view(batch.column(batch.num_columns - 1)).astype(np.uint16, copy=False)
-    data = batch.drop_columns([batch.schema.names[-1]])
+    targets = [numpy_view(b.column(b.num_columns - 1)).astype(np.uint16, copy=False) for b in batches]
+    data = [b.drop_columns([b.schema.names[-1]]) for b in batches]
     scatter = Scatter(targets, size)
     present = scatter.present
-    if len(present) == 1:
-        return [(present[0], data)]  # all rows go to one target: nothing to copy
-    if data.num_columns == 0:  # only a row count to keep
-        return [(t, data.slice(0, scatter.counts[t])) for t in present]
+    if len(present) == 1:  # all rows go to one target: nothing to copy
+        return [(present[0], d, d.nbytes) for d in data]
+    schema = data[0].schema
+    if not schema.names:  # only a row count to keep
+        return [(t, no_columns(int(scatter.counts[t]), schema), 0) for t in present]
     gathered = None
     columns = []  # per column, its array for each target in ``present``
-    for column in data.columns:
-        if flat(column.type):
-            columns.append(scatter.column(column))
+    for i, field in enumerate(schema):
+        chunks = [d.column(i) for d in data]
+        if flat(field.type):
+            columns.append(scatter.column(chunks))
             continue
         if gathered is None:
-            gathered = [arrow_array(rows) for _, rows in rows_by_target(targets, size)]
-        columns.append([column.take(rows) for rows in gathered])
+            gathered = [arrow_array(rows) for _, rows in rows_by_target(np.concatenate(targets), size)]
+        whole = pa.chunked_array(chunks, type=field.type)
+        pieces = [whole.take(rows).combine_chunks() for rows in gathered]
+        scatter.nbytes[present] += [p.nbytes for p in pieces]
+        columns.append(pieces)
     return [
-        (t, pa.RecordBatch.from_arrays([c[k] for c in columns], schema=data.schema))
+        (t, pa.RecordBatch.from_arrays([c[k] for c in columns], schema=schema), int(scatter.nbytes[t]))
         for k, t in enumerate(present)
     ]
 

@@ -34,79 +34,94 @@ def _regions(nbytes: np.ndarray, align: int = _ALIGN) -> np.ndarray:
 
 
 class Scatter:
-    """The targets of one batch's rows; ``column`` splits each of its columns."""
+    """The targets of the rows of one or more batches; ``column`` splits a column given as its
+    chunks, one per batch, into one array per target."""
 
-    def __init__(self, targets: np.ndarray, size: int) -> None:
-        self.targets = np.ascontiguousarray(targets, dtype=np.uint16)
-        self.counts = np.empty(size, dtype=np.int64)
-        _scatter.histogram(self.targets, size, self.counts)  # raises on a target outside 0..size-1
+    def __init__(self, targets: list[np.ndarray], size: int) -> None:
+        self.chunks = [np.ascontiguousarray(t, dtype=np.uint16) for t in targets]
+        self.counts = np.zeros(size, dtype=np.int64)
+        counts = np.empty(size, dtype=np.int64)
+        for chunk in self.chunks:
+            _scatter.histogram(chunk, size, counts)  # raises on a target outside 0..size-1
+            self.counts += counts
         self.present: list[int] = np.flatnonzero(self.counts).tolist()
+        self.nbytes = np.zeros(size, dtype=np.int64)  # per target: the bytes of its columns so far
 
-    def column(self, column: pa.Array) -> list[pa.Array]:
+    def column(self, chunks: list[pa.Array]) -> list[pa.Array]:
         """One array per target in ``present``, holding its rows in input order."""
-        t = column.type
+        t = chunks[0].type
         counts = self.counts
         if pa.types.is_null(t):
             return [pa.nulls(counts[k], t) for k in self.present]
-        validity, nulls = self._validity(column)
+        validity, nulls = self._validity(chunks)
         if pa.types.is_boolean(t):
-            values, _ = self._bits(column.buffers()[1], column.offset)
+            values, _ = self._bits([(c.buffers()[1], c.offset) for c in chunks])
+            self.nbytes += (counts + 7) // 8
             buffers = [[values[k]] for k in self.present]
         elif fixed_width(t):
-            width = t.bit_width // 8
-            starts = _regions(counts * width, math.lcm(_ALIGN, width))  # slots of whole values
-            out = pa.allocate_buffer(int(starts[-1]))
-            _scatter.scatter_fixed(
-                column.buffers()[1], column.offset * width, width, self.targets, starts, out
-            )
-            buffers = [[out.slice(starts[k], counts[k] * width)] for k in self.present]
+            buffers = [[b] for b in self._fixed(chunks, t.bit_width // 8)]
         else:
-            buffers = self._variable(column)
+            buffers = self._variable(chunks)
         return [
             pa.Array.from_buffers(t, counts[k], [validity[k], *b], null_count=nulls[k])
             for k, b in zip(self.present, buffers, strict=True)
         ]
 
-    def _validity(self, column: pa.Array) -> tuple[list, np.ndarray]:
-        """Per target: its validity bitmap (None without NULLs) and its NULL count."""
-        if not column.null_count:
-            return [None] * len(self.counts), np.zeros(len(self.counts), dtype=np.int64)
-        bitmaps, ones = self._bits(column.buffers()[0], column.offset)
-        return bitmaps, self.counts - ones
+    def _fixed(self, chunks: list[pa.Array], width: int) -> list[pa.Buffer]:
+        starts = _regions(self.counts * width, math.lcm(_ALIGN, width))  # slots of whole values
+        out = pa.allocate_buffer(int(starts[-1]))
+        at = starts[:-1].copy()
+        for c, targets in zip(chunks, self.chunks, strict=True):
+            _scatter.scatter_fixed(c.buffers()[1], c.offset * width, width, targets, starts, at, out)
+        self.nbytes += self.counts * width
+        return [out.slice(starts[k], self.counts[k] * width) for k in self.present]
 
-    def _bits(self, bitmap: pa.Buffer, offset: int) -> tuple[list, np.ndarray]:
-        """Per target: a bitmap of its rows' bits, starting at bit 0; and how many bits are set."""
+    def _validity(self, chunks: list[pa.Array]) -> tuple[list, np.ndarray]:
+        """Per target: its validity bitmap (None where it has no NULLs) and its NULL count."""
+        if not any(c.null_count for c in chunks):
+            return [None] * len(self.counts), np.zeros(len(self.counts), dtype=np.int64)
+        bitmaps, ones = self._bits([(c.buffers()[0] if c.null_count else None, c.offset) for c in chunks])
+        nulls = self.counts - ones
+        self.nbytes += np.where(nulls > 0, (self.counts + 7) // 8, 0)
+        return [b if n else None for b, n in zip(bitmaps, nulls.tolist(), strict=True)], nulls
+
+    def _bits(self, chunks: list[tuple[pa.Buffer | None, int]]) -> tuple[list, np.ndarray]:
+        """Per target: a bitmap of its rows' bits (all set for a chunk without a bitmap), starting at
+        bit 0; and how many bits are set."""
         nbytes = (self.counts + 7) // 8
         starts = _regions(nbytes)
         out = pa.allocate_buffer(int(starts[-1]))
-        ones = np.empty(len(self.counts), dtype=np.int64)
-        _scatter.scatter_bits(bitmap, offset, self.targets, starts, out, ones)
+        np.frombuffer(out, dtype=np.uint8)[:] = 0
+        at = starts[:-1] * 8
+        ones = np.zeros(len(self.counts), dtype=np.int64)
+        for (bitmap, offset), targets in zip(chunks, self.chunks, strict=True):
+            _scatter.scatter_bits(bitmap, offset, targets, starts, at, out, ones)
         return [out.slice(starts[k], nbytes[k]) for k in range(len(self.counts))], ones
 
-    def _variable(self, column: pa.Array) -> list[list[pa.Buffer]]:
+    def _variable(self, chunks: list[pa.Array]) -> list[list[pa.Buffer]]:
         """Per target in ``present``: its offsets (from 0) and its data."""
-        width = offset_width(column.type)
+        width = offset_width(chunks[0].type)
         assert width is not None
-        _, offsets, data = column.buffers()
-        data = data if data is not None else pa.py_buffer(b"")
-        sizes = np.empty(len(self.counts), dtype=np.int64)
-        _scatter.var_sizes(offsets, width, column.offset, self.targets, sizes)
+        sizes = np.zeros(len(self.counts), dtype=np.int64)
+        for c, targets in zip(chunks, self.chunks, strict=True):
+            _scatter.var_sizes(c.buffers()[1], width, c.offset, targets, sizes)
         counts = self.counts
         offset_starts = _regions(np.where(counts > 0, (counts + 1) * width, 0))
         data_starts = _regions(sizes)
         out_offsets = pa.allocate_buffer(int(offset_starts[-1]))
         out_data = pa.allocate_buffer(int(data_starts[-1]))
-        _scatter.scatter_var(
-            offsets,
-            width,
-            column.offset,
-            data,
-            self.targets,
-            offset_starts,
-            data_starts,
-            out_offsets,
-            out_data,
-        )
+        firsts = offset_starts[:-1][counts > 0] // width  # each target's first offset: 0
+        np.frombuffer(out_offsets, dtype=np.int32 if width == 4 else np.int64)[firsts] = 0
+        slots = np.where(counts > 0, offset_starts[:-1] + width, offset_starts[:-1])
+        positions = data_starts[:-1].copy()
+        for c, targets in zip(chunks, self.chunks, strict=True):
+            _, offsets, data = c.buffers()
+            data = data if data is not None else pa.py_buffer(b"")
+            _scatter.scatter_var(
+                offsets, width, c.offset, data, targets, offset_starts, data_starts, slots, positions,
+                out_offsets, out_data,
+            )  # fmt: skip
+        self.nbytes += np.where(counts > 0, (counts + 1) * width, 0) + sizes
         return [
             [
                 out_offsets.slice(offset_starts[k], (counts[k] + 1) * width),
