@@ -25,7 +25,6 @@ import pyarrow as pa
 from duckflock.config import Config
 from duckflock.exchange.codec import encode, to_frames, write_options
 from duckflock.exchange.partition import split_by_target
-from duckflock.exchange.shuffle import split_bytes
 from duckflock_bench.measure import GB
 
 # Each table's columns without the target; ``i`` is the row number.
@@ -111,6 +110,12 @@ def _memcpy(nbytes: int, runs: int) -> tuple[float, float]:
     return _medians(lambda: np.copyto(dst, src), runs)
 
 
+def _split_bytes(chunk_bytes: int, targets: int) -> int:
+    from duckflock.exchange.shuffle import split_bytes  # here: --per-batch runs on older versions too
+
+    return split_bytes(chunk_bytes, targets)
+
+
 def _point(bs: list[pa.RecordBatch], size: int, group: int, runs: int) -> dict[str, float]:
     """GB/s of memcpy, split, split+frames and split+IPC, by the clock and by CPU time."""
     nbytes = sum(b.nbytes - 2 * b.num_rows for b in bs)  # without the target column
@@ -137,7 +142,7 @@ def run_split(
         rows = max(config.batch_rows, int(mb * 1e6 * probe.num_rows / probe.nbytes))
         for size in targets:
             bs = batches(workload, rows, size, config.batch_rows)
-            group = 0 if per_batch else split_bytes(config.chunk_bytes, size)
+            group = 0 if per_batch else _split_bytes(config.chunk_bytes, size)
             points.append(
                 {"workload": workload, "targets": size, "rows": rows, **_point(bs, size, group, runs)}
             )
