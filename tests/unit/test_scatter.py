@@ -180,22 +180,20 @@ def test_a_target_outside_the_ranks_is_an_error(size):
         Scatter(np.array([0, size], dtype=np.uint16), size)
 
 
-def test_regions_that_do_not_fit_their_rows_are_refused_not_overrun():
-    """The kernel checks every write against its target's region."""
+def test_outputs_that_do_not_fit_their_rows_are_refused_not_overrun():
+    """The kernel checks every write against its target's output."""
     targets = np.array([0, 0, 1], dtype=np.uint16)
     values = np.arange(3, dtype=np.int64)
-    out = bytearray(24)
 
-    def scatter(values, starts, at=None):
-        starts = np.array(starts, dtype=np.int64)
-        at = starts[:-1].copy() if at is None else np.array(at, dtype=np.int64)
-        _scatter.scatter_fixed(values, 0, 8, targets, starts, at, out)
+    def scatter(values, sizes, at=(0, 0)):
+        outs = [bytearray(n) for n in sizes]
+        _scatter.scatter_fixed(values, 0, 8, targets, np.array(at, dtype=np.int64), outs)
 
-    with pytest.raises(ValueError, match="past its region"):  # target 0 gets 2 rows, room for 1
-        scatter(values, [0, 8, 24])
-    with pytest.raises(ValueError, match="regions outside"):
-        scatter(values, [0, 16, 32])
+    with pytest.raises(ValueError, match="past its output"):  # target 0 gets 2 rows, room for 1
+        scatter(values, [8, 16])
     with pytest.raises(ValueError, match="cursors outside"):
-        scatter(values, [0, 16, 24], at=[0, 32])
+        scatter(values, [16, 8], at=[0, 16])
+    with pytest.raises(ValueError, match="a list of 2"):
+        scatter(values, [16, 8, 8])
     with pytest.raises(ValueError, match="values"):  # fewer values than targets
-        scatter(values[:2], [0, 16, 24])
+        scatter(values[:2], [16, 8])

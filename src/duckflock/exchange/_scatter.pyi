@@ -7,21 +7,14 @@ WriteableBuffer: TypeAlias = object
 
 def histogram(targets: Buffer, size: int, counts: WriteableBuffer) -> None: ...
 def scatter_fixed(
-    values: Buffer,
-    offset_bytes: int,
-    width: int,
-    targets: Buffer,
-    starts: Buffer,
-    at: WriteableBuffer,
-    out: WriteableBuffer,
+    values: Buffer, offset_bytes: int, width: int, targets: Buffer, at: WriteableBuffer, outs: list
 ) -> None: ...
 def scatter_bits(
     bitmap: Buffer | None,
     offset_bits: int,
     targets: Buffer,
-    starts: Buffer,
     at: WriteableBuffer,
-    out: WriteableBuffer,
+    outs: list,
     ones: WriteableBuffer,
 ) -> None: ...
 def var_sizes(
@@ -33,10 +26,8 @@ def scatter_var(
     row: int,
     data: Buffer,
     targets: Buffer,
-    offset_starts: Buffer,
-    data_starts: Buffer,
     slots: WriteableBuffer,
     positions: WriteableBuffer,
-    out_offsets: WriteableBuffer,
-    out_data: WriteableBuffer,
+    out_offsets: list,
+    out_data: list,
 ) -> None: ...

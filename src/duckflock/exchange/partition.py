@@ -1,10 +1,11 @@
-"""Split a record batch into per-target batches by a target-rank column computed inside DuckDB.
+"""Split record batches into per-target batches by a target-rank column computed inside DuckDB.
 
-Each target gets a compact batch of its own (offset 0, no slack), so its buffers can go on the wire
-as they are. Flat columns are scattered in one pass each (exchange/scatter.py). Other columns
-(nested, dictionary) are gathered: row indices per target come from one comparison pass per target
-when there are few targets (cheaper than a sort), else from numpy's stable argsort, a radix sort on
-small unsigned integers; Arrow's ``take`` then gathers each target's rows.
+Each target gets a compact batch of its own (offset 0, no slack) from one or several input batches,
+so its buffers can go on the wire as they are. Flat columns are scattered in one pass each
+(exchange/scatter.py). Other columns (nested, dictionary) are gathered: row indices per target come
+from one comparison pass per target when there are few targets (cheaper than a sort), else from
+numpy's stable argsort, a radix sort on small unsigned integers; Arrow's ``take`` then gathers each
+target's rows.
 """
 
 from __future__ import annotations
