@@ -3,15 +3,19 @@
  * numpy and Arrow can only gather (``take``): one pass per target, or a sort, then one gather per
  * target and column. Here each column is read once, in row order, and every row is written to the
  * next free slot of its target's region: a histogram of targets gives each region's size and start.
- * Buffers come through the buffer protocol (no numpy or Arrow headers). The loops keep the GIL:
- * each call is a fraction of a millisecond, and a thread that lets go of the GIL that often waits for
- * it again behind the rank's other threads (a stage's DuckDB, other stages) at every call: released,
- * the narrow-tuple join's split took 5.5 s a stage instead of 1.
+ * Buffers come through the buffer protocol (no numpy or Arrow headers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+/* Calls over at least this many rows let the rank's other threads run meanwhile (a stage's
+ * DuckDB, other stages); shorter ones keep the GIL: a thread that lets go of it for a few
+ * microseconds at a time waits to get it back behind the others at every call. */
+#define RELEASE_ROWS 16384
+#define LET_GO(n) PyThreadState *ts_ = (n) >= RELEASE_ROWS ? PyEval_SaveThread() : NULL
+#define TAKE_BACK() if (ts_) PyEval_RestoreThread(ts_)
 
 typedef struct {
     Py_buffer view;
@@ -48,6 +52,7 @@ static PyObject *histogram(PyObject *self, PyObject *args) {
     int64_t *part = PyMem_RawCalloc(4 * (size_t)size + 1, sizeof(int64_t));
     if (!part) { PyErr_NoMemory(); goto fail; }
     Py_ssize_t i = 0;
+    LET_GO(n);
     for (; i + 4 <= n; i += 4) {
         uint16_t a = tv[i], b = tv[i + 1], c2 = tv[i + 2], d = tv[i + 3];
         if (a >= size || b >= size || c2 >= size || d >= size) { bad = 1; break; }
@@ -61,6 +66,7 @@ static PyObject *histogram(PyObject *self, PyObject *args) {
         else part[tv[i]]++;
     }
     for (Py_ssize_t k = 0; k < size; k++) cv[k] = part[k] + part[size + k] + part[2 * size + k] + part[3 * size + k];
+    TAKE_BACK();
     PyMem_RawFree(part);
     release(&t);
     release(&c);
@@ -175,6 +181,7 @@ static PyObject *scatter_fixed(PyObject *self, PyObject *args) {
     }
     const uint16_t *tv = t.view.buf;
     const char *src = (const char *)s.view.buf + offset;
+    LET_GO(n);
     switch (width) {
     case 1: SCATTER(uint8_t); break;
     case 2: SCATTER(uint16_t); break;
@@ -189,6 +196,7 @@ static PyObject *scatter_fixed(PyObject *self, PyObject *args) {
             memcpy(o.base[tg] + (cur[tg]++) * width, src + i * width, width);
         }
     }
+    TAKE_BACK();
     for (Py_ssize_t k = 0; k < size; k++) at[k] = cur[k] * width;
     PyMem_RawFree(cur);
     release(&s); release(&t); release(&a); close_outs(&o);
@@ -224,6 +232,7 @@ static PyObject *scatter_bits(PyObject *self, PyObject *args) {
     const uint16_t *tv = t.view.buf;
     const uint8_t *src = all_set ? NULL : s.view.buf;
     int64_t *ones = ones_b.view.buf, *cur = a.view.buf;
+    LET_GO(n);
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t k = offset + i;
         uint16_t tg = tv[i];
@@ -235,6 +244,7 @@ static PyObject *scatter_bits(PyObject *self, PyObject *args) {
         else *byte = bit;
         ones[tg] += bit;
     }
+    TAKE_BACK();
     release(&s); release(&t); release(&a); release(&ones_b); close_outs(&o);
     if (bad) return PyErr_Format(PyExc_ValueError, "a target outside 0..%zd or past its output", size - 1);
     Py_RETURN_NONE;
@@ -262,10 +272,12 @@ static PyObject *var_sizes(PyObject *self, PyObject *args) {
     int64_t *sz = z.view.buf;
     const void *offs = f.view.buf;
     int wide = owidth == 8, bad = 0;
+    LET_GO(n);
     for (Py_ssize_t i = 0; i < n; i++) {
         if (tv[i] >= size) { bad = 1; break; }
         sz[tv[i]] += off_at(offs, wide, row + i + 1) - off_at(offs, wide, row + i);
     }
+    TAKE_BACK();
     release(&f); release(&t); release(&z);
     if (bad) return PyErr_Format(PyExc_ValueError, "a target outside 0..%zd", size - 1);
     Py_RETURN_NONE;
@@ -302,6 +314,7 @@ static PyObject *scatter_var(PyObject *self, PyObject *args) {
     int64_t *slot = sl.view.buf, *pos = p.view.buf;
     int wide = owidth == 8, bad = 0;
     int64_t vlen = v.view.len;
+    LET_GO(n);
     for (Py_ssize_t i = 0; i < n; i++) {
         uint16_t tg = tv[i];
         if (tg >= size || slot[tg] + owidth > of.len[tg]) { bad = 1; break; }
@@ -313,6 +326,7 @@ static PyObject *scatter_var(PyObject *self, PyObject *args) {
         else *(int32_t *)(of.base[tg] + slot[tg]) = (int32_t)pos[tg];
         slot[tg] += owidth;
     }
+    TAKE_BACK();
     release(&f); release(&v); release(&t); release(&sl); release(&p); close_outs(&of); close_outs(&od);
     if (bad) return PyErr_Format(PyExc_ValueError, "variable-width rows outside their outputs");
     Py_RETURN_NONE;
