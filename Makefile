@@ -11,8 +11,9 @@ DEMO_DIR ?= data/tpch-sf$(DEMO_SF)
 setup: $(STAMP)
 
 # Exact, hashed versions from requirements.lock (regenerate with `make lock`), then duckflock itself
-# and the benchmarks project (benchmarks/, its own package: the core install holds no benchmark code).
-$(STAMP): pyproject.toml benchmarks/pyproject.toml requirements.lock
+# (with its one C module, the exchange's row scatter: a C compiler is needed) and the benchmarks
+# project (benchmarks/, its own package: the core install holds no benchmark code).
+$(STAMP): pyproject.toml setup.py src/duckflock/exchange/_scatter.c benchmarks/pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --require-hashes -r requirements.lock

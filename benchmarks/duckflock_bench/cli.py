@@ -18,6 +18,8 @@ def run(args: argparse.Namespace) -> int:
         return _seed(args, out)
     if args.bench == "exchange":
         return _exchange(args, out)
+    if args.bench == "split":
+        return _split(args, out)
     if args.bench in ("flight", "netem"):
         from duckflock_bench.flight_bench import run as run_flight
 
@@ -69,6 +71,25 @@ def _memory(args: argparse.Namespace, out: Path) -> int:
     err.print(f"wrote {out / 'results.json'}, {out / 'results.md'}")
     points = results["points"]
     return 0 if points and all(p["ok"] and p.get("correct", True) for p in points) else 1
+
+
+def _split(args: argparse.Namespace, out: Path) -> int:
+    from duckflock_bench.report import print_markdown
+    from duckflock_bench.split_bench import WORKLOADS, run_split, split_markdown
+
+    workloads = parse_list(args.workloads, str)
+    targets = parse_list(args.targets, int)
+    if not workloads or set(workloads) - set(WORKLOADS):
+        raise DuckflockError(f"--workloads takes some of {', '.join(WORKLOADS)}, not {args.workloads!r}")
+    if not targets or min(targets) < 2 or max(targets) > 65535:
+        raise DuckflockError(f"--targets needs counts from 2 to 65535, got {args.targets!r}")
+    if args.runs < 1 or args.mb <= 0:
+        raise DuckflockError("--runs must be at least 1 and --mb positive")
+    md = split_markdown(run_split(workloads, targets, args.mb, args.runs, args.per_batch, out))
+    (out / "results.md").write_text(md)
+    print_markdown(md)
+    err.print(f"wrote {out / 'results.json'}, {out / 'results.md'}")
+    return 0
 
 
 def _ranks(text: str) -> list[int]:

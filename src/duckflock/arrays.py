@@ -44,31 +44,27 @@ def null_mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return numpy_view(pc.cast(pc.is_null(values), pa.uint8())).astype(bool)
 
 
-_WIDTHS: dict[int, np.dtype | type[np.unsignedinteger]] = {
-    8: np.uint8,
-    16: np.uint16,
-    32: np.uint32,
-    64: np.uint64,
-    128: np.dtype("V16"),
-    256: np.dtype("V32"),
-}
+def flat(t: pa.DataType) -> bool:
+    """A column of one level whose buffers are a validity bitmap and values (fixed-width, boolean,
+    NULL-typed) or offsets and data (strings, binaries); not nested, dictionary, view or extension."""
+    return fixed_width(t) or pa.types.is_boolean(t) or pa.types.is_null(t) or offset_width(t) is not None
 
 
-def fixed_width_view(values: pa.Array) -> np.ndarray | None:
-    """The values of a null-free fixed-width array (integers, floats, dates, times, timestamps,
-    decimals) as raw numpy items of the same width, zero-copy; None for any other array."""
-    t = values.type
-    fixed = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
-    fixed = (
-        fixed
-        or pa.types.is_date(t)
-        or pa.types.is_time(t)
-        or pa.types.is_timestamp(t)
-        or pa.types.is_duration(t)
+def fixed_width(t: pa.DataType) -> bool:
+    """Values of a whole number of bytes each (``t.bit_width // 8``)."""
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_temporal(t)
+        or pa.types.is_fixed_size_binary(t)
     )
-    if not fixed or values.null_count or len(values) == 0:
-        return None
-    dtype = np.dtype(_WIDTHS[t.bit_width])
-    return np.frombuffer(
-        values.buffers()[1], dtype=dtype, count=len(values), offset=values.offset * dtype.itemsize
-    )
+
+
+def offset_width(t: pa.DataType) -> int | None:
+    """Bytes per offset of a string or binary column; None for other types."""
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        return 4
+    if pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        return 8
+    return None

@@ -8,7 +8,8 @@ import argparse
 
 def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser(
-        "bench", help="benchmarks: seed, exchange, TPC-H, scaling, lake, memory, Flight, netem, serve, model"
+        "bench",
+        help="benchmarks: seed, exchange, split, TPC-H, scaling, lake, memory, Flight, netem, serve, model",
     )
     bsub = b.add_subparsers(dest="bench", required=True)
     bs = bsub.add_parser("seed", help="the seed report's join vs single-process DuckDB")
@@ -23,6 +24,7 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     bx.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
     bx.add_argument("--out", default="bench-results/exchange", help="output directory")
 
+    _add_split(bsub)
     _add_tpch(bsub)
     _add_scaling(bsub)
     _add_lake(bsub)
@@ -154,3 +156,13 @@ def _add_model(bsub: argparse._SubParsersAction) -> None:
     bm.add_argument("--docs", default="docs", help="where the figures go")
     bm.add_argument("--data-root", default="data", help="where TPC-H data directories are kept")
     bm.add_argument("--out", default="bench-results/model", help="output directory")
+
+
+def _add_split(bsub: argparse._SubParsersAction) -> None:
+    bp = bsub.add_parser("split", help="split by target and encode, in one process, vs memcpy")
+    bp.add_argument("--workloads", default="narrow,lineitem", help="of narrow, lineitem, comma separated")
+    bp.add_argument("--targets", default="2,4,16,64", help="target counts, comma separated")
+    bp.add_argument("--mb", type=float, default=64.0, help="MB of input per point")
+    bp.add_argument("--runs", type=int, default=5, help="timed runs (median reported)")
+    bp.add_argument("--per-batch", action="store_true", help="split one batch at a time, not a chunk's worth")
+    bp.add_argument("--out", default="bench-results/split", help="output directory")

@@ -13,6 +13,8 @@ import pickle
 
 import pyarrow as pa
 
+from duckflock.arrays import flat
+
 
 def write_options(compression: str) -> pa.ipc.IpcWriteOptions:
     codec = None if compression in ("", "none") else compression
@@ -58,22 +60,7 @@ def decode(payload: object) -> tuple[pa.Schema, list[pa.RecordBatch]]:
 
 def frames_supported(schema: pa.Schema) -> bool:
     """Flat columns only; nested, dictionary, view and extension types keep the IPC encoding."""
-    return all(_flat(f.type) for f in schema)
-
-
-def _flat(t: pa.DataType) -> bool:
-    if isinstance(t, pa.ExtensionType) or pa.types.is_dictionary(t) or pa.types.is_nested(t):
-        return False
-    return (
-        pa.types.is_primitive(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_null(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_fixed_size_binary(t)
-    )
+    return all(flat(f.type) for f in schema)
 
 
 def to_frames(schema_bytes: bytes, batches: list[pa.RecordBatch]) -> list[object]:
@@ -106,7 +93,7 @@ def from_frames(frames: list) -> tuple[pa.Schema, list[pa.RecordBatch]]:
     batches = []
     for rows, columns in layouts:
         if not columns:  # no columns, only a row count (e.g. what count(*) needs)
-            batches.append(_no_columns(rows, schema))
+            batches.append(no_columns(rows, schema))
             continue
         arrays = [
             pa.Array.from_buffers(
@@ -124,7 +111,8 @@ def _compact(column: pa.Array) -> pa.Array:
     return pa.concat_arrays([column]) if held > 2 * column.nbytes + 4096 else column
 
 
-def _no_columns(rows: int, schema: pa.Schema) -> pa.RecordBatch:
+def no_columns(rows: int, schema: pa.Schema) -> pa.RecordBatch:
+    """A batch of ``rows`` rows and no columns."""
     batch = pa.RecordBatch.from_arrays([pa.nulls(rows)], names=["_"]).drop_columns(["_"])
     return batch.replace_schema_metadata(schema.metadata)
 

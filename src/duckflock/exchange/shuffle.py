@@ -33,7 +33,7 @@ import pyarrow as pa
 from duckflock.exchange.codec import decode, encode, frames_supported, from_frames, to_frames
 from duckflock.exchange.kinds import ExchangeKind
 from duckflock.exchange.mux import FIRST_EXCHANGE, Mux
-from duckflock.exchange.partition import split_by_target
+from duckflock.exchange.partition import split_batches
 from duckflock.exchange.spill import InputSink, QuerySpill
 from duckflock.exchange.stream import StreamedInput
 from duckflock.transport.base import view
@@ -49,6 +49,19 @@ def eos_channel(xid: int) -> int:
 
 def credit_channel(xid: int) -> int:
     return FIRST_EXCHANGE + 3 * xid + 2
+
+
+# Batches are split several at a time (one piece per target from all of them), so that with many
+# targets the pieces, and the work per piece (Python's, and to encode it), are not tiny: at least
+# a chunk's worth, or PIECE_BYTES per target; at most SPLIT_MAX_BYTES, and never more than the
+# targets' buffers hold (a chunk each).
+PIECE_BYTES = 64 << 10
+SPLIT_MAX_BYTES = 8 << 20
+
+
+def split_bytes(chunk_bytes: int, targets: int) -> int:
+    """Bytes of batches split at once."""
+    return min(chunk_bytes * targets, max(chunk_bytes, min(PIECE_BYTES * targets, SPLIT_MAX_BYTES)))
 
 
 def grant(mux: Mux, qid: int, xid: int, sender: int, taken: int, window: int) -> None:
@@ -100,32 +113,47 @@ class ExchangeWriter:
         self.sent = dict.fromkeys(self.receivers, 0)
         self.local: list[pa.RecordBatch] = []
         self.local_bytes = 0
+        self.unsplit: list[pa.RecordBatch] = []  # batches not split by target yet
+        self.unsplit_bytes = 0
+        self.split_bytes = split_bytes(self.chunk_bytes, self.size)
         self.schema: pa.Schema | None = None
         self._frames: bytes | None = None  # the serialized schema, once frames are chosen
         self.credit: dict[int, tuple[int, int]] = {}  # receiver -> (messages it took, window)
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self.kind.routes_rows:
-            t0 = time.perf_counter()
-            pieces = split_by_target(batch, self.size)
-            self.stats.partition_s += time.perf_counter() - t0
             self.schema = self.schema or batch.schema.remove(batch.num_columns - 1)
+            self.unsplit.append(batch)
+            self.unsplit_bytes += batch.nbytes
+            if self.unsplit_bytes >= self.split_bytes:
+                self._place(self._split())
+            return
+        self.schema = self.schema or batch.schema
+        if batch.num_rows == 0:
+            return
+        if self.kind is ExchangeKind.GATHER:
+            pieces = [(self.receivers[0], batch, batch.nbytes)]
         else:
-            self.schema = self.schema or batch.schema
-            if batch.num_rows == 0:
-                return
-            if self.kind is ExchangeKind.GATHER:
-                pieces = [(self.receivers[0], batch)]
-            else:
-                pieces = [(t, batch) for t in self.receivers]
-        for target, rows in pieces:
+            pieces = [(t, batch, batch.nbytes) for t in self.receivers]
+        self._place(pieces)
+
+    def _split(self) -> list[tuple[int, pa.RecordBatch, int]]:
+        t0 = time.perf_counter()
+        pieces = split_batches(self.unsplit, self.size)
+        self.unsplit, self.unsplit_bytes = [], 0
+        self.stats.partition_s += time.perf_counter() - t0
+        return pieces
+
+    def _place(self, pieces: list[tuple[int, pa.RecordBatch, int]]) -> None:
+        """Buffer each (target, rows, bytes), and send what has reached a chunk."""
+        for target, rows, nbytes in pieces:
             self.stats.rows_out += rows.num_rows
             if target == self.rank:
                 self.local.append(rows)
-                self.local_bytes += rows.nbytes
+                self.local_bytes += nbytes
             else:
                 self.pending[target].append(rows)
-                self.pending_bytes[target] += rows.nbytes
+                self.pending_bytes[target] += nbytes
         if self.local_bytes >= self.chunk_bytes:
             self._hand_over_local()
         if self.kind is ExchangeKind.BROADCAST:
@@ -212,6 +240,9 @@ class ExchangeWriter:
         """Send what is left, then an end-of-stream to every receiver."""
         if self.kind.routes_rows:
             schema = schema.remove(len(schema) - 1)
+            if self.unsplit:
+                self.schema = schema
+                self._place(self._split())
         self.schema = schema
         if self.kind is ExchangeKind.BROADCAST and self.order:
             self._flush_broadcast()
