@@ -11,6 +11,7 @@ import duckdb
 import pytest
 
 from duckflock.config import Config
+from duckflock.exchange.shuffle import split_bytes
 from duckflock.exec.resources import budget
 from duckflock.local_duckdb import open_duckdb
 
@@ -50,8 +51,8 @@ def test_slurm_allocation_and_split(monkeypatch):
     [
         (128, 2, 65536, 1, 1),
         (307, 4, 65536, 3, 1),  # 4 ranks in a 1.5 GiB node: chunks shrink, a streamed join fits
-        (614, 2, 65536, 6, 4),
-        (614, 2, 262144, 3, 4),  # larger batches, fewer stages
+        (614, 2, 65536, 4, 4),
+        (614, 2, 262144, 2, 4),  # larger batches, fewer stages
         (2048, 64, 65536, 4, 1),  # many targets: more chunks waiting per stage
         (16384, 4, 65536, 8, 2),  # plenty of room: chunks of SPLIT_BYTES / targets
         (16384, 64, 65536, 8, 1),  # ... but 1 MiB at least
@@ -60,15 +61,16 @@ def test_slurm_allocation_and_split(monkeypatch):
 def test_stages_at_once_fit_what_duckdb_and_exchanges_leave(
     rank_mib, ranks, batch_rows, at_once, chunk_mib, monkeypatch
 ):
-    """Streaming runs several stages at once only where each one's batch and the chunks it holds
-    for every target fit (exec/resources/budget.py); chunks (4 MiB configured) shrink where that room is tight
+    """Streaming runs several stages at once only where each one's batch, the batches it splits
+    together and the chunks it holds for every target fit (exec/resources/budget.py); chunks (4 MiB configured) shrink where that room is tight
     or where there are many targets."""
     monkeypatch.setattr(budget, "own_anon_bytes", lambda: 100 << 20)
     config = Config(memory_limit_bytes=rank_mib << 20, batch_rows=batch_rows, chunk_bytes=4 << 20)
     got = budget.Budget.of_rank(config, 1, ranks)
     assert (got.stages_at_once, got.chunk_bytes >> 20) == (at_once, chunk_mib)
     room = int((got.rank_bytes - (100 << 20)) * budget.REST_PART)
-    stage = budget.BATCH_BYTES_PER_ROW * batch_rows + ranks * got.chunk_bytes
+    unsplit = split_bytes(got.chunk_bytes, ranks)
+    stage = budget.BATCH_BYTES_PER_ROW * batch_rows + unsplit + ranks * got.chunk_bytes
     assert got.stages_at_once == 1 or got.stages_at_once * stage <= room
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from duckflock.config import Config
 from duckflock.errors import DuckflockError
+from duckflock.exchange.shuffle import split_bytes
 from duckflock.processes import pid_alive
 
 # Of a rank's share: DuckDB's memory_limit, received exchange data, bytes in flight; the rest is for
@@ -37,8 +38,9 @@ DUCKDB_PART = 0.7
 EXCHANGE_PART = 0.1
 INFLIGHT_PART = 0.05
 # What one running stage holds outside DuckDB's limit: the batch DuckDB just gave (``batch_rows``
-# rows of about BATCH_BYTES_PER_ROW: 55 for lineitem with l_comment) and, for each rank it sends
-# to, the rows split off for that rank and not sent yet (up to a chunk). Where the room for stages
+# rows of about BATCH_BYTES_PER_ROW: 55 for lineitem with l_comment), the batches waiting to be
+# split by target together (exchange/shuffle.py's split_bytes) and, for each rank it sends to, the
+# rows split off for that rank and not sent yet (up to a chunk). Where the room for stages
 # is tight, chunks shrink (to MIN_CHUNK_BYTES at least: smaller chunks cost a little time per
 # message) so that CHUNKS_IN_ROOM of them per target fit, and a small node then runs the stages of a
 # streamed join at once instead of one at a time.
@@ -83,7 +85,7 @@ class Budget:
         room = int(free * REST_PART)
         fits = min(room // (CHUNKS_IN_ROOM * ranks), SPLIT_BYTES // ranks)
         chunk = min(config.chunk_bytes, max(MIN_CHUNK_BYTES, fits))
-        stage = BATCH_BYTES_PER_ROW * config.batch_rows + ranks * chunk
+        stage = BATCH_BYTES_PER_ROW * config.batch_rows + split_bytes(chunk, ranks) + ranks * chunk
         return cls(
             rank_bytes=total,
             duckdb_bytes=max(int(free * DUCKDB_PART), DUCKDB_MIN_BYTES),
