@@ -27,7 +27,7 @@ from support import assert_same
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-BUCKET = "lake"
+BUCKET = "vacuum"  # its own: other tests leave tables under lake/tables/
 OUT = f"s3://{BUCKET}/tables/"
 WAIT_S = 120  # for the killed load to show its lease and first object
 
